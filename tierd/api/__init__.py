@@ -1,0 +1,1 @@
+"""The HTTP API (FastAPI), its errors, and the client the CLI uses."""

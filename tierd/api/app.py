@@ -1,0 +1,28 @@
+"""The FastAPI application: thin routes over the services the daemon runs."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from tierd import __version__
+from tierd.api.problems import install_problem_handlers
+from tierd.api.routes import checkpoints, health
+from tierd.daemon.context import Context
+
+__all__ = ["create_app"]
+
+
+def create_app(ctx: Context) -> FastAPI:
+    """Build the app over ``ctx``; OpenAPI is served at ``/v1/openapi.json``."""
+    app = FastAPI(
+        title="tierd",
+        version=__version__,
+        openapi_url="/v1/openapi.json",
+        docs_url="/v1/docs",
+        redoc_url=None,
+    )
+    app.state.ctx = ctx
+    install_problem_handlers(app)
+    app.include_router(health.router)
+    app.include_router(checkpoints.router)
+    return app

@@ -1,0 +1,70 @@
+"""FastAPI dependencies: the daemon context, the catalog session and bearer-token roles."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Iterator
+from typing import Annotated, Literal
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from tierd.daemon.context import Context
+
+__all__ = ["ContextDep", "ReadSessionDep", "Role", "SessionDep", "require_role"]
+
+Role = Literal["read", "operate", "admin"]
+_RANK = {"read": 0, "operate": 1, "admin": 2}
+_bearer = HTTPBearer(auto_error=False)
+
+
+def get_context(request: Request) -> Context:
+    """The daemon's shared context."""
+    ctx: Context = request.app.state.ctx
+    return ctx
+
+
+ContextDep = Annotated[Context, Depends(get_context)]
+
+
+def read_session(ctx: ContextDep) -> Iterator[Session]:
+    """A read-only catalog session for one request."""
+    with ctx.db.read_session() as session:
+        yield session
+
+
+def write_session(ctx: ContextDep) -> Iterator[Session]:
+    """A catalog session that commits when the request succeeds."""
+    with ctx.db.session() as session:
+        yield session
+
+
+ReadSessionDep = Annotated[Session, Depends(read_session)]
+SessionDep = Annotated[Session, Depends(write_session)]
+
+
+def require_role(role: Role) -> Callable[..., str]:
+    """A dependency that admits callers whose token grants ``role`` or more; returns their name.
+
+    With no tokens configured, authentication is off and the caller is ``anonymous``
+    (tierd listens on 127.0.0.1 by default for that reason).
+    """
+
+    def check(
+        ctx: ContextDep,
+        creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ) -> str:
+        tokens = ctx.config.api.tokens
+        if not tokens:
+            return "anonymous"
+        if creds is None:
+            raise HTTPException(401, "a bearer token is required", {"WWW-Authenticate": "Bearer"})
+        for token in tokens:
+            if hmac.compare_digest(token.secret().encode(), creds.credentials.encode()):
+                if _RANK[token.role] < _RANK[role]:
+                    raise HTTPException(403, f"token {token.name!r} has role {token.role}, needs {role}")
+                return token.name
+        raise HTTPException(401, "unknown bearer token", {"WWW-Authenticate": "Bearer"})
+
+    return check

@@ -1,0 +1,109 @@
+"""The API's JSON shapes. Field names and state values are a contract scripts rely on."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel
+
+from tierd.daemon.catalog.models import Checkpoint, File, Replica
+
+__all__ = ["CheckpointDetail", "CheckpointOut", "CheckpointPage", "FileOut", "ReplicaOut"]
+
+
+class ReplicaOut(BaseModel):
+    """A checkpoint's copy on one tier."""
+
+    tier: str
+    tier_index: int
+    state: str
+    location: str
+    bytes_done: int
+    verified_at: datetime | None
+    error: str | None
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, row: Replica) -> ReplicaOut:
+        """Build from a catalog row."""
+        return cls.model_validate(row, from_attributes=True)
+
+
+class FileOut(BaseModel):
+    """One file of a checkpoint and the checksum taken at first sight."""
+
+    path: str
+    size: int
+    checksum_algorithm: str
+    checksum: str
+
+    @classmethod
+    def of(cls, row: File) -> FileOut:
+        """Build from a catalog row."""
+        return cls(
+            path=row.relpath, size=row.size, checksum_algorithm=row.checksum_algo, checksum=row.checksum
+        )
+
+
+class CheckpointOut(BaseModel):
+    """A checkpoint step and its replicas, in tier order."""
+
+    id: int
+    run: str
+    step: int
+    state: str
+    path: str
+    format: str
+    node: str
+    pinned: bool
+    hold: str | None
+    total_bytes: int
+    file_count: int
+    created_at: datetime
+    completed_at: datetime | None
+    replicas: list[ReplicaOut]
+
+    @classmethod
+    def of(cls, row: Checkpoint) -> CheckpointOut:
+        """Build from a catalog row with its run and replicas loaded."""
+        return cls(**_checkpoint_fields(row))
+
+
+class CheckpointDetail(CheckpointOut):
+    """A checkpoint with its files."""
+
+    files: list[FileOut]
+
+    @classmethod
+    def of(cls, row: Checkpoint) -> CheckpointDetail:
+        """Build from a catalog row with run, replicas and files loaded."""
+        return cls(**_checkpoint_fields(row), files=[FileOut.of(f) for f in row.files])
+
+
+class CheckpointPage(BaseModel):
+    """One page of checkpoints, newest first."""
+
+    items: list[CheckpointOut]
+    total: int
+    limit: int
+    offset: int
+    next_offset: int | None
+
+
+def _checkpoint_fields(row: Checkpoint) -> dict[str, object]:
+    return {
+        "id": row.id,
+        "run": row.run.name,
+        "step": row.step,
+        "state": row.state,
+        "path": row.path,
+        "format": row.format,
+        "node": row.node,
+        "pinned": row.pinned,
+        "hold": row.hold,
+        "total_bytes": row.total_bytes,
+        "file_count": row.file_count,
+        "created_at": row.created_at,
+        "completed_at": row.completed_at,
+        "replicas": [ReplicaOut.of(r) for r in row.replicas],
+    }

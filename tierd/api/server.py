@@ -1,0 +1,75 @@
+"""The HTTP server as a daemon service: uvicorn, started programmatically on a socket we bind."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+from fastapi import FastAPI
+
+from tierd.logs import get_logger
+
+__all__ = ["ApiService"]
+
+log = get_logger(__name__)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the daemon owns SIGTERM and SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class ApiService:
+    """Serves the API on ``host:port``; ``start`` returns once the socket listens."""
+
+    name = "api"
+
+    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+        self.app = app
+        self.host = host
+        self.port = port
+        self._server: _Server | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Bind, listen and serve; the bound port is in ``self.port`` afterwards."""
+        sock = _bind(self.host, self.port)
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5
+        )
+        self._server = _Server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="api:serve")
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+                raise RuntimeError("the API server stopped during start-up")
+            await asyncio.sleep(0.01)
+        log.info("api_listening", host=self.host, port=self.port)
+
+    async def stop(self, timeout: float) -> None:
+        """Finish open requests (bounded) and close the socket."""
+        if self._server is None or self._task is None:
+            return
+        self._server.should_exit = True
+        try:
+            await asyncio.wait_for(self._task, timeout=max(timeout, 1))
+        except TimeoutError:
+            self._server.force_exit = True
+            self._task.cancel()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock

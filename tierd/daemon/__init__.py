@@ -1,0 +1,1 @@
+"""Everything that runs on the node: runtime, detect, catalog, pipeline, backends, retention."""

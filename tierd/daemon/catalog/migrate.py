@@ -1,0 +1,76 @@
+"""Schema migrations (Alembic), run by ``tierd db upgrade`` and checked by ``tierd run``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.exc import SQLAlchemyError
+
+from tierd.daemon.catalog.db import Database
+from tierd.errors import CatalogError, SchemaError
+
+__all__ = ["alembic_config", "check_schema", "current_revision", "head_revision", "upgrade"]
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def alembic_config(db: Database) -> AlembicConfig:
+    """An Alembic config for ``db`` using the migrations shipped inside the package."""
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", db.url.replace("%", "%%"))
+    return cfg
+
+
+def head_revision(db: Database) -> str:
+    """The newest revision this build knows."""
+    head = ScriptDirectory.from_config(alembic_config(db)).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(db: Database) -> str | None:
+    """The revision the catalog is at, or None when it was never migrated."""
+    try:
+        with db.engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    except SQLAlchemyError as exc:
+        raise CatalogError(f"cannot read the catalog schema version: {exc}") from exc
+
+
+def upgrade(db: Database, revision: str = "head") -> None:
+    """Migrate the catalog to ``revision`` (default: the newest)."""
+    cfg = alembic_config(db)
+    try:
+        with db.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+    except SQLAlchemyError as exc:
+        raise CatalogError(f"migration failed: {exc}") from exc
+
+
+def check_schema(db: Database) -> None:
+    """Raise SchemaError unless the catalog is at exactly this build's head revision."""
+    current = current_revision(db)
+    head = head_revision(db)
+    if current == head:
+        return
+    known = {rev.revision for rev in ScriptDirectory.from_config(alembic_config(db)).walk_revisions()}
+    if current is None:
+        raise SchemaError(f"the catalog at {_safe(db.url)} is not initialised: run `tierd db upgrade`")
+    if current not in known:
+        raise SchemaError(f"the catalog schema ({current}) is newer than this tierd ({head}): upgrade tierd")
+    raise SchemaError(f"the catalog schema is at {current}, this tierd needs {head}: run `tierd db upgrade`")
+
+
+def _safe(url: str) -> str:
+    """``url`` without its password."""
+    head, sep, tail = url.rpartition("@")
+    if not sep:
+        return url
+    scheme, _, creds = head.partition("://")
+    return f"{scheme}://{creds.split(':', 1)[0]}:***@{tail}"

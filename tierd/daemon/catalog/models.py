@@ -1,0 +1,272 @@
+"""The catalog's tables (SQLAlchemy 2.x declarative models).
+
+States are stored as short strings so the schema stays portable between SQLite and
+PostgreSQL; the Python enums below are the only place their values are spelled.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+__all__ = [
+    "AuditEvent",
+    "Base",
+    "Checkpoint",
+    "CheckpointState",
+    "File",
+    "Job",
+    "Upload",
+    "UploadPart",
+    "JobKind",
+    "JobState",
+    "Replica",
+    "ReplicaState",
+    "Run",
+    "utcnow",
+]
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware, in UTC."""
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp stored in UTC and always returned timezone-aware (SQLite drops the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime given to the catalog")
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class CheckpointState(enum.StrEnum):
+    """Where a checkpoint is in its life."""
+
+    WAITING = "waiting"  # announced (notify) but files still missing
+    COMPLETE = "complete"  # every file recorded with its checksum
+    CHANGED = "changed"  # files changed after they were recorded
+    DELETED = "deleted"  # no replica left on any tier
+
+
+class ReplicaState(enum.StrEnum):
+    """A checkpoint's copy on one tier. These names are part of the API contract."""
+
+    PENDING = "pending"
+    COPYING = "copying"
+    VERIFIED = "verified"
+    FAILED = "failed"
+    DELETING = "deleting"
+    DELETED = "deleted"
+
+
+class JobKind(enum.StrEnum):
+    """What a job does."""
+
+    COPY = "copy"
+    RESTORE = "restore"
+    DELETE = "delete"
+
+
+class JobState(enum.StrEnum):
+    """A job's progress; ``running`` jobs hold a lease."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    """Declarative base with stable constraint names (needed by Alembic batch mode)."""
+
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Run(Base):
+    """A training run: a namespace for steps."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    checkpoints: Mapped[list[Checkpoint]] = relationship(back_populates="run")
+
+
+class Checkpoint(Base):
+    """One checkpoint step of one run; ``path`` is relative to every tier's root."""
+
+    __tablename__ = "checkpoints"
+    __table_args__ = (UniqueConstraint("run_id", "step"), Index("ix_checkpoints_created", "created_at"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+    step: Mapped[int] = mapped_column(BigInteger)
+    path: Mapped[str] = mapped_column(String(4096))
+    format: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(16), default=CheckpointState.COMPLETE.value)
+    node: Mapped[str] = mapped_column(String(255), default="")
+    pinned: Mapped[bool] = mapped_column(Boolean, default=False)
+    hold: Mapped[str | None] = mapped_column(String(255), default=None)
+    total_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    file_count: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+
+    run: Mapped[Run] = relationship(back_populates="checkpoints")
+    files: Mapped[list[File]] = relationship(
+        back_populates="checkpoint", order_by="File.relpath", cascade="all, delete-orphan"
+    )
+    replicas: Mapped[list[Replica]] = relationship(
+        back_populates="checkpoint", order_by="Replica.tier_index", cascade="all, delete-orphan"
+    )
+
+
+class File(Base):
+    """One file of a checkpoint with the checksum taken at first sight."""
+
+    __tablename__ = "files"
+    __table_args__ = (UniqueConstraint("checkpoint_id", "relpath"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoints.id", ondelete="CASCADE"))
+    relpath: Mapped[str] = mapped_column(String(4096))
+    size: Mapped[int] = mapped_column(BigInteger)
+    mtime_ns: Mapped[int] = mapped_column(BigInteger, default=0)
+    checksum_algo: Mapped[str] = mapped_column(String(32))
+    checksum: Mapped[str] = mapped_column(String(128))
+
+    checkpoint: Mapped[Checkpoint] = relationship(back_populates="files")
+
+
+class Replica(Base):
+    """A checkpoint's copy on one tier."""
+
+    __tablename__ = "replicas"
+    __table_args__ = (UniqueConstraint("checkpoint_id", "tier"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoints.id", ondelete="CASCADE"))
+    tier: Mapped[str] = mapped_column(String(32))
+    tier_index: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), default=ReplicaState.PENDING.value)
+    location: Mapped[str] = mapped_column(String(4096), default="")
+    bytes_done: Mapped[int] = mapped_column(BigInteger, default=0)
+    verified_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    checkpoint: Mapped[Checkpoint] = relationship(back_populates="replicas")
+
+
+class Job(Base):
+    """Work to do (copy, restore, delete), claimed by a worker under a lease."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_claim", "state", "priority"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoints.id", ondelete="CASCADE"))
+    src_tier: Mapped[str | None] = mapped_column(String(32), default=None)
+    dst_tier: Mapped[str | None] = mapped_column(String(32), default=None)
+    state: Mapped[str] = mapped_column(String(16), default=JobState.QUEUED.value)
+    priority: Mapped[int] = mapped_column(BigInteger, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    lease_owner: Mapped[str | None] = mapped_column(String(255), default=None)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    not_before: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    last_error: Mapped[str | None] = mapped_column(Text, default=None)
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+
+class AuditEvent(Base):
+    """Append-only log of what happened, who did it and why."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    actor: Mapped[str] = mapped_column(String(255))
+    action: Mapped[str] = mapped_column(String(64))
+    checkpoint_id: Mapped[int | None] = mapped_column(
+        ForeignKey("checkpoints.id", ondelete="SET NULL"), default=None, index=True
+    )
+    tier: Mapped[str | None] = mapped_column(String(32), default=None)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class Upload(Base):
+    """An S3 multipart upload in flight, kept so a restart resumes it instead of starting over."""
+
+    __tablename__ = "uploads"
+    __table_args__ = (UniqueConstraint("checkpoint_id", "tier", "relpath"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoints.id", ondelete="CASCADE"))
+    tier: Mapped[str] = mapped_column(String(32))
+    relpath: Mapped[str] = mapped_column(String(4096))
+    key: Mapped[str] = mapped_column(String(4096))
+    upload_id: Mapped[str] = mapped_column(String(1024))
+    part_size: Mapped[int] = mapped_column(BigInteger)
+    size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    parts: Mapped[list[UploadPart]] = relationship(
+        back_populates="upload", order_by="UploadPart.part_number", cascade="all, delete-orphan"
+    )
+
+
+class UploadPart(Base):
+    """A finished part of a multipart upload."""
+
+    __tablename__ = "upload_parts"
+
+    upload_pk: Mapped[int] = mapped_column(ForeignKey("uploads.id", ondelete="CASCADE"), primary_key=True)
+    part_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    etag: Mapped[str] = mapped_column(String(255))
+    checksum: Mapped[str] = mapped_column(String(128))
+
+    upload: Mapped[Upload] = relationship(back_populates="parts")

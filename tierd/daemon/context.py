@@ -1,0 +1,28 @@
+"""What every service on the node shares: config, catalog, and a few signals between them."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from tierd.config import Config
+from tierd.daemon.catalog.db import Database
+
+__all__ = ["Context"]
+
+
+@dataclass
+class Context:
+    """Shared state of one daemon process (built once by the runtime, passed to each service)."""
+
+    config: Config
+    db: Database
+    draining: bool = False
+    watcher_running: bool = False
+    #: Set when new work may exist (a checkpoint recorded, a replica verified); the pipeline
+    #: clears it when it wakes. Services set it with ``ctx.wake_pipeline()``.
+    pipeline_wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def wake_pipeline(self) -> None:
+        """Tell the pipeline to look for new work now rather than at its next poll."""
+        self.pipeline_wakeup.set()

@@ -1,0 +1,1 @@
+"""Detect completed checkpoint steps in watched directories."""

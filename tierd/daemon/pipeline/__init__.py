@@ -1,0 +1,1 @@
+"""Move verified checkpoints down the chain of tiers."""

@@ -1,0 +1,1 @@
+"""Decide which checkpoints to keep on each tier."""

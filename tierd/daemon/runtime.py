@@ -1,0 +1,113 @@
+"""``tierd run``: one asyncio process hosting the watcher, pipeline, retention and HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import AsyncIterator
+
+from tierd import __version__
+from tierd.api.app import create_app
+from tierd.api.server import ApiService
+from tierd.config import Config
+from tierd.daemon import sdnotify
+from tierd.daemon.aio import blocking, shutdown_executor
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.migrate import check_schema
+from tierd.daemon.context import Context
+from tierd.daemon.detect.service import DetectService
+from tierd.daemon.pipeline.service import PipelineService
+from tierd.daemon.retention.service import RetentionService
+from tierd.daemon.service import Service
+from tierd.logs import get_logger
+
+__all__ = ["Daemon", "run"]
+
+log = get_logger(__name__)
+
+
+class Daemon:
+    """Starts the services in order, waits for a stop signal, then drains them with a bound."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.db = Database(config.catalog.url, busy_timeout_ms=config.catalog.busy_timeout_ms)
+        self.ctx = Context(config=config, db=self.db)
+        self.api = ApiService(create_app(self.ctx), config.api.host, config.api.port)
+        # Start order; stop order is the reverse of the work flow: first stop taking new
+        # work (watcher), then drain transfers, and keep the API up until last.
+        self.services: list[Service] = [
+            DetectService(self.ctx),
+            PipelineService(self.ctx),
+            RetentionService(self.ctx),
+            self.api,
+        ]
+        self._stop = asyncio.Event()
+        self._started: list[Service] = []
+
+    def request_stop(self, reason: str) -> None:
+        """Begin an orderly shutdown (called from the signal handlers)."""
+        if not self._stop.is_set():
+            log.info("stop_requested", reason=reason)
+            self._stop.set()
+
+    async def run(self) -> None:
+        """Run until SIGTERM/SIGINT, then drain. Raises SchemaError on an unmigrated catalog."""
+        await blocking(check_schema, self.db)
+        self._install_signals()
+        try:
+            for service in self.services:
+                await service.start()
+                self._started.append(service)
+            sdnotify.notify(f"READY=1\nSTATUS=serving on {self.config.api.host}:{self.api.port}")
+            log.info("ready", version=__version__, node=self.config.node, port=self.api.port)
+            async with _watchdog():
+                await self._stop.wait()
+        finally:
+            await self._shutdown()
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop, sig.name)
+
+    async def _shutdown(self) -> None:
+        sdnotify.notify("STOPPING=1")
+        self.ctx.draining = True
+        deadline = time.monotonic() + self.config.drain_timeout_seconds
+        for service in self._started:
+            remaining = deadline - time.monotonic()
+            try:
+                await service.stop(max(remaining, 0))
+            except Exception:
+                log.exception("service_stop_failed", service=service.name)
+        await blocking(self.db.dispose)
+        shutdown_executor()
+        log.info("stopped")
+
+
+@contextlib.asynccontextmanager
+async def _watchdog() -> AsyncIterator[None]:
+    """Ping systemd's watchdog from the event loop, so a stuck loop gets the process restarted."""
+    interval = sdnotify.watchdog_interval()
+    if interval is None:
+        yield
+        return
+
+    async def ping() -> None:
+        while True:
+            sdnotify.notify("WATCHDOG=1")
+            await asyncio.sleep(interval)
+
+    task = asyncio.create_task(ping(), name="sd-watchdog")
+    try:
+        yield
+    finally:
+        task.cancel()
+
+
+def run(config: Config) -> None:
+    """Run the daemon in this process until it is told to stop."""
+    asyncio.run(Daemon(config).run())

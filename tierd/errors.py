@@ -1,0 +1,95 @@
+"""Every error tierd raises, in one hierarchy.
+
+::
+
+    TierdError                      base; ``retryable`` says whether trying again may help
+    ├── ConfigError                 the config file or an override is invalid (names the key)
+    ├── CatalogError                the catalog cannot be used
+    │   └── SchemaError             the schema is missing, old or newer than this build
+    ├── NotFound                    a checkpoint, replica or object does not exist
+    ├── Conflict                    the request contradicts the current state
+    ├── BackendError                a tier refused or failed an operation
+    │   ├── TransientBackendError   network blips, throttling, 5xx: retryable
+    │   └── PermanentBackendError   access denied, no such bucket, bad request: not retryable
+    ├── IntegrityError              bytes do not match the checksum recorded at first sight
+    └── ShuttingDown                the daemon is draining and takes no new work
+
+Third-party errors (botocore, ``OSError``, SQLAlchemy) are translated into these at one
+boundary per component, so the rest of tierd only ever sees tierd errors.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "CatalogError",
+    "ConfigError",
+    "Conflict",
+    "IntegrityError",
+    "NotFound",
+    "PermanentBackendError",
+    "SchemaError",
+    "ShuttingDown",
+    "TierdError",
+    "TransientBackendError",
+]
+
+
+class TierdError(Exception):
+    """Base of every tierd error."""
+
+    retryable: bool = False
+
+
+class ConfigError(TierdError):
+    """The configuration is invalid; the message names the key and the reason."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+class CatalogError(TierdError):
+    """The catalog database cannot be reached or used."""
+
+    retryable = True
+
+
+class SchemaError(CatalogError):
+    """The catalog schema does not match this build; the message says what to run."""
+
+    retryable = False
+
+
+class NotFound(TierdError):
+    """The named checkpoint, replica, file or object does not exist."""
+
+
+class Conflict(TierdError):
+    """The request contradicts the current state (e.g. deleting a pinned checkpoint)."""
+
+
+class BackendError(TierdError):
+    """A storage tier failed an operation."""
+
+
+class TransientBackendError(BackendError):
+    """A failure that may succeed if retried (timeouts, throttling, 5xx)."""
+
+    retryable = True
+
+
+class PermanentBackendError(BackendError):
+    """A failure that retrying will not fix (access denied, missing bucket)."""
+
+
+class IntegrityError(TierdError):
+    """Bytes read do not match the checksum recorded at first sight."""
+
+    retryable = True
+
+
+class ShuttingDown(TierdError):
+    """The daemon is draining and accepts no new work."""
+
+    retryable = True

@@ -1,0 +1,58 @@
+"""structlog set-up: JSON lines when stderr is not a terminal, readable lines when it is."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Literal
+
+import structlog
+
+__all__ = ["configure_logging", "get_logger"]
+
+get_logger = structlog.get_logger
+
+
+def configure_logging(level: str = "info", fmt: Literal["auto", "json", "console"] = "auto") -> None:
+    """Configure structlog and route the standard library's logs (uvicorn, alembic) through it."""
+    as_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    shared: list[structlog.types.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.StackInfoRenderer(),
+    ]
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer()
+    )
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=shared,
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info if as_json else _identity,
+                renderer,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "alembic"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
+    logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+    for noisy in ("botocore", "aiobotocore", "watchdog", "urllib3", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _identity(logger: object, name: str, event: structlog.types.EventDict) -> structlog.types.EventDict:
+    return event
