@@ -1,0 +1,123 @@
+"""The daemon as a real subprocess: readiness, systemd notify, SIGTERM, refusals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.conftest import posix_config_dict
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _tierd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tierd", *args], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    data = posix_config_dict(tmp_path, api={"listen": f"127.0.0.1:{_free_port()}"}, drain_timeout_seconds=5)
+    path = tmp_path / "tierd.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture
+def notify_socket(tmp_path: Path) -> Iterator[socket.socket]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(tmp_path / "notify.sock"))
+    sock.settimeout(30)
+    yield sock
+    sock.close()
+
+
+def _messages_until(sock: socket.socket, wanted: str) -> list[str]:
+    seen: list[str] = []
+    while not any(wanted in m for m in seen):
+        seen.append(sock.recv(4096).decode())
+    return seen
+
+
+def _port(config_file: Path) -> int:
+    return int(yaml.safe_load(config_file.read_text())["api"]["listen"].rsplit(":", 1)[1])
+
+
+def test_ready_notify_and_sigterm(config_file: Path, notify_socket: socket.socket, tmp_path: Path) -> None:
+    assert _tierd("db", "upgrade", "--config", str(config_file)).returncode == 0
+    env = {**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify.sock"), "WATCHDOG_USEC": "400000"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tierd", "run", "--config", str(config_file)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        messages = _messages_until(notify_socket, "READY=1")
+        base = f"http://127.0.0.1:{_port(config_file)}"
+        assert httpx.get(f"{base}/readyz").json()["status"] == "ready"
+        assert httpx.get(f"{base}/healthz").status_code == 200
+        assert httpx.get(f"{base}/v1/checkpoints").json()["items"] == []
+        messages += _messages_until(notify_socket, "WATCHDOG=1")
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        messages += _messages_until(notify_socket, "STOPPING=1")
+        assert proc.wait(timeout=15) == 0
+        assert time.monotonic() - started < 5 + 5  # the drain bound, plus interpreter exit
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _, stderr = proc.communicate()
+    assert any(m.startswith("READY=1") for m in messages)
+    assert '"event": "stopped"' in stderr
+
+
+def test_run_refuses_an_unmigrated_catalog(config_file: Path) -> None:
+    result = _tierd("run", "--config", str(config_file))
+    assert result.returncode != 0
+    assert "tierd db upgrade" in result.stderr
+
+
+def test_run_refuses_an_invalid_config_naming_the_key(tmp_path: Path) -> None:
+    data = posix_config_dict(tmp_path)
+    data["tiers"][1]["concurrency"] = "lots"
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = _tierd("run", "--config", str(path))
+    assert result.returncode == 78
+    assert "tiers.1.posix.concurrency" in result.stderr
+
+
+def test_sigint_also_stops_cleanly(config_file: Path, notify_socket: socket.socket, tmp_path: Path) -> None:
+    assert _tierd("db", "upgrade", "--config", str(config_file)).returncode == 0
+    env = {**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify.sock")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tierd", "run", "--config", str(config_file)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _messages_until(notify_socket, "READY=1")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
