@@ -1,0 +1,27 @@
+"""Logs are JSON lines when stderr is not a terminal."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import structlog
+
+from tierd.logs import configure_logging, get_logger
+
+
+def test_json_lines_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("info", "json")
+    try:
+        get_logger("tierd.test").info("checkpoint_recorded", run="demo", step=5)
+        logging.getLogger("uvicorn.error").warning("from the standard library")
+        lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    finally:
+        structlog.reset_defaults()
+        logging.getLogger().handlers.clear()
+    assert lines[0]["event"] == "checkpoint_recorded"
+    assert (lines[0]["run"], lines[0]["step"], lines[0]["level"]) == ("demo", 5, "info")
+    assert "timestamp" in lines[0]
+    assert lines[1]["event"] == "from the standard library"
+    assert lines[1]["logger"] == "uvicorn.error"
