@@ -1,1 +1,27 @@
-"""Detect completed checkpoint steps in watched directories."""
+"""Detect completed checkpoint steps in watched directories.
+
+Data flow: ``service`` (watchdog events, reconcile scans) -> ``scan`` (which entries
+are checkpoints, per the ``registry`` of format detectors) -> ``record`` (hash, then one
+catalog transaction) -> ``changes`` (files that change after they were recorded).
+``notify`` is the HTTP path a training job uses to skip the wait.
+"""
+
+from tierd.daemon.detect.layout import Candidate, Detector, FileStat, Settings, Verdict
+from tierd.daemon.detect.registry import AUTO_ORDER, BY_NAME, detectors_for
+from tierd.daemon.detect.scan import Found, RootSpec, detect_path, scan_chain, scan_root
+
+__all__ = [
+    "AUTO_ORDER",
+    "BY_NAME",
+    "Candidate",
+    "Detector",
+    "FileStat",
+    "Found",
+    "RootSpec",
+    "Settings",
+    "Verdict",
+    "detect_path",
+    "detectors_for",
+    "scan_chain",
+    "scan_root",
+]

@@ -1,47 +1,292 @@
-"""The watcher service: watches the configured roots for checkpoint activity."""
+"""The watcher service: turns file system events and periodic scans into catalog rows.
+
+A watchdog observer thread hands every relevant event to the event loop
+(``call_soon_threadsafe``). Events are debounced per directory for a few milliseconds,
+then ``scan_chain`` runs on the I/O pool and each complete candidate is hashed and
+recorded. A reconcile scan runs in the background at start-up and every
+``reconcile_interval_seconds``: it finds what events missed (steps written while the
+daemon was down, inotify overflow, network file systems without events), notices
+recorded checkpoints whose files changed, and completes waiting (notified) steps.
+"""
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
+from tierd.daemon.aio import blocking
 from tierd.daemon.context import Context
+from tierd.daemon.detect.changes import apply_change, compare, load_recorded
+from tierd.daemon.detect.known import KnownSteps, Waiting, load_known, load_waiting
+from tierd.daemon.detect.layout import Settings
+from tierd.daemon.detect.record import Outcome, Unstable, record_checkpoint
+from tierd.daemon.detect.registry import BY_NAME, detectors_for
+from tierd.daemon.detect.scan import Found, RootSpec, detect_path, scan_chain, scan_root
+from tierd.daemon.service import InFlight
+from tierd.errors import TierdError
 from tierd.logs import get_logger
 
-__all__ = ["DetectService"]
+__all__ = ["DEBOUNCE_SECONDS", "DetectService"]
 
 log = get_logger(__name__)
 
+#: How long events in one directory are gathered before it is looked at.
+DEBOUNCE_SECONDS = 0.01
+#: When to look again at a checkpoint whose files moved while they were hashed.
+RETRY_SECONDS = 1.0
+#: How often waiting (notified) steps are looked at again.
+WAITING_POLL_SECONDS = 2.0
+_RELEVANT = frozenset({"created", "modified", "moved", "deleted", "closed"})
 
-class _LogHandler(FileSystemEventHandler):
+DirKey = tuple[int, Path]
+
+
+class _Handler(FileSystemEventHandler):
+    """Runs in the observer thread: forwards event paths to the loop, nothing else."""
+
+    def __init__(self, service: DetectService, index: int) -> None:
+        self.service = service
+        self.index = index
+
     def on_any_event(self, event: FileSystemEvent) -> None:
-        log.debug("fs_event", kind=event.event_type, path=str(event.src_path))
+        if event.event_type not in _RELEVANT:
+            return
+        paths = [event.src_path, getattr(event, "dest_path", "")]
+        for raw in paths:
+            if raw:
+                self.service.post_event(self.index, os.fsdecode(raw))
 
 
 class DetectService:
-    """Watches every configured root (recursively) with watchdog."""
+    """Watches every configured root and records each checkpoint once it is complete."""
 
     name = "detect"
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.roots = [RootSpec.of(w, ctx.config.tier0.path) for w in ctx.config.watch]
+        self.known = KnownSteps()
+        self.inflight = InFlight(self.name)
+        self.reconciled = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._observer: BaseObserver | None = None
+        self._pending: dict[DirKey, asyncio.TimerHandle] = {}
+        self._busy: set[DirKey] = set()
+        self._again: set[DirKey] = set()
+        self._recording: set[str] = set()
+        self._loops: list[asyncio.Task[None]] = []
+        self._stopping = False
 
     async def start(self) -> None:
-        """Create the watched roots if needed and start the observer thread."""
+        """Load what is recorded, start the observer; the first reconcile runs in the background."""
+        self._loop = asyncio.get_running_loop()
+        for spec in self.roots:
+            await blocking(spec.path.mkdir, parents=True, exist_ok=True)
+        self.known = await blocking(load_known, self.ctx.db)
         observer = Observer()
-        for watch in self.ctx.config.watch:
-            watch.path.mkdir(parents=True, exist_ok=True)
-            observer.schedule(_LogHandler(), str(watch.path), recursive=True)
-        observer.start()
+        for index, spec in enumerate(self.roots):
+            observer.schedule(_Handler(self, index), str(spec.path), recursive=True)
+        await blocking(observer.start)
         self._observer = observer
         self.ctx.watcher_running = True
-        log.info("watching", roots=[str(w.path) for w in self.ctx.config.watch])
+        self._loops = [
+            asyncio.create_task(self._reconcile_loop(), name="detect:reconcile"),
+            asyncio.create_task(self._waiting_loop(), name="detect:waiting"),
+        ]
+        log.info("watching", roots=[str(s.path) for s in self.roots], recorded=len(self.known))
 
     async def stop(self, timeout: float) -> None:
-        """Stop the observer thread."""
+        """Stop the observer, take no new work, let recordings finish for up to ``timeout``."""
+        self._stopping = True
         self.ctx.watcher_running = False
+        for handle in self._pending.values():
+            handle.cancel()
+        self._pending.clear()
+        for task in self._loops:
+            task.cancel()
+        for task in self._loops:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if self._observer is not None:
             self._observer.stop()
-            self._observer.join(timeout=max(timeout, 1))
+            await blocking(self._observer.join, max(timeout, 1.0))
+        await self.inflight.drain(timeout)
+
+    # -- events ------------------------------------------------------------------------
+
+    def post_event(self, index: int, path: str) -> None:
+        """Called from the observer thread: queue ``path``'s directory for a look."""
+        loop = self._loop
+        if loop is None or self._stopping:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            loop.call_soon_threadsafe(self._schedule, (index, Path(path).parent), DEBOUNCE_SECONDS)
+
+    def _schedule(self, key: DirKey, delay: float) -> None:
+        if self._stopping or self._loop is None:
+            return
+        if key in self._pending:
+            return
+        self._pending[key] = self._loop.call_later(delay, self._fire, key)
+
+    def _fire(self, key: DirKey) -> None:
+        self._pending.pop(key, None)
+        if self._stopping:
+            return
+        if key in self._busy:
+            self._again.add(key)
+            return
+        self._busy.add(key)
+        self.inflight.spawn(self._evaluate(key), f"look at {key[1]}")
+
+    async def _evaluate(self, key: DirKey) -> None:
+        index, directory = key
+        try:
+            founds = await blocking(scan_chain, self.roots[index], directory, self.known)
+            for coro in self._handle(index, founds):
+                self.inflight.spawn(coro, "record")
+        except Exception:
+            log.exception("detect_failed", directory=str(directory))
+        finally:
+            self._busy.discard(key)
+            if key in self._again:
+                self._again.discard(key)
+                self._schedule(key, DEBOUNCE_SECONDS)
+
+    def _handle(self, index: int, founds: list[Found]) -> list[Coroutine[Any, Any, None]]:
+        """Recordings to run for the complete candidates; looks again later at the others."""
+        work: list[Coroutine[Any, Any, None]] = []
+        for found in founds:
+            if found.verdict.complete:
+                if found.candidate.key not in self._recording:  # else: being recorded already
+                    self._recording.add(found.candidate.key)
+                    work.append(self._record(index, found))
+            elif found.verdict.retry_after is not None:
+                self._retry(index, found.candidate.path.parent, found.verdict.retry_after)
+            else:
+                log.debug("checkpoint_incomplete", path=found.relpath, reason=found.verdict.reason)
+        return work
+
+    def _retry(self, index: int, directory: Path, delay: float) -> None:
+        if self._loop is not None and not self._stopping:
+            self._loop.call_later(delay, self._schedule, (index, directory), 0.0)
+
+    async def _record(self, index: int, found: Found) -> None:
+        spec = self.roots[index]
+        detector, candidate = found.detector, found.candidate
+        try:
+            outcome, checkpoint_id = await record_checkpoint(
+                self.ctx,
+                found.verdict,
+                run=found.run,
+                step=found.step,
+                fmt=detector.name,
+                relpath=found.relpath,
+                actor=f"detector:{detector.name}",
+                action="detected",
+                recheck=functools.partial(detector.inspect, candidate, spec.settings),
+            )
+        except Unstable as exc:
+            log.info("checkpoint_unstable", path=found.relpath, reason=str(exc))
+            self._retry(index, candidate.path.parent, RETRY_SECONDS)
+            return
+        except (TierdError, OSError) as exc:
+            log.warning("checkpoint_record_failed", path=found.relpath, error=str(exc))
+            self._retry(index, candidate.path.parent, RETRY_SECONDS)
+            return
+        finally:
+            self._recording.discard(candidate.key)
+        self.known.add(found.run, found.step, found.relpath, detector.name)
+        if outcome is not Outcome.EXISTING:
+            log.info(
+                "checkpoint_recorded",
+                id=checkpoint_id,
+                run=found.run,
+                step=found.step,
+                format=detector.name,
+                path=found.relpath,
+                files=len(found.verdict.files),
+                outcome=outcome.value,
+            )
+
+    # -- reconcile ---------------------------------------------------------------------
+
+    async def reconcile(self) -> None:
+        """Scan every root, check recorded checkpoints for changes, look at waiting steps."""
+        for index, spec in enumerate(self.roots):
+            founds = await blocking(scan_root, spec, self.known)
+            work = self._handle(index, founds)
+            if work:
+                await asyncio.gather(*work)
+        await self.check_changes()
+        await self.sweep_waiting()
+
+    async def _reconcile_loop(self) -> None:
+        interval = self.ctx.config.reconcile_interval_seconds
+        while True:
+            try:
+                await self.reconcile()
+            except Exception:
+                log.exception("reconcile_failed")
+            self.reconciled.set()
+            await asyncio.sleep(interval)
+
+    async def check_changes(self) -> None:
+        """Mark recorded checkpoints whose files changed on tier 0 since they were recorded."""
+        tier0 = self.ctx.config.tier0.path.resolve()
+        for rec in await blocking(load_recorded, self.ctx.db, self.ctx.config.node):
+            change = await blocking(compare, rec, tier0)
+            if change is not None:
+                await blocking(apply_change, self.ctx.db, rec, change)
+
+    async def _waiting_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(WAITING_POLL_SECONDS, self.ctx.config.reconcile_interval_seconds))
+            try:
+                await self.sweep_waiting()
+            except Exception:
+                log.exception("waiting_sweep_failed")
+
+    async def sweep_waiting(self) -> None:
+        """Record each waiting (notified) step whose detector now agrees it is complete."""
+        for waiting in await blocking(load_waiting, self.ctx.db, self.ctx.config.node):
+            await self._complete_waiting(waiting)
+
+    async def _complete_waiting(self, waiting: Waiting) -> None:
+        path = self.ctx.config.tier0.path.resolve() / waiting.relpath
+        spec = next((s for s in self.roots if path.is_relative_to(s.path)), None)
+        settings = spec.settings if spec is not None else Settings()
+        fmt = waiting.format if waiting.format in BY_NAME else "auto"
+        detectors = detectors_for(fmt, settings.marker)
+        result = await blocking(detect_path, path, detectors, settings, waiting.step)
+        if result is None:
+            return
+        detector, candidate, verdict = result
+        if candidate is None or not verdict.complete:
+            return
+        try:
+            await record_checkpoint(
+                self.ctx,
+                verdict,
+                run=waiting.run,
+                step=waiting.step,
+                fmt=detector.name,
+                relpath=waiting.relpath,
+                actor=f"detector:{detector.name}",
+                action="detected",
+                recheck=functools.partial(detector.inspect, candidate, settings),
+            )
+        except (Unstable, TierdError, OSError) as exc:
+            log.info("waiting_not_recorded", path=waiting.relpath, reason=str(exc))
+            return
+        self.known.add(waiting.run, waiting.step, waiting.relpath, detector.name)
+        log.info("waiting_completed", id=waiting.id, run=waiting.run, step=waiting.step)

@@ -1,0 +1,130 @@
+"""``POST /v1/checkpoints`` over HTTP (httpx against the ASGI app), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.unit.detect.layouts import LAYOUTS, crc64_b64
+from tierd.api.app import create_app
+from tierd.config import Config
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.context import Context
+from tierd.daemon.detect.service import DetectService
+
+DCP = next(layout for layout in LAYOUTS if layout.name == "dcp")
+TOKENS = [
+    {"name": "job", "token": "op-secret", "role": "operate"},
+    {"name": "viewer", "token": "ro-secret", "role": "read"},
+]
+AUTH = {"Authorization": "Bearer op-secret"}
+
+
+@pytest.fixture
+def ctx(db: Database, make_config: Callable[..., Config]) -> Context:
+    return Context(config=make_config(api={"listen": "127.0.0.1:0", "tokens": TOKENS}), db=db)
+
+
+@pytest.fixture
+async def client(ctx: Context) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=create_app(ctx))
+    async with httpx.AsyncClient(transport=transport, base_url="http://tierd") as c:
+        yield c
+
+
+def _root(ctx: Context) -> Path:
+    return ctx.config.watch[0].path
+
+
+async def _notify(client: httpx.AsyncClient, **body: Any) -> httpx.Response:
+    return await client.post("/v1/checkpoints", json=body, headers=AUTH)
+
+
+async def test_complete_step_is_recorded_at_once(client: httpx.AsyncClient, ctx: Context) -> None:
+    DCP.uncommitted(_root(ctx), 10)
+    DCP.commit(_root(ctx), 10)
+    path = str(_root(ctx) / "step_10")
+    created = await _notify(client, run="llama", step=10, path=path)
+    assert created.status_code == 201, created.text
+    body = created.json()
+    assert (body["run"], body["step"], body["state"], body["format"]) == ("llama", 10, "complete", "dcp")
+    assert body["path"] == "demo/step_10"
+    assert [r["state"] for r in body["replicas"]] == ["verified", "pending", "pending", "pending"]
+    again = await _notify(client, run="llama", step=10, path="demo/step_10")
+    assert again.status_code == 200
+    assert again.json()["id"] == body["id"]
+    detail = (await client.get(f"/v1/checkpoints/{body['id']}", headers=AUTH)).json()
+    tier0 = ctx.config.tier0.path.resolve()
+    assert {f["path"]: f["checksum"] for f in detail["files"]} == {
+        f"demo/step_10/{p.name}": crc64_b64(p) for p in (tier0 / "demo" / "step_10").iterdir()
+    }
+
+
+async def test_detector_disagreeing_makes_it_wait(client: httpx.AsyncClient, ctx: Context) -> None:
+    DCP.uncommitted(_root(ctx), 20)
+    waiting = await _notify(client, run="llama", step=20, path="demo/step_20", format="dcp")
+    assert waiting.status_code == 202, waiting.text
+    body = waiting.json()
+    assert (body["state"], body["replicas"]) == ("waiting", [])
+    assert (await _notify(client, run="llama", step=20, path="demo/step_20")).status_code == 202
+
+    service = DetectService(ctx)
+    await service.reconcile()
+    detail = (await client.get(f"/v1/checkpoints/{body['id']}", headers=AUTH)).json()
+    assert detail["state"] == "waiting"
+
+    DCP.commit(_root(ctx), 20)
+    await service.reconcile()  # the watcher completes the waiting row, under the notified name
+    detail = (await client.get(f"/v1/checkpoints/{body['id']}", headers=AUTH)).json()
+    assert (detail["state"], detail["run"], detail["step"]) == ("complete", "llama", 20)
+    assert len(detail["files"]) == 2
+    assert len(detail["replicas"]) == 4
+    page = (await client.get("/v1/checkpoints", headers=AUTH)).json()
+    assert page["total"] == 1
+
+
+async def test_unknown_layout_is_recorded_with_every_file(client: httpx.AsyncClient, ctx: Context) -> None:
+    directory = _root(ctx) / "custom" / "s5"
+    directory.mkdir(parents=True)
+    (directory / "weights.bin").write_bytes(os.urandom(4096))
+    (directory / "meta.yaml").write_text("step: 5\n")
+    created = await _notify(client, run="custom", step=5, path=str(directory))
+    assert created.status_code == 201, created.text
+    assert (created.json()["format"], created.json()["file_count"]) == ("unknown", 2)
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("/etc", "not inside"),
+        ("../../../etc/passwd", "not inside"),
+        ("demo/nothing-here", "does not exist"),
+        (".", "not inside"),
+    ],
+)
+async def test_bad_paths_are_422_problems(client: httpx.AsyncClient, path: str, why: str) -> None:
+    response = await _notify(client, run="r", step=1, path=path)
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert why in response.json()["detail"]
+
+
+async def test_malformed_body_is_422(client: httpx.AsyncClient) -> None:
+    response = await _notify(client, run="r", step=-1, path="x", format="zip")
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_operate_role_is_required(client: httpx.AsyncClient, ctx: Context) -> None:
+    DCP.uncommitted(_root(ctx), 1)
+    DCP.commit(_root(ctx), 1)
+    body = {"run": "r", "step": 1, "path": "demo/step_1"}
+    assert (await client.post("/v1/checkpoints", json=body)).status_code == 401
+    read_only = {"Authorization": "Bearer ro-secret"}
+    assert (await client.post("/v1/checkpoints", json=body, headers=read_only)).status_code == 403
+    assert (await client.post("/v1/checkpoints", json=body, headers=AUTH)).status_code == 201

@@ -1,0 +1,70 @@
+"""A real DCP checkpoint saved by a 2-process gloo group, checked by the DCP detector."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+from torch.multiprocessing.spawn import start_processes
+
+from tests.unit.detect.helpers import complete, make_spec
+from tests.unit.detect.layouts import truncate
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _save(rank: int, world: int, port: int, directory: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        # Keys unique per rank: each rank writes its own shard file (__{rank}_0.distcp).
+        state = {f"rank{rank}.w": torch.full((1024,), float(rank)), "shared.b": torch.ones(8)}
+        dcp_save(state, storage_writer=FileSystemWriter(directory))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_rank_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("dcp2")
+    directory = root / "job" / "step_200"
+    start_processes(_save, args=(2, _free_port(), str(directory)), nprocs=2, start_method="spawn")  # type: ignore[no-untyped-call]
+    return directory
+
+
+def test_two_rank_save_has_a_shard_per_rank(two_rank_checkpoint: Path) -> None:
+    names = sorted(p.name for p in two_rank_checkpoint.iterdir())
+    assert names == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+
+
+def test_two_rank_checkpoint_is_complete_with_every_shard(two_rank_checkpoint: Path, tmp_path: Path) -> None:
+    root = tmp_path / "job"
+    copy = root / "step_200"
+    copy.mkdir(parents=True)
+    for p in two_rank_checkpoint.iterdir():
+        (copy / p.name).write_bytes(p.read_bytes())
+    spec = make_spec(root, tmp_path)
+    (hit,) = complete(spec)
+    assert (hit.detector.name, hit.step) == ("dcp", 200)
+    assert sorted(f.path.name for f in hit.verdict.files) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+
+    rank1 = copy / "__1_0.distcp"
+    data = rank1.read_bytes()
+    truncate(rank1)
+    assert complete(spec) == [], "rank 1's shard cut short was accepted"
+    rank1.unlink()
+    assert complete(spec) == [], "a checkpoint missing rank 1's shard was accepted"
+    rank1.write_bytes(data)
+    os.utime(rank1, ns=(0, (copy / ".metadata").stat().st_mtime_ns))
+    assert len(complete(spec)) == 1

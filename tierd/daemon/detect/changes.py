@@ -1,0 +1,180 @@
+"""After detection: notice when a recorded checkpoint's files change or vanish.
+
+The reconcile scan compares every recorded file's size and mtime with the disk. A file
+whose mtime moved but whose bytes hash to the recorded checksum (fsspec's copy sets the
+mtime after the data; ``touch``) only gets its mtime updated. Anything else (a file
+missing, rewritten or added) marks the checkpoint ``changed`` with a warning and an
+audit event: it is never silently re-recorded. A checkpoint whose whole path is gone
+(the training job rotated it away) gets its tier-0 replica marked ``deleted``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from tierd.daemon import checksum
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import (
+    AuditEvent,
+    Checkpoint,
+    CheckpointState,
+    File,
+    Replica,
+    ReplicaState,
+)
+from tierd.daemon.detect.layout import stat_file, walk_files
+from tierd.logs import get_logger
+
+__all__ = ["Change", "Recorded", "RecordedFile", "apply_change", "compare", "load_recorded"]
+
+log = get_logger(__name__)
+_LIST_LIMIT = 50
+
+
+@dataclass(frozen=True)
+class RecordedFile:
+    """A file as the catalog holds it."""
+
+    id: int
+    relpath: str
+    size: int
+    mtime_ns: int
+    checksum: str
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A complete checkpoint recorded on this node, with its files."""
+
+    id: int
+    run: str
+    step: int
+    relpath: str
+    format: str
+    files: tuple[RecordedFile, ...]
+
+
+@dataclass
+class Change:
+    """How a recorded checkpoint differs from the disk."""
+
+    vanished: bool = False
+    missing: list[str] = field(default_factory=list)
+    modified: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    touched: dict[int, int] = field(default_factory=dict)  # file id -> new mtime_ns
+
+    @property
+    def content_changed(self) -> bool:
+        """Whether any byte of the checkpoint differs from what was recorded."""
+        return bool(self.missing or self.modified or self.added)
+
+
+def load_recorded(db: Database, node: str) -> list[Recorded]:
+    """Every complete checkpoint recorded by ``node`` (blocking)."""
+    with db.read_session() as session:
+        rows = session.scalars(
+            select(Checkpoint)
+            .where(Checkpoint.node == node, Checkpoint.state == CheckpointState.COMPLETE.value)
+            .options(selectinload(Checkpoint.files), selectinload(Checkpoint.run))
+        ).all()
+        return [
+            Recorded(
+                r.id,
+                r.run.name,
+                r.step,
+                r.path,
+                r.format,
+                tuple(RecordedFile(f.id, f.relpath, f.size, f.mtime_ns, f.checksum) for f in r.files),
+            )
+            for r in rows
+        ]
+
+
+def compare(rec: Recorded, tier0: Path) -> Change | None:
+    """How the disk differs from ``rec`` (blocking; rehashes files whose mtime moved)."""
+    root = tier0 / rec.relpath
+    if not root.exists():
+        return Change(vanished=True)
+    change = Change()
+    for f in rec.files:
+        st = stat_file(tier0 / f.relpath)
+        if st is None:
+            change.missing.append(f.relpath)
+        elif st.size != f.size:
+            change.modified.append(f.relpath)
+        elif st.mtime_ns != f.mtime_ns:
+            try:
+                _, value = checksum.hash_file(st.path)
+            except OSError:
+                change.missing.append(f.relpath)
+                continue
+            if value == f.checksum:
+                change.touched[f.id] = st.mtime_ns
+            else:
+                change.modified.append(f.relpath)
+    if root.is_dir() and rec.format != "nvrx_local":
+        known = {f.relpath for f in rec.files}
+        change.added = [
+            rel for s in walk_files(root) if (rel := s.path.relative_to(tier0).as_posix()) not in known
+        ]
+    if change.content_changed or change.touched:
+        return change
+    return None
+
+
+def apply_change(db: Database, rec: Recorded, change: Change) -> None:
+    """Write what ``compare`` found (blocking): mtimes, a ``changed`` state, or a vanished replica."""
+    with db.session() as session:
+        row = session.get(Checkpoint, rec.id)
+        if row is None or row.state != CheckpointState.COMPLETE.value:
+            return
+        if change.vanished:
+            _vanished(session, row, rec)
+            return
+        for file_id, mtime_ns in change.touched.items():
+            if (f := session.get(File, file_id)) is not None:
+                f.mtime_ns = mtime_ns
+        if not change.content_changed:
+            log.debug("checkpoint_touched", run=rec.run, step=rec.step, files=len(change.touched))
+            return
+        row.state = CheckpointState.CHANGED.value
+        detail = {
+            "missing": change.missing[:_LIST_LIMIT],
+            "modified": change.modified[:_LIST_LIMIT],
+            "added": change.added[:_LIST_LIMIT],
+        }
+        session.add(
+            AuditEvent(
+                actor="detector:reconcile",
+                action="changed",
+                checkpoint_id=row.id,
+                reason="files changed after the checkpoint was recorded",
+                detail=detail,
+            )
+        )
+        log.warning("checkpoint_changed", run=rec.run, step=rec.step, path=rec.relpath, **detail)
+
+
+def _vanished(session: Session, row: Checkpoint, rec: Recorded) -> None:
+    replica = session.scalars(
+        select(Replica).where(Replica.checkpoint_id == row.id, Replica.tier_index == 0)
+    ).one_or_none()
+    if replica is None or replica.state != ReplicaState.VERIFIED.value:
+        return
+    replica.state = ReplicaState.DELETED.value
+    session.add(
+        AuditEvent(
+            actor="detector:reconcile",
+            action="vanished",
+            checkpoint_id=row.id,
+            tier=replica.tier,
+            reason="the checkpoint's path is gone from tier 0 (removed by the training job?)",
+            detail={"path": rec.relpath},
+        )
+    )
+    log.warning("checkpoint_vanished", run=rec.run, step=rec.step, path=rec.relpath)

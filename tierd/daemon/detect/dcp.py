@@ -1,0 +1,142 @@
+"""PyTorch Distributed Checkpoint (``torch.distributed.checkpoint``, FileSystemWriter).
+
+What torch/distributed/checkpoint/filesystem.py does: every rank writes its shards as
+``__{rank}_{i}.distcp`` (one or more per rank); after a gather, the coordinator pickles
+the global ``Metadata`` to ``.metadata.tmp``, fsyncs it, removes any old ``.metadata``
+and renames the temporary file into place. Without collectives each rank writes its own
+``__{rank}.metadata`` the same way. ``Metadata.storage_data`` names, for every item, the
+shard file and its byte range, so the metadata tells exactly which files must exist.
+
+Complete when: ``.metadata`` exists, no ``*.metadata.tmp`` is left, every shard the
+metadata names exists and is long enough, and no shard is newer than the metadata
+(an overwrite of an old checkpoint keeps the old ``.metadata`` while new shards land).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tierd.daemon.detect.integrity import MAX_PICKLE_BYTES, Stub, stub_load
+from tierd.daemon.detect.layout import (
+    Candidate,
+    Entry,
+    FileStat,
+    Listing,
+    Settings,
+    Verdict,
+    incomplete,
+    list_dir,
+    trailing_int,
+    walk_files,
+)
+from tierd.logs import get_logger
+
+__all__ = ["DcpDetector", "dcp_problem", "looks_like_dcp"]
+
+log = get_logger(__name__)
+
+METADATA = ".metadata"
+_RANK_METADATA = re.compile(r"^__(\d+)\.metadata$")
+_SHARD = re.compile(r"^__(\d+)_\d+\.distcp$")
+#: Clock skew allowed between the node that wrote a shard and the one that wrote .metadata.
+MTIME_TOLERANCE_NS = 2_000_000_000
+
+
+def looks_like_dcp(listing: Listing) -> bool:
+    """Whether a directory listing has DCP metadata or shards in it."""
+    for name in listing.entries:
+        if name.startswith(METADATA) or name.endswith(".distcp") or _RANK_METADATA.match(name):
+            return True
+    return False
+
+
+def _storage_sizes(path: Path) -> dict[str, int] | None:
+    """File name -> minimum length, from a ``.metadata`` pickle; None if unreadable."""
+    try:
+        if path.stat().st_size > MAX_PICKLE_BYTES:
+            return None
+        metadata = stub_load(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    storage = metadata.field("storage_data") if isinstance(metadata, Stub) else None
+    if not isinstance(storage, dict):
+        return None
+    sizes: dict[str, int] = {}
+    for info in storage.values():
+        if not isinstance(info, Stub):
+            return None
+        rel, offset, length = (info.field(k) for k in ("relative_path", "offset", "length"))
+        if not isinstance(rel, str) or not isinstance(offset, int) or not isinstance(length, int):
+            return None
+        sizes[rel] = max(sizes.get(rel, 0), offset + length)
+    return sizes
+
+
+def _metadata_files(listing: Listing) -> list[str] | str:
+    """The metadata files to trust, or the reason the directory is not complete."""
+    names = listing.entries
+    if any(n.endswith(".metadata.tmp") for n in names):
+        return "a .metadata.tmp is still being written"
+    if listing.has_file(METADATA):
+        return [METADATA]
+    ranks = {int(m.group(1)) for n in names if (m := _RANK_METADATA.match(n))}
+    if not ranks:
+        return "no .metadata yet"
+    writers = {int(m.group(1)) for n in names if (m := _SHARD.match(n))}
+    if not writers <= ranks or 0 not in ranks:
+        return f"ranks {sorted(writers - ranks)} have shards but no __rank.metadata yet"
+    return [f"__{r}.metadata" for r in sorted(ranks)]
+
+
+def dcp_problem(directory: Path, files: list[FileStat]) -> str | None:
+    """Why the DCP checkpoint in ``directory`` is not complete, or None when it is."""
+    listing = list_dir(directory)
+    metas = _metadata_files(listing)
+    if isinstance(metas, str):
+        return metas
+    by_name = {f.path.name: f for f in files if f.path.parent == directory}
+    expected: dict[str, int] = {}
+    for meta in metas:
+        sizes = _storage_sizes(directory / meta)
+        if sizes is None:
+            log.warning("dcp_metadata_unreadable", path=str(directory / meta))
+            sizes = {}
+        expected.update(sizes)
+    for rel, size in sorted(expected.items()):
+        found = by_name.get(rel)
+        if found is None:
+            return f"shard {rel} named by the metadata is missing"
+        if found.size < size:
+            return f"shard {rel} is shorter than the metadata says"
+    newest_meta = max((by_name[m].mtime_ns for m in metas if m in by_name), default=0)
+    shards = [f for n, f in by_name.items() if n.endswith(".distcp") or n in expected]
+    if any(s.mtime_ns > newest_meta + MTIME_TOLERANCE_NS for s in shards):
+        return "shards are newer than .metadata (an overwrite is in progress)"
+    return None
+
+
+class DcpDetector:
+    """A directory holding ``.metadata`` and ``__R_I.distcp`` shards."""
+
+    name = "dcp"
+
+    def match(self, entry: Entry, parent: Listing, settings: Settings) -> list[Candidate] | None:
+        """Claim a directory that has DCP metadata or shards in it."""
+        if not entry.is_dir:
+            return None
+        path = parent.path / entry.name
+        if not looks_like_dcp(list_dir(path)):
+            return None
+        return [Candidate(self.name, path, trailing_int(entry.name), str(path))]
+
+    def inspect(self, candidate: Candidate, settings: Settings) -> Verdict:
+        """Complete when the metadata is in place and every shard it names is written."""
+        early = _metadata_files(list_dir(candidate.path))
+        if isinstance(early, str):  # cheap: no walk while shards are still being written
+            return incomplete(early)
+        files = walk_files(candidate.path)
+        problem = dcp_problem(candidate.path, files)
+        if problem is not None:
+            return incomplete(problem)
+        return Verdict(True, ".metadata committed and every shard present", tuple(files))

@@ -1,0 +1,141 @@
+"""DeepSpeed (``DeepSpeedEngine.save_checkpoint``) and its universal checkpoints.
+
+What deepspeed/runtime/engine.py does: every rank ``torch.save``s its files into
+``<save_dir>/<tag>/`` (default tag ``global_step{N}``): ``mp_rank_{MM}_model_states.pt``
+per model-parallel rank and ``[bf16_]zero_pp_rank_{D}_mp_rank_{MM}_optim_states.pt`` per
+data-parallel rank. Then global rank 0 writes the tag into ``<save_dir>/latest`` with a
+plain ``open('w')`` (not atomic, not fsynced) and only *then* a barrier follows: other
+ranks may still be writing their shards when ``latest`` changes. ds_to_universal.py
+writes ``latest_universal`` the same way, naming ``<tag>_universal``.
+
+Complete when: ``latest`` (``latest_universal``) names the tag, or the tag is an older
+``global_stepN`` than the one it names (a run passes every step it resumes over again);
+every ``.pt`` is a complete zip; and the ZeRO shards form the full 0..dp-1 range for
+every model-parallel rank (dp read from ``dp_world_size`` inside the model states).
+``latest`` is shared by every step and so never part of a step's files.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from tierd.daemon.detect.integrity import first_unwritten, torch_pickle
+from tierd.daemon.detect.layout import (
+    Candidate,
+    Entry,
+    FileStat,
+    Listing,
+    Settings,
+    Verdict,
+    incomplete,
+    trailing_int,
+    walk_files,
+)
+
+__all__ = ["DeepSpeedDetector", "deepspeed_problem", "read_tag"]
+
+LATEST = "latest"
+LATEST_UNIVERSAL = "latest_universal"
+_GLOBAL_STEP = re.compile(r"^global_step(\d+)(_universal)?$")
+_ZERO = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt$")
+_MODEL = re.compile(r"^mp_rank_(\d+)_model_states\.pt$")
+
+
+def read_tag(path: Path) -> str | None:
+    """The tag a ``latest`` file names; None while it is missing or empty (being written)."""
+    try:
+        text = path.read_text(errors="replace").strip()
+    except OSError:
+        return None
+    return text or None
+
+
+def _world_sizes(model_states: Path) -> tuple[int | None, int | None]:
+    """(dp_world_size, mp_world_size) recorded in a model-states file, where readable."""
+    try:
+        state = torch_pickle(model_states)
+    except ValueError:
+        return None, None
+    if not isinstance(state, dict):
+        return None, None
+    dp, mp = state.get("dp_world_size"), state.get("mp_world_size")
+    return (dp if isinstance(dp, int) else None, mp if isinstance(mp, int) else None)
+
+
+def _shard_problem(directory: Path, files: list[FileStat]) -> str | None:
+    names = [f.path.name for f in files if f.path.parent == directory]
+    zero: dict[int, set[int]] = defaultdict(set)
+    for name in names:
+        if m := _ZERO.match(name):
+            zero[int(m.group(2))].add(int(m.group(1)))
+    models = sorted(int(m.group(1)) for n in names if (m := _MODEL.match(n)))
+    dp, mp = (None, None)
+    if models:
+        dp, mp = _world_sizes(directory / f"mp_rank_{models[0]:02d}_model_states.pt")
+    if mp is not None and models and models != list(range(mp)):
+        return f"model states for {mp} model-parallel ranks expected, found {models}"
+    if not zero:
+        return None
+    widths = {len(ranks) for ranks in zero.values()}
+    want = dp if dp is not None else max(widths)
+    for mp_rank, ranks in sorted(zero.items()):
+        if ranks != set(range(want)):
+            return f"ZeRO shards of mp rank {mp_rank}: {len(ranks)} of {want} written"
+    return None
+
+
+def deepspeed_problem(directory: Path, files: list[FileStat], universal: bool = False) -> str | None:
+    """Why the files of a DeepSpeed tag directory are not all written, or None."""
+    unwritten = first_unwritten(f for f in files if f.path.suffix == ".pt")
+    if unwritten is not None:
+        return unwritten
+    return None if universal else _shard_problem(directory, files)
+
+
+def _step_of(tag: str) -> int | None:
+    m = _GLOBAL_STEP.match(tag)
+    return int(m.group(1)) if m else trailing_int(tag)
+
+
+class DeepSpeedDetector:
+    """``global_step{N}/`` directories (or any tag) beside a ``latest`` file."""
+
+    name = "deepspeed"
+
+    def match(self, entry: Entry, parent: Listing, settings: Settings) -> list[Candidate] | None:
+        """Claim ``global_stepN[_universal]`` directories and the tags ``latest*`` name."""
+        if not entry.is_dir:
+            return None
+        m = _GLOBAL_STEP.match(entry.name)
+        universal = bool(m and m.group(2))
+        if m is None:
+            named = {read_tag(parent.path / f) for f in (LATEST, LATEST_UNIVERSAL) if parent.has_file(f)}
+            if entry.name not in named:
+                return None
+            universal = read_tag(parent.path / LATEST_UNIVERSAL) == entry.name
+        path = parent.path / entry.name
+        extra = {"universal": universal}
+        return [Candidate(self.name, path, _step_of(entry.name), str(path), extra)]
+
+    def inspect(self, candidate: Candidate, settings: Settings) -> Verdict:
+        """Complete once ``latest`` has moved to (or past) this tag and every shard is written."""
+        universal = bool(candidate.extra.get("universal"))
+        tracker = candidate.path.parent / (LATEST_UNIVERSAL if universal else LATEST)
+        tag = read_tag(tracker)
+        name = candidate.path.name
+        if tag is None:
+            return incomplete(f"{tracker.name} does not name a tag yet")
+        if tag != name and not _older(name, tag):
+            return incomplete(f"{tracker.name} names {tag}, not {name}")
+        files = walk_files(candidate.path)
+        problem = deepspeed_problem(candidate.path, files, universal)
+        if problem is not None:
+            return incomplete(problem)
+        return Verdict(True, f"{tracker.name} names {tag}", tuple(files))
+
+
+def _older(name: str, tag: str) -> bool:
+    mine, latest = _GLOBAL_STEP.match(name), _GLOBAL_STEP.match(tag)
+    return bool(mine and latest and int(mine.group(1)) < int(latest.group(1)))

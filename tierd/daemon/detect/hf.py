@@ -1,0 +1,113 @@
+"""Hugging Face ``transformers.Trainer`` (``Trainer._save_checkpoint``).
+
+What it does: ``save_model`` (weights, config, ``training_args.bin``), then optimizer and
+scheduler (a DeepSpeed engine saves ``global_stepN/`` + ``latest`` here; FSDP saves DCP
+directories), then every process writes its ``rng_state[_{i}].pth``, then process 0
+writes ``trainer_state.json`` (plain ``open('w')``, not atomic), then rotates old
+checkpoints. Versions 4.36-4.37 wrote into ``tmp-checkpoint-N`` and renamed it at the end.
+
+Complete when: ``trainer_state.json`` parses, every weights file (zip / safetensors) is
+written to its end, the per-process RNG files are 0..k with no gap, a nested DeepSpeed
+tag named by ``latest`` is complete and nested DCP directories are. ``tmp-checkpoint-*``
+is claimed and never recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tierd.daemon.detect.dcp import dcp_problem, looks_like_dcp
+from tierd.daemon.detect.deepspeed import LATEST, deepspeed_problem, read_tag
+from tierd.daemon.detect.integrity import first_unwritten
+from tierd.daemon.detect.layout import (
+    Candidate,
+    Entry,
+    FileStat,
+    Listing,
+    Settings,
+    Verdict,
+    incomplete,
+    list_dir,
+    walk_files,
+)
+
+__all__ = ["TRAINER_STATE", "HfDetector"]
+
+TRAINER_STATE = "trainer_state.json"
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_TMP_CHECKPOINT = re.compile(r"^tmp-checkpoint-\d+$")
+_RNG = re.compile(r"^rng_state_(\d+)\.pth$")
+
+
+def _state_ok(files: list[FileStat], directory_name: str) -> str | None:
+    state = next(
+        (f for f in files if f.path.name == TRAINER_STATE and f.path.parent.name == directory_name), None
+    )
+    if state is None:
+        return f"{TRAINER_STATE} not written yet"
+    try:
+        data = json.loads(state.path.read_text())
+    except (OSError, ValueError):
+        return f"{TRAINER_STATE} is not complete JSON yet"
+    if not isinstance(data, dict) or "global_step" not in data:
+        return f"{TRAINER_STATE} has no global_step"
+    return None
+
+
+def _rng_problem(files: list[FileStat]) -> str | None:
+    ranks = sorted(int(m.group(1)) for f in files if (m := _RNG.match(f.path.name)))
+    if ranks and ranks != list(range(len(ranks))):
+        return f"RNG states of processes {sorted(set(range(max(ranks) + 1)) - set(ranks))} missing"
+    return None
+
+
+class HfDetector:
+    """``checkpoint-N/`` directories written by the Trainer."""
+
+    name = "hf"
+
+    def match(self, entry: Entry, parent: Listing, settings: Settings) -> list[Candidate] | None:
+        """Claim ``checkpoint-N`` (a candidate) and ``tmp-checkpoint-N`` (never complete)."""
+        if not entry.is_dir:
+            return None
+        if _TMP_CHECKPOINT.match(entry.name):
+            return []
+        m = _CHECKPOINT.match(entry.name)
+        if m is None:
+            return None
+        path = parent.path / entry.name
+        return [Candidate(self.name, path, int(m.group(1)), str(path))]
+
+    def inspect(self, candidate: Candidate, settings: Settings) -> Verdict:
+        """Complete once ``trainer_state.json`` is written and every nested part is."""
+        if not list_dir(candidate.path).has_file(TRAINER_STATE):
+            return incomplete(f"{TRAINER_STATE} not written yet")
+        files = walk_files(candidate.path)
+        problem = (
+            _state_ok(files, candidate.path.name)
+            or first_unwritten(files)
+            or _rng_problem(files)
+            or self._nested_problem(candidate, files)
+        )
+        if problem is not None:
+            return incomplete(problem)
+        return Verdict(True, f"{TRAINER_STATE} written", tuple(files))
+
+    def _nested_problem(self, candidate: Candidate, files: list[FileStat]) -> str | None:
+        listing = list_dir(candidate.path)
+        if listing.has_file(LATEST):
+            tag = read_tag(candidate.path / LATEST)
+            if tag is None or not listing.has_dir(tag):
+                return f"DeepSpeed tag {tag!r} named by latest is not there"
+            tag_dir = candidate.path / tag
+            inner = [f for f in files if f.path.is_relative_to(tag_dir)]
+            if (problem := deepspeed_problem(tag_dir, inner)) is not None:
+                return problem
+        for name, entry in listing.entries.items():
+            sub = candidate.path / name
+            if not (entry.is_dir and looks_like_dcp(list_dir(sub))):
+                continue
+            if (problem := dcp_problem(sub, [f for f in files if f.path.parent == sub])) is not None:
+                return f"{name}: {problem}"
+        return None

@@ -1,0 +1,104 @@
+"""NeMo (``NeMoModelCheckpoint`` / ``nemo.lightning`` ``ModelCheckpoint``) and Lightning.
+
+What nemo/utils/callbacks/nemo_model_checkpoint.py does: before a save, global rank 0
+touches ``<checkpoint path minus .nemo/.ckpt/-EMA>-unfinished`` and all ranks wait at a
+barrier; then the checkpoint is written (a ``.ckpt`` file, or a distributed-checkpoint
+*directory* of the same name without ``.ckpt``; an EMA copy as ``<name>-EMA.ckpt``);
+after another barrier (or, for async saves, in the finalize callback) the marker is
+removed. Removal of an old checkpoint sets the same marker first. Names follow
+Lightning's ``ModelCheckpoint``: ``...-step=N-...[-last]``. Plain Lightning writes the same
+names without a marker, via fsspec: a temporary file in ``/tmp`` moved into place, which
+on another file system is a copy that grows under its final name.
+
+Complete when: no ``-unfinished`` marker is beside it, every ``.ckpt`` is a complete zip,
+and a distributed-checkpoint directory passes the DCP check.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tierd.daemon.detect.dcp import dcp_problem, looks_like_dcp
+from tierd.daemon.detect.integrity import first_unwritten
+from tierd.daemon.detect.layout import (
+    Candidate,
+    Entry,
+    FileStat,
+    Listing,
+    Settings,
+    Verdict,
+    incomplete,
+    list_dir,
+    stat_file,
+    walk_files,
+)
+
+__all__ = ["UNFINISHED", "NemoDetector", "checkpoint_base"]
+
+UNFINISHED = "-unfinished"
+_STEP = re.compile(r"(?:^|[-_])step=(\d+)")
+
+
+def checkpoint_base(name: str) -> str:
+    """The name NeMo derives the marker from: without ``.nemo``, ``.ckpt`` and ``-EMA``."""
+    return name.removesuffix(".nemo").removesuffix(".ckpt").removesuffix("-EMA")
+
+
+class NemoDetector:
+    """Lightning-named (``step=N``) ``.ckpt`` files and checkpoint directories."""
+
+    name = "nemo"
+
+    def match(self, entry: Entry, parent: Listing, settings: Settings) -> list[Candidate] | None:
+        """Claim ``step=N`` checkpoints (one candidate per base name) and ``-unfinished`` markers."""
+        if entry.is_file and entry.name.endswith(UNFINISHED):
+            return []
+        m = _STEP.search(entry.name)
+        if m is None or not (entry.is_dir or entry.name.endswith(".ckpt")):
+            return None
+        base = checkpoint_base(entry.name)
+        if entry.name != base and entry.name != base + ".ckpt":
+            return []  # an EMA part: recorded with its base checkpoint
+        if entry.is_file and parent.has_dir(base):
+            return []
+        path = parent.path / entry.name
+        return [Candidate(self.name, path, int(m.group(1)), str(parent.path / base), {"base": base})]
+
+    def inspect(self, candidate: Candidate, settings: Settings) -> Verdict:
+        """Complete when the marker is gone and every part is written."""
+        base = str(candidate.extra["base"])
+        parent = candidate.path.parent
+        if stat_file(parent / (base + UNFINISHED)) is not None:
+            return incomplete(f"{base}{UNFINISHED} marker is present")
+        files = self._files(parent, base)
+        if not files:
+            return incomplete("no checkpoint files")
+        problem = first_unwritten(files)
+        if problem is None and candidate.path.is_dir():
+            problem = _dist_problem(candidate.path, files)
+        if problem is not None:
+            return incomplete(problem)
+        return Verdict(True, "no -unfinished marker", tuple(files))
+
+    def _files(self, parent: Path, base: str) -> list[FileStat]:
+        files: list[FileStat] = []
+        for name in (base, base + "-EMA"):
+            if (parent / name).is_dir():
+                files.extend(walk_files(parent / name))
+            elif (found := stat_file(parent / (name + ".ckpt"))) is not None:
+                files.append(found)
+        return files
+
+
+def _dist_problem(directory: Path, files: list[FileStat]) -> str | None:
+    stack = [directory]
+    while stack:
+        current = stack.pop()
+        listing = list_dir(current)
+        if looks_like_dcp(listing):
+            problem = dcp_problem(current, [f for f in files if f.path.parent == current])
+            if problem is not None:
+                return f"{current.name}: {problem}"
+        stack.extend(current / n for n, e in listing.entries.items() if e.is_dir)
+    return None

@@ -1,0 +1,145 @@
+"""The notify path: a training job says "step N is at PATH" and tierd records it now.
+
+If a detector recognises the layout it still gets the last word: when it says files are
+missing (or the marker is not there) the step is recorded ``waiting`` and the watcher
+completes it once the detector agrees. A layout no detector recognises is recorded at
+once with every file under the path.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+
+from tierd.daemon.aio import blocking
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import Checkpoint, CheckpointState, Run
+from tierd.daemon.context import Context
+from tierd.daemon.detect.layout import Settings, Verdict, stat_file, walk_files
+from tierd.daemon.detect.record import Outcome, Unstable, record_checkpoint, write_waiting
+from tierd.daemon.detect.registry import detectors_for
+from tierd.daemon.detect.scan import RootSpec, detect_path
+from tierd.logs import get_logger
+
+__all__ = ["NotifyRejected", "NotifyResult", "notify_checkpoint", "resolve_in_tier0"]
+
+log = get_logger(__name__)
+
+
+class NotifyRejected(ValueError):
+    """The request names a path tierd cannot record (outside tier 0, or missing)."""
+
+
+@dataclass(frozen=True)
+class NotifyResult:
+    """The HTTP status to answer with and the checkpoint's id."""
+
+    status: int
+    checkpoint_id: int
+
+
+def resolve_in_tier0(path: str, tier0: Path) -> Path:
+    """Resolve ``path`` (absolute, or relative to the tier-0 root) inside tier 0 (blocking).
+
+    Raises NotifyRejected when it lies outside tier 0 (or is its root) or does not exist.
+    """
+    root = tier0.resolve()
+    given = Path(path)
+    target = (given if given.is_absolute() else root / given).resolve()
+    if target == root or not target.is_relative_to(root):
+        raise NotifyRejected(f"path {path!r} is not inside the tier-0 root {root}")
+    if not target.exists():
+        raise NotifyRejected(f"path {path!r} does not exist")
+    return target
+
+
+def _recorded_id(db: Database, run: str, step: int) -> tuple[int, str] | None:
+    with db.read_session() as session:
+        row = session.execute(
+            select(Checkpoint.id, Checkpoint.state)
+            .join(Checkpoint.run)
+            .where(Run.name == run, Checkpoint.step == step)
+        ).first()
+    return (row[0], row[1]) if row is not None else None
+
+
+def _whole_path(target: Path) -> Verdict:
+    if target.is_dir():
+        return Verdict(True, "announced by the job", tuple(walk_files(target)))
+    st = stat_file(target)
+    return Verdict(st is not None, "announced by the job", (st,) if st else ())
+
+
+def _settings_for(ctx: Context, target: Path) -> Settings:
+    for watch in ctx.config.watch:
+        spec = RootSpec.of(watch, ctx.config.tier0.path)
+        if target.is_relative_to(spec.path):
+            return spec.settings
+    return Settings()
+
+
+async def notify_checkpoint(
+    ctx: Context, *, run: str, step: int, path: str, fmt: str | None, actor: str
+) -> NotifyResult:
+    """Record (or mark waiting) the step the job announced; raises NotifyRejected, CatalogError."""
+    tier0 = ctx.config.tier0.path.resolve()
+    target = await blocking(resolve_in_tier0, path, tier0)
+    relpath = target.relative_to(tier0).as_posix()
+    existing = await blocking(_recorded_id, ctx.db, run, step)
+    if existing is not None and existing[1] != CheckpointState.WAITING.value:
+        return NotifyResult(200, existing[0])
+    settings = _settings_for(ctx, target)
+    detectors = detectors_for(fmt or "auto", settings.marker)
+    found = await blocking(detect_path, target, detectors, settings, step)
+    if found is None and fmt in (None, "auto"):
+        verdict, name, recheck = await blocking(_whole_path, target), "unknown", None
+    elif found is None:
+        return await _wait(ctx, run, step, str(fmt), relpath, actor, f"not recognised as {fmt}")
+    else:
+        detector, candidate, verdict = found
+        name = detector.name
+        recheck = functools.partial(detector.inspect, candidate, settings) if candidate else None
+        if not verdict.complete:
+            return await _wait(ctx, run, step, name, relpath, actor, verdict.reason)
+    try:
+        outcome, checkpoint_id = await record_checkpoint(
+            ctx,
+            verdict,
+            run=run,
+            step=step,
+            fmt=name,
+            relpath=relpath,
+            actor=actor,
+            action="notified",
+            recheck=recheck,
+        )
+    except Unstable as exc:
+        return await _wait(ctx, run, step, name, relpath, actor, str(exc))
+    return NotifyResult(200 if outcome is Outcome.EXISTING else 201, checkpoint_id)
+
+
+async def _wait(
+    ctx: Context, run: str, step: int, fmt: str, relpath: str, actor: str, reason: str
+) -> NotifyResult:
+    log.warning("notify_disagrees", run=run, step=step, path=relpath, format=fmt, reason=reason)
+    _, checkpoint_id = await blocking(
+        write_waiting,
+        ctx.db,
+        ctx.config,
+        run=run,
+        step=step,
+        fmt=fmt,
+        relpath=relpath,
+        actor=actor,
+        reason=reason,
+    )
+    state = await blocking(_state_of, ctx.db, checkpoint_id)
+    return NotifyResult(202 if state == CheckpointState.WAITING.value else 200, checkpoint_id)
+
+
+def _state_of(db: Database, checkpoint_id: int) -> str | None:
+    with db.read_session() as session:
+        return session.scalar(select(Checkpoint.state).where(Checkpoint.id == checkpoint_id))
