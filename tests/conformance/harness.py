@@ -1,0 +1,173 @@
+"""The conformance harness: the backends under test, their skip list, and test helpers.
+
+A new backend is one entry in ``BACKENDS`` and one branch in ``Harness.make``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.s3servers import S3Server
+from tierd.config import PosixTier
+from tierd.daemon import checksum
+from tierd.daemon.backends import Backend, ByteBudget, PosixBackend, S3Backend
+from tierd.daemon.backends.posix import TEMP_MARK
+from tierd.errors import TransientBackendError
+
+MIB = 1024 * 1024
+PART = 5 * MIB  # the smallest part S3 allows; S3 tiers in these tests use it
+
+BACKENDS = ["posix", "s3-moto", "s3-rclone"]
+
+# capability -> why this backend cannot show it. Tests call ``harness.require(capability)``.
+SKIP: dict[str, dict[str, str]] = {
+    "posix": {},
+    "s3-moto": {
+        "upload_age": "moto reports Initiated=2010-11-10 for every multipart upload",
+    },
+    "s3-rclone": {
+        "native_checksum": "rclone serve s3 reports no CRC64NVME for multipart objects",
+        "multipart_copy": "rclone serve s3 answers UploadPartCopy without an ETag (rclone#7454)",
+    },
+}
+
+
+def crc(data: bytes) -> str:
+    """CRC64NVME of ``data`` as S3 spells it."""
+    hasher = checksum.Crc64()
+    hasher.update(data)
+    return hasher.hexdigest()
+
+
+@dataclass
+class Harness:
+    """Builds fresh backends of one kind and reaches behind them when a test must."""
+
+    kind: str
+    tmp_path: Path
+    server: S3Server | None = None
+    created: list[Backend] = field(default_factory=list)
+
+    def require(self, capability: str) -> None:
+        """Skip the test when this backend is known not to have ``capability``."""
+        reason = SKIP[self.kind].get(capability)
+        if reason:
+            pytest.skip(reason)
+
+    def skip_reasons(self) -> dict[str, str]:
+        """This backend's entry in SKIP."""
+        return SKIP[self.kind]
+
+    async def make(
+        self,
+        *,
+        concurrency: int = 4,
+        verify: str = "native",
+        chunk_size: int | None = None,
+        buffered_part_limit: int | None = None,
+        budget: int | None = None,
+        **s3_options: Any,
+    ) -> Backend:
+        """A fresh, empty backend (new directory or new bucket)."""
+        own_budget = ByteBudget(budget) if budget else None
+        backend: Backend
+        if self.server is None:
+            root = self.tmp_path / f"root{len(self.created)}"
+            root.mkdir()
+            tier = PosixTier(name="posix", kind="posix", path=root, concurrency=concurrency, verify=verify)
+            extra = {"chunk_size": chunk_size} if chunk_size else {}
+            backend = PosixBackend(tier, budget=own_budget, **extra)
+        else:
+            tier_s3 = self.server.new_tier(concurrency=concurrency, verify=verify)
+            if chunk_size:
+                s3_options["chunk_size"] = chunk_size
+            if buffered_part_limit is not None:
+                s3_options["buffered_part_limit"] = buffered_part_limit
+            backend = S3Backend(tier_s3, budget=own_budget, **s3_options)
+        self.created.append(backend)
+        return backend
+
+    def leave_debris(self, backend: Backend, relpath: str) -> None:
+        """What a crash mid-write leaves behind: a temp file, or an open multipart upload."""
+        if isinstance(backend, PosixBackend):
+            path = backend.root / relpath
+            path.parent.mkdir(parents=True, exist_ok=True)
+            (path.parent / f".{path.name}{TEMP_MARK}deadbeef").write_bytes(b"partial")
+        else:
+            assert isinstance(backend, S3Backend)
+            assert self.server is not None
+            self.server.client().create_multipart_upload(Bucket=backend.bucket, Key=backend.prefix + relpath)
+
+    def age_debris(self, backend: Backend, seconds: float) -> bool:
+        """Make POSIX temp files look ``seconds`` old; False where ages cannot be faked (S3)."""
+        if not isinstance(backend, PosixBackend):
+            return False
+        when = time.time() - seconds
+        for dirpath, _, names in os.walk(backend.root):
+            for name in names:
+                os.utime(os.path.join(dirpath, name), (when, when))
+        return True
+
+
+class CountingReader:
+    """A RangeReader over bytes that counts what was read and can fail past an offset.
+
+    ``fail_when``: the failing read first waits (up to 10 s) until it returns True.
+    """
+
+    def __init__(
+        self,
+        data: bytes,
+        *,
+        fail_at: int | None = None,
+        fail_when: Callable[[], bool] | None = None,
+        size: int | None = None,
+    ) -> None:
+        self._data = memoryview(data)
+        self.size = len(data) if size is None else size
+        self.fail_at, self.fail_when = fail_at, fail_when
+        self.bytes_read = 0
+        self.closed = False
+
+    async def read_into(self, offset: int, buf: memoryview) -> int:
+        if self.fail_at is not None and offset + len(buf) > self.fail_at:
+            deadline = time.monotonic() + 10
+            while self.fail_when is not None and not self.fail_when() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            raise TransientBackendError(f"simulated failure reading at {offset}")
+        chunk = self._data[offset : offset + len(buf)]
+        buf[: len(chunk)] = chunk
+        self.bytes_read += len(chunk)
+        return len(chunk)
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def read_back(backend: Backend, relpath: str) -> bytes:
+    """Every byte of an object, through its RangeReader."""
+    reader = await backend.open_reader(relpath)
+    try:
+        buf = bytearray(reader.size)
+        view = memoryview(buf)
+        filled = 0
+        while filled < reader.size:
+            n = await reader.read_into(filled, view[filled:])
+            assert n > 0, "reader ended early"
+            filled += n
+        return bytes(buf)
+    finally:
+        await reader.close()
+
+
+async def listed(backend: Backend, prefix: str = "") -> list[str]:
+    """Sorted relpaths under ``prefix``."""
+    return sorted([info.relpath async for info in backend.list(prefix)])

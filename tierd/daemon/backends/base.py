@@ -1,0 +1,296 @@
+"""The storage backend interface every tier implements, after rclone's ``fs.Fs``.
+
+A checkpoint file at ``<tier0>/<rel>`` lives at ``<root>/<rel>`` on a POSIX tier and at
+``s3://<bucket>/<prefix><rel>`` on an S3 tier. Every path in this interface is a clean
+POSIX relative path (``str``) under the tier root; anything else raises ``ValueError``
+(a caller bug, not a storage failure).
+
+Errors: each method raises only tierd errors -- ``NotFound``, ``IntegrityError``,
+``TransientBackendError`` (retry may help), ``PermanentBackendError`` -- plus
+``ValueError`` for a malformed path. Third-party errors are translated at one boundary
+per backend (``s3errors`` for botocore/aiohttp, ``posix._os_errors`` for ``OSError``).
+
+Verification (``write``'s return value): ``ObjectInfo.checksum`` is set by ``write`` and
+``verify`` only once the stored bytes were checked against the expected checksum, and
+``ObjectInfo.verified_by`` says how: ``"store"`` when the store reported the CRC64NVME
+itself, ``"readback"`` when every byte was read back and hashed. ``stat`` reports the
+store's own checksum when it has one, ``list`` never does; for both ``verified_by`` is None.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from typing import Literal, Protocol
+
+from tierd.errors import IntegrityError
+
+__all__ = [
+    "Backend",
+    "BytesReader",
+    "Features",
+    "MemoryResumeStore",
+    "ObjectInfo",
+    "PartState",
+    "Progress",
+    "RangeReader",
+    "ResumeStore",
+    "UploadState",
+    "Verification",
+    "check_prefix",
+    "check_relpath",
+    "copy_object",
+]
+
+Verification = Literal["store", "readback"]
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class Features:
+    """Optional abilities of a backend, declared rather than discovered."""
+
+    native_checksum: bool  # the store validates/reports a full-object CRC64NVME
+    server_side_copy: bool  # copy_from() works for a source that can_copy_from() accepts
+    multipart: bool  # parallel parts, resumable through a ResumeStore
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One stored object (a file of a checkpoint)."""
+
+    relpath: str
+    size: int
+    checksum: str | None  # CRC64NVME, base64 as S3 spells it
+    mtime: float | None
+    verified_by: Verification | None = None
+
+
+class RangeReader(Protocol):
+    """A random-access byte source, so parts can be read in parallel."""
+
+    size: int
+
+    async def read_into(self, offset: int, buf: memoryview) -> int:
+        """Fill ``buf`` from ``offset``; fewer bytes only at end of data."""
+        ...
+
+    async def close(self) -> None:
+        """Release the source."""
+        ...
+
+
+@dataclass(frozen=True)
+class PartState:
+    """A multipart part the store acknowledged."""
+
+    part_number: int
+    size: int
+    etag: str
+    checksum: str  # CRC64NVME of the part, base64
+
+
+@dataclass(frozen=True)
+class UploadState:
+    """A multipart upload in progress, persisted so a restart can resume it."""
+
+    upload_id: str
+    key: str
+    part_size: int
+    size: int
+    parts: tuple[PartState, ...] = ()
+
+
+class ResumeStore(Protocol):
+    """Where multipart state survives a restart (the pipeline keeps it in the catalog)."""
+
+    async def load(self, relpath: str) -> UploadState | None:
+        """The state recorded for ``relpath``, with its finished parts, or None."""
+        ...
+
+    async def begin(self, relpath: str, state: UploadState) -> None:
+        """Record a new upload (replacing any earlier one for ``relpath``)."""
+        ...
+
+    async def part_done(self, relpath: str, part: PartState) -> None:
+        """Record one finished part."""
+        ...
+
+    async def clear(self, relpath: str) -> None:
+        """Forget ``relpath``'s upload (completed or aborted)."""
+        ...
+
+
+@dataclass
+class MemoryResumeStore:
+    """A ResumeStore in a dict: for tests and for one-shot copies."""
+
+    states: dict[str, UploadState] = field(default_factory=dict)
+
+    async def load(self, relpath: str) -> UploadState | None:
+        """The recorded state, or None."""
+        return self.states.get(relpath)
+
+    async def begin(self, relpath: str, state: UploadState) -> None:
+        """Record a new upload."""
+        self.states[relpath] = state
+
+    async def part_done(self, relpath: str, part: PartState) -> None:
+        """Record a finished part (a re-upload of the same number replaces it)."""
+        state = self.states[relpath]
+        kept = tuple(p for p in state.parts if p.part_number != part.part_number)
+        self.states[relpath] = replace(state, parts=(*kept, part))
+
+    async def clear(self, relpath: str) -> None:
+        """Forget the upload."""
+        self.states.pop(relpath, None)
+
+
+class BytesReader:
+    """A RangeReader over bytes in memory (tests, small metadata files)."""
+
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        self._data = memoryview(data).cast("B")
+        self.size = len(self._data)
+
+    async def read_into(self, offset: int, buf: memoryview) -> int:
+        """Copy from memory; short only at the end."""
+        chunk = self._data[offset : offset + len(buf)]
+        buf[: len(chunk)] = chunk
+        return len(chunk)
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+class Backend(ABC):
+    """One storage tier. Subclasses document the errors each method raises."""
+
+    name: str
+    features: Features
+
+    @abstractmethod
+    def location(self, relpath: str) -> str:
+        """The human-readable final location: a path or ``s3://bucket/key``."""
+
+    @abstractmethod
+    async def stat(self, relpath: str) -> ObjectInfo:
+        """Size, mtime and the store's checksum if any. Raises NotFound when missing."""
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
+        """Every object under the directory ``prefix`` (recursive, order unspecified)."""
+
+    @abstractmethod
+    async def open_reader(self, relpath: str) -> RangeReader:
+        """A RangeReader over the object. Raises NotFound when missing."""
+
+    @abstractmethod
+    async def write(
+        self,
+        relpath: str,
+        reader: RangeReader,
+        *,
+        expected_checksum: str,
+        resume: ResumeStore | None = None,
+        progress: Progress | None = None,
+    ) -> ObjectInfo:
+        """Store ``reader.size`` bytes from ``reader`` under ``relpath``, verified.
+
+        Nothing partial is ever visible under the final name. Raises IntegrityError
+        (leaving nothing under the final name) when the bytes read or stored do not
+        hash to ``expected_checksum``.
+        """
+
+    @abstractmethod
+    async def delete(self, relpath: str) -> None:
+        """Remove the object; a missing one is fine."""
+
+    @abstractmethod
+    async def hash(self, relpath: str) -> str:
+        """Read back every byte and return its CRC64NVME. Raises NotFound when missing."""
+
+    @abstractmethod
+    async def verify(self, relpath: str, expected_checksum: str) -> ObjectInfo:
+        """Check the stored object against ``expected_checksum`` (native or read-back).
+
+        Returns the ObjectInfo with ``checksum`` and ``verified_by`` set. Raises NotFound
+        when missing, IntegrityError on a mismatch (the object is left as it is).
+        """
+
+    @abstractmethod
+    async def abort_stale_uploads(self, older_than_seconds: float) -> int:
+        """Remove leftovers of interrupted writes older than that; returns how many."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release connections and file handles."""
+
+    def can_copy_from(self, src: Backend) -> bool:
+        """Whether ``copy_from(src, ...)`` can copy without streaming the bytes."""
+        return False
+
+    async def copy_from(
+        self, src: Backend, src_relpath: str, dst_relpath: str, expected_checksum: str
+    ) -> ObjectInfo:
+        """Server-side copy, verified like ``write``; only when ``can_copy_from(src)``."""
+        raise NotImplementedError(f"{self.name} has no server-side copy")
+
+
+async def copy_object(
+    src: Backend,
+    src_relpath: str,
+    dst: Backend,
+    dst_relpath: str,
+    expected_checksum: str,
+    *,
+    resume: ResumeStore | None = None,
+    progress: Progress | None = None,
+) -> ObjectInfo:
+    """Copy one object between tiers: server-side when possible, else streamed.
+
+    Raises NotFound when the source is missing, IntegrityError when the bytes do not
+    match ``expected_checksum`` (nothing is left under the destination name), and the
+    backends' Transient/PermanentBackendError.
+    """
+    if dst.features.server_side_copy and dst.can_copy_from(src):
+        info = await dst.copy_from(src, src_relpath, dst_relpath, expected_checksum)
+        if progress is not None:
+            progress(info.size)
+        return info
+    reader = await src.open_reader(src_relpath)
+    try:
+        return await dst.write(
+            dst_relpath,
+            reader,
+            expected_checksum=expected_checksum,
+            resume=resume,
+            progress=progress,
+        )
+    finally:
+        await asyncio.shield(reader.close())
+
+
+def check_relpath(relpath: str) -> str:
+    """``relpath`` if it is a clean relative POSIX path, else ValueError."""
+    if not isinstance(relpath, str) or not relpath:
+        raise ValueError(f"not a relative path: {relpath!r}")
+    if relpath.startswith("/") or "\x00" in relpath:
+        raise ValueError(f"not a relative path: {relpath!r}")
+    if any(part in ("", ".", "..") for part in relpath.split("/")):
+        raise ValueError(f"path has empty, '.' or '..' components: {relpath!r}")
+    return relpath
+
+
+def check_prefix(prefix: str) -> str:
+    """A directory prefix as ``"a/b/"`` (or ``""`` for the whole tier)."""
+    if prefix in ("", "/"):
+        return ""
+    return check_relpath(prefix.rstrip("/")) + "/"
+
+
+def mismatch(location: str, expected: str, actual: str, how: str) -> IntegrityError:
+    """The IntegrityError for bytes that do not hash to the expected checksum."""
+    return IntegrityError(f"{location}: {how} CRC64NVME {actual} != expected {expected}")

@@ -1,0 +1,453 @@
+"""A POSIX tier: a directory on local NVMe or a parallel file system mount.
+
+Writes go to a hidden temporary name in the destination directory
+(``.<name>.tierd-tmp-<random>``), filled by parallel ``pwrite`` of hashed chunks, then
+fsynced, read back and hashed again, renamed into place and the directory fsynced. So
+the final name only ever holds complete, verified bytes. ``list`` hides temporary names;
+``abort_stale_uploads`` removes the ones a crash left behind.
+
+``OSError`` is translated in ``_os_errors``: ENOENT is NotFound; ENOSPC and EDQUOT are
+TransientBackendError (retention or an operator can free space, so a later retry may
+succeed), as are EIO, ESTALE, timeouts and other network file system blips; EACCES,
+EROFS, ENOTDIR and the rest are PermanentBackendError. A missing tier root (an
+unmounted file system) is TransientBackendError, and is never created by tierd.
+Every blocking call runs through ``tierd.daemon.aio.blocking``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import secrets
+import stat as stat_mod
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from awscrt import checksums
+
+from tierd.config import PosixTier
+from tierd.daemon import checksum
+from tierd.daemon.aio import blocking
+from tierd.daemon.backends.base import (
+    Backend,
+    Features,
+    ObjectInfo,
+    Progress,
+    RangeReader,
+    ResumeStore,
+    check_prefix,
+    check_relpath,
+    mismatch,
+)
+from tierd.daemon.backends.transfer import (
+    MIB,
+    ByteBudget,
+    combine_all,
+    default_budget,
+    for_each,
+    read_full,
+    uninterrupted,
+)
+from tierd.errors import (
+    NotFound,
+    PermanentBackendError,
+    TierdError,
+    TransientBackendError,
+)
+
+__all__ = ["CHUNK_SIZE", "TEMP_MARK", "PosixBackend", "PosixReader", "is_temp_name"]
+
+TEMP_MARK = ".tierd-tmp-"
+CHUNK_SIZE = 8 * MIB
+HASH_BUFFER = 4 * MIB
+_MAX_NAME_IN_TEMP = 200  # keeps the temporary name under NAME_MAX (255)
+
+_TRANSIENT_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in (
+        "ENOSPC",
+        "EDQUOT",
+        "EIO",
+        "EAGAIN",
+        "EINTR",
+        "ETIMEDOUT",
+        "ESTALE",
+        "EBUSY",
+        "ENOLCK",
+        "ENOMEM",
+        "ECONNRESET",
+        "ECONNREFUSED",
+        "ECONNABORTED",
+        "EHOSTDOWN",
+        "EHOSTUNREACH",
+        "ENETDOWN",
+        "ENETUNREACH",
+        "ENETRESET",
+        "ECOMM",
+        "EREMOTEIO",
+    )
+    if hasattr(errno, name)
+)
+
+
+def translate_oserror(exc: OSError, action: str, location: str) -> TierdError:
+    """The tierd error for an ``OSError`` raised while doing ``action`` on ``location``."""
+    message = f"{action} {location}: {exc.strerror or exc}"
+    if exc.errno == errno.ENOENT:
+        return NotFound(message)
+    if exc.errno in _TRANSIENT_ERRNOS:
+        return TransientBackendError(message)
+    return PermanentBackendError(message)
+
+
+@contextmanager
+def _os_errors(action: str, location: str) -> Iterator[None]:
+    """The one boundary where OSError becomes a tierd error."""
+    try:
+        yield
+    except OSError as exc:
+        raise translate_oserror(exc, action, location) from exc
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether a file name is one of our temporary names."""
+    return name.startswith(".") and TEMP_MARK in name
+
+
+class PosixReader:
+    """A RangeReader over an open file (``os.preadv`` on the I/O pool)."""
+
+    def __init__(self, fd: int, size: int, location: str) -> None:
+        self._fd = fd
+        self.size = size
+        self._location = location
+
+    async def read_into(self, offset: int, buf: memoryview) -> int:
+        """Fill ``buf`` from ``offset``. Raises Transient/PermanentBackendError."""
+        with _os_errors("read", self._location):
+            return await uninterrupted(blocking(os.preadv, self._fd, [buf], offset))
+
+    async def close(self) -> None:
+        """Close the file (idempotent)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            await blocking(os.close, fd)
+
+
+class PosixBackend(Backend):
+    """A tier rooted at a directory."""
+
+    features = Features(native_checksum=False, server_side_copy=False, multipart=False)
+
+    def __init__(
+        self,
+        tier: PosixTier,
+        *,
+        budget: ByteBudget | None = None,
+        chunk_size: int = CHUNK_SIZE,
+    ) -> None:
+        self.name = tier.name
+        self.root = Path(tier.path)
+        self.concurrency = tier.concurrency
+        self.chunk_size = chunk_size
+        self.budget = budget or default_budget()
+
+    def _path(self, relpath: str) -> Path:
+        return self.root / check_relpath(relpath)
+
+    def location(self, relpath: str) -> str:
+        """The file's absolute path."""
+        return str(self._path(relpath))
+
+    async def _require_root(self) -> None:
+        if not await blocking(os.path.isdir, self.root):
+            raise TransientBackendError(f"tier {self.name}: root {self.root} is missing (not mounted?)")
+
+    async def stat(self, relpath: str) -> ObjectInfo:
+        """Size and mtime (checksum None). Raises NotFound when missing or not a file."""
+        path = self._path(relpath)
+        with _os_errors("stat", str(path)):
+            st = await blocking(os.stat, path)
+        if not stat_mod.S_ISREG(st.st_mode):
+            raise NotFound(f"stat {path}: not a regular file")
+        return ObjectInfo(relpath, st.st_size, None, st.st_mtime)
+
+    async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
+        """Regular files under ``prefix`` (temporary names hidden, symlinks skipped).
+
+        Raises TransientBackendError when the tier root is missing; a missing prefix
+        lists nothing.
+        """
+        pending = [check_prefix(prefix)]
+        await self._require_root()
+        while pending:
+            rel_dir = pending.pop()
+            with _os_errors("list", str(self.root / rel_dir)):
+                files, subdirs = await blocking(_scan_dir, self.root / rel_dir)
+            for name, size, mtime in files:
+                yield ObjectInfo(rel_dir + name, size, None, mtime)
+            pending.extend(f"{rel_dir}{name}/" for name in subdirs)
+
+    async def open_reader(self, relpath: str) -> RangeReader:
+        """A PosixReader. Raises NotFound when missing, PermanentBackendError if unreadable."""
+        path = self._path(relpath)
+        with _os_errors("open", str(path)):
+            fd, size = await blocking(_open_regular, path)
+        return PosixReader(fd, size, str(path))
+
+    async def write(
+        self,
+        relpath: str,
+        reader: RangeReader,
+        *,
+        expected_checksum: str,
+        resume: ResumeStore | None = None,
+        progress: Progress | None = None,
+    ) -> ObjectInfo:
+        """Temp file, parallel hashed pwrite, fsync, read back, rename, fsync the directory.
+
+        ``resume`` is ignored (a POSIX write restarts from byte 0). Raises IntegrityError
+        when the bytes read or read back differ from ``expected_checksum`` (the temp file
+        is removed and the final name untouched), TransientBackendError (ENOSPC, EIO,
+        missing root, ...) or PermanentBackendError (EACCES, EROFS, ...).
+        """
+        final = self._path(relpath)
+        await self._require_root()
+        with _os_errors("create temporary file for", str(final)):
+            temp = await blocking(_Temp.create, self.root, final)
+        try:
+            await self._fill(temp, reader, str(final), expected_checksum, progress)
+            async with self.budget.buffer(HASH_BUFFER) as view:
+                with _os_errors("write", str(temp.path)):
+                    readback = await uninterrupted(blocking(temp.fsync_and_hash, view))
+            if readback != expected_checksum:
+                raise mismatch(str(final), expected_checksum, readback, "read-back")
+            with _os_errors("rename into", str(final)):
+                mtime = await blocking(temp.commit, final)
+        except BaseException:
+            await asyncio.shield(blocking(temp.discard))
+            raise
+        return ObjectInfo(relpath, reader.size, expected_checksum, mtime, "readback")
+
+    async def _fill(
+        self, temp: _Temp, reader: RangeReader, where: str, expected: str, progress: Progress | None
+    ) -> None:
+        """Copy every chunk in parallel, hashing each; IntegrityError on a mismatch."""
+        size, chunk = reader.size, self.chunk_size
+        pieces = [(0, min(chunk, size - off)) for off in range(0, size, chunk)]
+
+        async def copy_chunk(index: int) -> None:
+            offset, length = index * chunk, pieces[index][1]
+            async with self.budget.buffer(length) as view:
+                await read_full(reader, offset, view, where=where)
+                with _os_errors("write", where):
+                    crc = await uninterrupted(blocking(_hash_and_pwrite, temp.fd, view, offset))
+            pieces[index] = (crc, length)
+            if progress is not None:
+                progress(length)
+
+        await for_each(range(len(pieces)), copy_chunk, self.concurrency)
+        actual = checksum.encode(combine_all(pieces))
+        if actual != expected:
+            raise mismatch(where, expected, actual, "source")
+
+    async def delete(self, relpath: str) -> None:
+        """Unlink (missing is fine) and prune emptied directories up to the root.
+
+        Raises PermanentBackendError (EACCES, a directory at that name, ...) or
+        TransientBackendError.
+        """
+        path = self._path(relpath)
+        with _os_errors("delete", str(path)):
+            await blocking(_unlink_and_prune, self.root, path)
+
+    async def hash(self, relpath: str) -> str:
+        """Read back and hash the whole file. Raises NotFound when missing."""
+        path = self._path(relpath)
+        async with self.budget.buffer(HASH_BUFFER) as view:
+            with _os_errors("hash", str(path)):
+                return await uninterrupted(blocking(_hash_path, path, view))
+
+    async def verify(self, relpath: str, expected_checksum: str) -> ObjectInfo:
+        """Read-back verification (POSIX has no native checksum).
+
+        Raises NotFound when missing, IntegrityError on a mismatch.
+        """
+        info = await self.stat(relpath)
+        actual = await self.hash(relpath)
+        if actual != expected_checksum:
+            raise mismatch(self.location(relpath), expected_checksum, actual, "read-back")
+        return ObjectInfo(relpath, info.size, actual, info.mtime, "readback")
+
+    async def abort_stale_uploads(self, older_than_seconds: float) -> int:
+        """Remove temporary files older than that; returns how many were removed.
+
+        Raises TransientBackendError when the root is missing, PermanentBackendError when
+        a directory cannot be read.
+        """
+        await self._require_root()
+        cutoff = time.time() - older_than_seconds
+        with _os_errors("clean up temporary files under", str(self.root)):
+            return await blocking(_remove_stale_temps, self.root, cutoff)
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+# Blocking helpers: each runs on the I/O pool via ``blocking``.
+
+
+def _scan_dir(path: Path) -> tuple[list[tuple[str, int, float]], list[str]]:
+    files: list[tuple[str, int, float]] = []
+    subdirs: list[str] = []
+    try:
+        entries = list(os.scandir(path))
+    except FileNotFoundError:
+        return files, subdirs
+    for entry in sorted(entries, key=lambda e: e.name):
+        if entry.is_dir(follow_symlinks=False):
+            subdirs.append(entry.name)
+        elif entry.is_file(follow_symlinks=False) and not is_temp_name(entry.name):
+            st = entry.stat(follow_symlinks=False)
+            files.append((entry.name, st.st_size, st.st_mtime))
+    subdirs.reverse()  # popped from the end: visit in name order
+    return files, subdirs
+
+
+def _hash_path(path: Path, view: memoryview) -> str:
+    """CRC64NVME of a whole file, read through ``view`` (a budgeted buffer)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        crc = 0
+        while n := os.readv(fd, [view]):
+            crc = checksums.crc64nvme(view[:n], crc)
+    finally:
+        os.close(fd)
+    return checksum.encode(crc)
+
+
+def _open_regular(path: Path) -> tuple[int, int]:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat_mod.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise FileNotFoundError(errno.ENOENT, "not a regular file", str(path))
+    return fd, st.st_size
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # some network file systems refuse directory fsync
+            raise
+    finally:
+        os.close(fd)
+
+
+def _makedirs_durable(root: Path, directory: Path) -> None:
+    """Create missing directories below ``root``, fsyncing each new entry's parent."""
+    missing: list[Path] = []
+    while directory != root and not directory.is_dir():
+        missing.append(directory)
+        directory = directory.parent
+    for new in reversed(missing):
+        try:
+            os.mkdir(new)
+        except FileExistsError:
+            continue
+        _fsync_dir(new.parent)
+
+
+def _hash_and_pwrite(fd: int, view: memoryview, offset: int) -> int:
+    crc = int(checksums.crc64nvme(view, 0))
+    written = 0
+    while written < len(view):
+        written += os.pwrite(fd, view[written:], offset + written)
+    return crc
+
+
+class _Temp:
+    """A temporary file beside its final name; its methods block (run them via ``blocking``)."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd = fd
+        self.path = path
+
+    @classmethod
+    def create(cls, root: Path, final: Path) -> _Temp:
+        """Open a fresh temporary file; retries if a concurrent delete pruned the directory."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        stem = f".{final.name[:_MAX_NAME_IN_TEMP]}{TEMP_MARK}"
+        for attempt in range(3):
+            path = final.parent / f"{stem}{secrets.token_hex(6)}"
+            try:
+                _makedirs_durable(root, final.parent)
+                return cls(os.open(path, flags, 0o644), path)
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def fsync_and_hash(self, view: memoryview) -> str:
+        """Make the bytes durable, drop them from the page cache, hash what is stored."""
+        os.fsync(self.fd)
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return _hash_path(self.path, view)
+
+    def _close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def commit(self, final: Path) -> float:
+        """Rename into place and fsync the directory; returns the final mtime."""
+        self._close()
+        os.rename(self.path, final)
+        _fsync_dir(final.parent)
+        return os.stat(final).st_mtime
+
+    def discard(self) -> None:
+        """Best-effort cleanup after a failed write."""
+        with suppress(OSError):
+            self._close()
+        with suppress(OSError):
+            os.unlink(self.path)
+
+
+def _unlink_and_prune(root: Path, path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    _fsync_dir(path.parent)
+    parent = path.parent
+    while parent != root and root in parent.parents:
+        try:
+            os.rmdir(parent)
+        except OSError:
+            return  # not empty (or gone): stop pruning
+        parent = parent.parent
+
+
+def _remove_stale_temps(root: Path, cutoff: float) -> int:
+    removed = 0
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            if not is_temp_name(name):
+                continue
+            path = os.path.join(dirpath, name)
+            try:
+                if os.lstat(path).st_mtime < cutoff:
+                    os.unlink(path)
+                    removed += 1
+            except FileNotFoundError:
+                continue
+    return removed

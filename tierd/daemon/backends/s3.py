@@ -1,0 +1,392 @@
+"""An S3 tier: any S3-compatible store (AWS, MinIO, Ceph RGW, ...) through aioboto3.
+
+Plain client calls only, never boto3's transfer manager: with awscrt installed it may pick
+the CRT client, which has ignored a custom ``endpoint_url``. botocore's own checksums
+are set to ``when_required`` (we send CRC64NVME ourselves; its default CRC32 trailer is
+refused by some S3-compatible servers) and payload signing is off (the CRC64NVME header
+protects the body, and hashing SHA-256 on the event loop would stall it).
+
+Small objects go up in one PutObject with their CRC64NVME; bigger ones as a multipart
+upload (``s3multipart``). S3 never shows an incomplete multipart object, and a
+PutObject is atomic, so the final key never holds partial bytes.
+
+Verification (``verify``, run by ``write`` and ``copy_from``): with ``verify: native``,
+HeadObject with ``ChecksumMode=ENABLED``; when the store reports a CRC64NVME it must equal
+the expected one (``verified_by="store"``), when it reports none every byte is read back
+and hashed (``verified_by="readback"``). ``verify: readback`` always reads back. AWS
+validates the checksums we send; a store that merely echoes them (moto, ``rclone serve
+s3`` for PutObject) makes "store" only as strong as our own hash of the bytes sent --
+choose ``verify: readback`` for such stores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import aioboto3
+from aiobotocore.config import AioConfig
+
+from tierd.config import S3Tier
+from tierd.daemon import checksum
+from tierd.daemon.backends.base import (
+    Backend,
+    Features,
+    ObjectInfo,
+    Progress,
+    RangeReader,
+    ResumeStore,
+    check_prefix,
+    check_relpath,
+    mismatch,
+)
+from tierd.daemon.backends.s3errors import s3_errors
+from tierd.daemon.backends.s3multipart import MAX_PART, BufferBody, Multipart, TransferSettings
+from tierd.daemon.backends.transfer import MIB, ByteBudget, crc64, default_budget, read_full
+from tierd.errors import IntegrityError, NotFound, TierdError
+from tierd.logs import get_logger
+
+if TYPE_CHECKING:
+    from types_aiobotocore_s3 import S3Client
+    from types_aiobotocore_s3.type_defs import CopySourceTypeDef, HeadObjectOutputTypeDef
+
+__all__ = ["S3Backend", "S3Reader"]
+
+log = get_logger(__name__)
+
+BUFFERED_PART_LIMIT = 16 * MIB
+STREAM_CHUNK = 8 * MIB
+COPY_PART_SIZE = 512 * MIB
+HASH_CHUNK = 1 * MIB
+
+
+class S3Reader:
+    """A RangeReader doing ranged GETs pinned to the ETag seen at open."""
+
+    def __init__(self, backend: S3Backend, key: str, size: int, etag: str | None) -> None:
+        self._backend, self._key, self.size, self._etag = backend, key, size, etag
+
+    async def read_into(self, offset: int, buf: memoryview) -> int:
+        """Fill ``buf`` from ``offset``.
+
+        Raises NotFound if the object vanished, PermanentBackendError if it changed
+        since open (412), TransientBackendError when the network failed.
+        """
+        want = min(len(buf), self.size - offset)
+        if want <= 0:
+            return 0
+        client = await self._backend.client()
+        location = self._backend.location_of_key(self._key)
+        with s3_errors("read", location):
+            response = await client.get_object(
+                Bucket=self._backend.bucket,
+                Key=self._key,
+                Range=f"bytes={offset}-{offset + want - 1}",
+                IfMatch=self._etag or "*",
+            )
+            body = response["Body"]
+            try:
+                got = 0
+                while got < want:
+                    n = await body.readinto(buf[got:want])  # type: ignore[arg-type]
+                    if n == 0:
+                        break
+                    got += n
+            finally:
+                body.close()
+        return got
+
+    async def close(self) -> None:
+        """Nothing to release (connections belong to the backend)."""
+
+
+class S3Backend(Backend):
+    """A tier in ``s3://<bucket>/<prefix>``."""
+
+    features = Features(native_checksum=True, server_side_copy=True, multipart=True)
+
+    def __init__(
+        self,
+        tier: S3Tier,
+        *,
+        budget: ByteBudget | None = None,
+        buffered_part_limit: int = BUFFERED_PART_LIMIT,
+        chunk_size: int = STREAM_CHUNK,
+        copy_part_size: int = COPY_PART_SIZE,
+        copy_object_limit: int = MAX_PART,
+    ) -> None:
+        self.name, self.tier = tier.name, tier
+        self.bucket, self.prefix = tier.bucket, tier.prefix
+        self.settings = TransferSettings(
+            part_size=int(tier.part_size),
+            concurrency=tier.concurrency,
+            budget=budget or default_budget(),
+            buffered_part_limit=buffered_part_limit,
+            chunk_size=chunk_size,
+            copy_part_size=copy_part_size,
+        )
+        self.copy_object_limit = copy_object_limit
+        with s3_errors("configure", f"tier {tier.name}"):
+            self._session = aioboto3.Session(
+                aws_access_key_id=tier.access_key_id,
+                aws_secret_access_key=_secret(tier),
+                profile_name=tier.profile,
+                region_name=tier.region,
+            )
+        self._stack: AsyncExitStack | None = None
+        self._client: S3Client | None = None
+        self._client_lock = asyncio.Lock()
+
+    def _boto_config(self) -> AioConfig:
+        return AioConfig(
+            signature_version="s3v4",
+            s3={"addressing_style": self.tier.addressing_style, "payload_signing_enabled": False},
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            retries={"mode": "standard", "max_attempts": 3},
+            max_pool_connections=max(10, 2 * self.tier.concurrency),
+            connect_timeout=10,
+            read_timeout=120,
+            tcp_keepalive=True,
+        )
+
+    async def client(self) -> S3Client:
+        """The shared aiobotocore client, opened on first use."""
+        async with self._client_lock:
+            if self._client is None:
+                stack = AsyncExitStack()
+                with s3_errors("connect to", self.location_of_key(self.prefix)):
+                    self._client = await stack.enter_async_context(
+                        self._session.client(
+                            "s3",
+                            endpoint_url=self.tier.endpoint_url,
+                            verify=self.tier.verify_tls,
+                            config=self._boto_config(),
+                        )
+                    )
+                self._stack = stack
+            return self._client
+
+    def _key(self, relpath: str) -> str:
+        return self.prefix + check_relpath(relpath)
+
+    def location_of_key(self, key: str) -> str:
+        """``s3://bucket/key``."""
+        return f"s3://{self.bucket}/{key}"
+
+    def location(self, relpath: str) -> str:
+        """``s3://bucket/prefix+relpath``."""
+        return self.location_of_key(self._key(relpath))
+
+    async def _head(self, relpath: str) -> HeadObjectOutputTypeDef:
+        client = await self.client()
+        with s3_errors("stat", self.location(relpath)):
+            return await client.head_object(
+                Bucket=self.bucket, Key=self._key(relpath), ChecksumMode="ENABLED"
+            )
+
+    async def stat(self, relpath: str) -> ObjectInfo:
+        """Size, mtime and the store's CRC64NVME if it reports one.
+
+        Raises NotFound when missing (a missing bucket also answers HEAD with a bare
+        404), PermanentBackendError on access denied, TransientBackendError on 5xx.
+        """
+        head = await self._head(relpath)
+        return ObjectInfo(
+            relpath, head["ContentLength"], head.get("ChecksumCRC64NVME"), head["LastModified"].timestamp()
+        )
+
+    async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
+        """Objects under the directory ``prefix`` (ListObjectsV2, checksum None).
+
+        Raises PermanentBackendError for a missing bucket or access denied.
+        """
+        full = self.prefix + check_prefix(prefix)
+        client = await self.client()
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full)
+        with s3_errors("list", self.location_of_key(full)):
+            async for page in pages:
+                for obj in page.get("Contents", []):
+                    key, mtime = obj["Key"], obj["LastModified"].timestamp()
+                    if not key.endswith("/"):
+                        yield ObjectInfo(key[len(self.prefix) :], obj["Size"], None, mtime)
+
+    async def open_reader(self, relpath: str) -> RangeReader:
+        """An S3Reader. Raises NotFound when missing."""
+        head = await self._head(relpath)
+        return S3Reader(self, self._key(relpath), head["ContentLength"], head.get("ETag"))
+
+    async def write(
+        self,
+        relpath: str,
+        reader: RangeReader,
+        *,
+        expected_checksum: str,
+        resume: ResumeStore | None = None,
+        progress: Progress | None = None,
+    ) -> ObjectInfo:
+        """Upload and verify (see the module docstring).
+
+        With ``resume``, an interrupted multipart upload is picked up where it stopped.
+        Raises IntegrityError when the bytes read, or what the store holds, do not match
+        ``expected_checksum`` (nothing is left under the key: an upload is aborted, a
+        completed object deleted), TransientBackendError (network, throttling, 5xx) or
+        PermanentBackendError (access denied, no such bucket, other 4xx).
+        """
+        key = self._key(relpath)
+        size = reader.size
+        if size <= min(self.settings.part_size, self.settings.buffered_part_limit):
+            await self._put_small(key, reader, expected_checksum)
+            if progress is not None:
+                progress(size)
+        else:
+            upload = Multipart(await self.client(), self.bucket, key, self.settings)
+            await upload.write(relpath, reader, expected_checksum, resume, progress)
+        return await self._verify_written(relpath, expected_checksum, size)
+
+    async def _put_small(self, key: str, reader: RangeReader, expected: str) -> None:
+        location = self.location_of_key(key)
+        client = await self.client()
+        async with self.settings.budget.buffer(reader.size) as view:
+            await read_full(reader, 0, view, where=location)
+            actual = checksum.encode(await crc64(view))
+            if actual != expected:
+                raise mismatch(location, expected, actual, "source")
+            with s3_errors("put", location):
+                await client.put_object(
+                    Bucket=self.bucket,
+                    Key=key,
+                    Body=bytes(view) if len(view) <= HASH_CHUNK else BufferBody(view),  # type: ignore[arg-type]
+                    ContentLength=len(view),
+                    ChecksumAlgorithm="CRC64NVME",
+                    ChecksumCRC64NVME=actual,
+                )
+
+    async def _verify_written(self, relpath: str, expected: str, size: int) -> ObjectInfo:
+        """``verify``, plus the size; on a mismatch delete what was just stored."""
+        try:
+            info = await self.verify(relpath, expected)
+            if info.size != size:
+                raise IntegrityError(f"{self.location(relpath)}: stored {info.size} bytes, sent {size}")
+        except IntegrityError:
+            try:
+                await self.delete(relpath)
+            except TierdError as exc:
+                log.warning("delete_after_mismatch_failed", location=self.location(relpath), error=str(exc))
+            raise
+        return info
+
+    async def verify(self, relpath: str, expected_checksum: str) -> ObjectInfo:
+        """Check the object: natively if the tier says so and the store reports a CRC64NVME.
+
+        Otherwise read back every byte. Raises NotFound when missing, IntegrityError on a
+        mismatch (the object is left in place).
+        """
+        info = await self.stat(relpath)
+        if self.tier.verify == "native" and info.checksum is not None:
+            if info.checksum != expected_checksum:
+                raise mismatch(self.location(relpath), expected_checksum, info.checksum, "store-reported")
+            return replace(info, verified_by="store")
+        actual = await self.hash(relpath)
+        if actual != expected_checksum:
+            raise mismatch(self.location(relpath), expected_checksum, actual, "read-back")
+        return replace(info, checksum=actual, verified_by="readback")
+
+    async def delete(self, relpath: str) -> None:
+        """DeleteObject (missing is fine).
+
+        Raises PermanentBackendError (no such bucket, access denied) or TransientBackendError.
+        """
+        client = await self.client()
+        with s3_errors("delete", self.location(relpath)):
+            await client.delete_object(Bucket=self.bucket, Key=self._key(relpath))
+
+    async def hash(self, relpath: str) -> str:
+        """GET every byte and return its CRC64NVME. Raises NotFound when missing."""
+        client = await self.client()
+        crc = 0
+        with s3_errors("hash", self.location(relpath)):
+            response = await client.get_object(Bucket=self.bucket, Key=self._key(relpath))
+            body = response["Body"]
+            try:
+                while chunk := await body.read(HASH_CHUNK):
+                    crc = await crc64(memoryview(chunk), crc)
+            finally:
+                body.close()
+        return checksum.encode(crc)
+
+    async def abort_stale_uploads(self, older_than_seconds: float) -> int:
+        """Abort multipart uploads under the prefix initiated longer ago than that.
+
+        Returns how many were aborted. Raises PermanentBackendError (no such bucket,
+        access denied, ListMultipartUploads not supported) or TransientBackendError.
+        """
+        cutoff = datetime.now(UTC) - timedelta(seconds=older_than_seconds)
+        client = await self.client()
+        stale: list[tuple[str, str]] = []
+        paginator = client.get_paginator("list_multipart_uploads")
+        try:
+            with s3_errors("list uploads in", self.location_of_key(self.prefix)):
+                async for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix):
+                    uploads = page.get("Uploads", [])
+                    stale += [(u["Key"], u["UploadId"]) for u in uploads if u["Initiated"] <= cutoff]
+        except NotFound:
+            pass  # rclone serve s3 answers NoSuchUpload when there are none
+        upload = Multipart(client, self.bucket, self.prefix, self.settings)
+        for key, upload_id in stale:
+            await upload.abort(key, upload_id)
+        return len(stale)
+
+    def _identity(self) -> tuple[Any, ...]:
+        t = self.tier
+        return (t.endpoint_url, t.region, t.access_key_id, _secret(t), t.profile, t.verify_tls)
+
+    def can_copy_from(self, src: Backend) -> bool:
+        """True for another S3 tier on the same endpoint with the same credentials."""
+        return isinstance(src, S3Backend) and src._identity() == self._identity()
+
+    async def copy_from(
+        self, src: Backend, src_relpath: str, dst_relpath: str, expected_checksum: str
+    ) -> ObjectInfo:
+        """CopyObject (UploadPartCopy past ``copy_object_limit``), then ``verify``.
+
+        Raises NotFound when the source is missing, IntegrityError when the source's own
+        checksum or the copy's differs from ``expected_checksum`` (the copy is deleted),
+        PermanentBackendError when the store cannot copy.
+        """
+        if not isinstance(src, S3Backend) or not self.can_copy_from(src):
+            raise ValueError(f"{self.name} cannot copy server-side from {src.name}")
+        source = await src.stat(src_relpath)
+        if source.checksum is not None and source.checksum != expected_checksum:
+            where = src.location(src_relpath)
+            raise mismatch(where, expected_checksum, source.checksum, "source store-reported")
+        copy_source: CopySourceTypeDef = {"Bucket": src.bucket, "Key": src._key(src_relpath)}
+        key = self._key(dst_relpath)
+        if source.size <= self.copy_object_limit:
+            client = await self.client()
+            with s3_errors("copy to", self.location_of_key(key)):
+                await client.copy_object(
+                    Bucket=self.bucket,
+                    Key=key,
+                    CopySource=copy_source,
+                    ChecksumAlgorithm="CRC64NVME",
+                )
+        else:
+            await Multipart(await self.client(), self.bucket, key, self.settings).copy(
+                copy_source, source.size, expected_checksum
+            )
+        return await self._verify_written(dst_relpath, expected_checksum, source.size)
+
+    async def close(self) -> None:
+        """Close the client's connections."""
+        stack, self._stack, self._client = self._stack, None, None
+        if stack is not None:
+            await stack.aclose()
+
+
+def _secret(tier: S3Tier) -> str | None:
+    return tier.secret_access_key.get_secret_value() if tier.secret_access_key else None

@@ -1,0 +1,181 @@
+"""Shared machinery for moving bytes: a memory budget, bounded parallelism, hashing.
+
+Every buffer a write holds comes from a ByteBudget, so the daemon's memory stays
+bounded whatever the object size and however many writes run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+from awscrt import checksums
+
+from tierd.daemon import checksum
+from tierd.daemon.aio import blocking
+from tierd.daemon.backends.base import RangeReader
+from tierd.errors import IntegrityError
+
+__all__ = [
+    "DEFAULT_BUDGET_BYTES",
+    "INLINE_HASH_LIMIT",
+    "MIB",
+    "ByteBudget",
+    "combine_all",
+    "crc64",
+    "default_budget",
+    "for_each",
+    "read_full",
+    "uninterrupted",
+]
+
+T = TypeVar("T")
+
+MIB = 1024 * 1024
+DEFAULT_BUDGET_BYTES = 64 * MIB
+INLINE_HASH_LIMIT = 1 * MIB  # below this a thread hop costs more than the hash
+
+
+class ByteBudget:
+    """A first-come-first-served counting semaphore measured in bytes.
+
+    Futures are created per wait, so one budget can serve several event loops in turn
+    (as in tests); it is not thread-safe.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit <= 0:
+            raise ValueError("budget must be positive")
+        self.limit = limit
+        self.used = 0
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    async def acquire(self, nbytes: int) -> int:
+        """Wait until ``nbytes`` (capped at the limit) are free; returns what was taken."""
+        nbytes = min(nbytes, self.limit)
+        if not self._waiters and self.used + nbytes <= self.limit:
+            self.used += nbytes
+            return nbytes
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (nbytes, fut)
+        self._waiters.append(entry)
+        try:
+            await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled():
+                self.release(nbytes)  # granted just as we were cancelled
+            else:
+                self._waiters.remove(entry)
+                self._wake()
+            raise
+        return nbytes
+
+    def release(self, nbytes: int) -> None:
+        """Give back what ``acquire`` returned."""
+        self.used -= nbytes
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            nbytes, fut = self._waiters[0]
+            if fut.done():
+                self._waiters.popleft()
+                continue
+            if self.used + nbytes > self.limit:
+                return
+            self._waiters.popleft()
+            self.used += nbytes
+            fut.set_result(None)
+
+    @asynccontextmanager
+    async def buffer(self, nbytes: int) -> AsyncIterator[memoryview]:
+        """A fresh ``nbytes`` buffer charged to the budget while the block runs."""
+        taken = await self.acquire(nbytes)
+        try:
+            yield memoryview(bytearray(nbytes))
+        finally:
+            self.release(taken)
+
+
+_default_budget: ByteBudget | None = None
+
+
+def default_budget() -> ByteBudget:
+    """The process-wide budget that backends share unless given their own."""
+    global _default_budget
+    if _default_budget is None:
+        _default_budget = ByteBudget(DEFAULT_BUDGET_BYTES)
+    return _default_budget
+
+
+async def for_each(items: Iterable[T], fn: Callable[[T], Awaitable[None]], concurrency: int) -> None:
+    """Run ``fn`` over ``items`` with at most ``concurrency`` at once.
+
+    The first failure cancels the rest and is raised as itself (no ExceptionGroup).
+    """
+    iterator = iter(items)
+
+    async def worker() -> None:
+        for item in iterator:
+            await fn(item)
+
+    tasks = [asyncio.create_task(worker()) for _ in range(max(1, concurrency))]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in tasks:
+            if task in done and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def read_full(reader: RangeReader, offset: int, view: memoryview, *, where: str) -> None:
+    """Fill ``view`` from ``offset``; IntegrityError if the source ends early."""
+    filled = 0
+    while filled < len(view):
+        n = await reader.read_into(offset + filled, view[filled:])
+        if n <= 0:
+            raise IntegrityError(
+                f"{where}: source ended at byte {offset + filled}, expected {len(view)} "
+                f"bytes from offset {offset} (did the file shrink?)"
+            )
+        filled += n
+
+
+async def uninterrupted(aw: Awaitable[T]) -> T:
+    """Await ``aw``; if cancelled meanwhile, let it finish first, then re-raise.
+
+    A thread doing ``pwrite`` on a file descriptor cannot be stopped; returning early
+    would let the caller close the descriptor while the thread still writes to it (and
+    a reused descriptor number could point at another file).
+    """
+    task = asyncio.ensure_future(aw)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        raise
+
+
+def _crc(view: memoryview, previous: int) -> int:
+    return int(checksums.crc64nvme(view, previous))
+
+
+async def crc64(view: memoryview, previous: int = 0) -> int:
+    """CRC64NVME of ``view`` continuing ``previous``; big buffers hash off the loop."""
+    if len(view) <= INLINE_HASH_LIMIT:
+        return _crc(view, previous)
+    return await blocking(_crc, view, previous)
+
+
+def combine_all(pieces: Sequence[tuple[int, int]]) -> int:
+    """The CRC of consecutive pieces given as (crc, length) in order."""
+    total = 0
+    for crc, length in pieces:
+        total = checksum.combine(total, crc, length)
+    return total
