@@ -23,7 +23,7 @@ async def test_write_stat_list_read_back(backend: Backend) -> None:
     data = os.urandom(100_000)
     info = await backend.write("run1/step1/shard.bin", BytesReader(data), expected_checksum=crc(data))
     assert (info.relpath, info.size, info.checksum) == ("run1/step1/shard.bin", len(data), crc(data))
-    assert info.verified_by in ("store", "readback")
+    assert info.verified_by in ("store", "readback", "stream")
     stat = await backend.stat("run1/step1/shard.bin")
     assert stat.size == len(data)
     assert stat.mtime is not None
@@ -140,7 +140,7 @@ async def test_hash_and_verify(backend: Backend) -> None:
     assert await backend.hash("v/w.bin") == crc(data)
     info = await backend.verify("v/w.bin", crc(data))
     assert info.checksum == crc(data)
-    assert info.verified_by in ("store", "readback")
+    assert info.verified_by in ("store", "readback", "stream")
     with pytest.raises(IntegrityError):
         await backend.verify("v/w.bin", crc(b"something else"))
     assert await read_back(backend, "v/w.bin") == data  # verify never deletes
@@ -316,7 +316,7 @@ async def test_server_side_copy(harness: Harness) -> None:
     await write_bytes(src, "s/x.bin", data)
     info = await copy_object(src, "s/x.bin", dst, "t/y.bin", crc(data))
     assert info.checksum == crc(data)
-    assert info.verified_by in ("store", "readback")
+    assert info.verified_by in ("store", "readback", "stream")
     assert await read_back(dst, "t/y.bin") == data
     with pytest.raises(IntegrityError):
         await copy_object(src, "s/x.bin", dst, "t/z.bin", crc(b"wrong"))
@@ -353,3 +353,13 @@ async def test_streamed_copy_between_tiers(harness: Harness) -> None:
         await reader.close()
     assert info.checksum == crc(data)
     assert await second.hash("x/y.bin") == crc(data)
+
+
+async def test_native_posix_write_is_verified_in_flight(harness: Harness) -> None:
+    if harness.kind != "posix":
+        pytest.skip("POSIX only: stores verify natively or by read-back")
+    backend = await harness.make()
+    data = os.urandom(MULTIPART_SIZE)
+    info = await write_bytes(backend, "s/t.bin", data)
+    assert (info.verified_by, info.checksum) == ("stream", crc(data))
+    assert await read_back(backend, "s/t.bin") == data

@@ -13,7 +13,9 @@ per backend (``s3errors`` for botocore/aiohttp, ``posix._os_errors`` for ``OSErr
 Verification (``write``'s return value): ``ObjectInfo.checksum`` is set by ``write`` and
 ``verify`` only once the stored bytes were checked against the expected checksum, and
 ``ObjectInfo.verified_by`` says how: ``"store"`` when the store reported the CRC64NVME
-itself, ``"readback"`` when every byte was read back and hashed. ``stat`` reports the
+itself, ``"readback"`` when every byte was read back and hashed, ``"stream"`` when a POSIX
+tier with ``verify: native`` hashed every byte on its way to ``pwrite`` and ``fsync``
+succeeded (the kernel took exactly the bytes recorded at first sight). ``stat`` reports the
 store's own checksum when it has one, ``list`` never does; for both ``verified_by`` is None.
 """
 
@@ -44,7 +46,7 @@ __all__ = [
     "copy_object",
 ]
 
-Verification = Literal["store", "readback"]
+Verification = Literal["store", "readback", "stream"]
 Progress = Callable[[int], None]
 
 

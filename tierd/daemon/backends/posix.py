@@ -38,6 +38,7 @@ from tierd.daemon.backends.base import (
     Progress,
     RangeReader,
     ResumeStore,
+    Verification,
     check_prefix,
     check_relpath,
     mismatch,
@@ -154,6 +155,7 @@ class PosixBackend(Backend):
         self.concurrency = tier.concurrency
         self.chunk_size = chunk_size
         self.budget = budget or default_budget()
+        self.readback = tier.verify == "readback"
 
     def _path(self, relpath: str) -> Path:
         return self.root / check_relpath(relpath)
@@ -209,6 +211,8 @@ class PosixBackend(Backend):
     ) -> ObjectInfo:
         """Temp file, parallel hashed pwrite, fsync, read back, rename, fsync the directory.
 
+        The read-back (after dropping the page cache) runs only for ``verify: readback``;
+        with ``verify: native`` the in-flight hash of every byte written is the check.
         ``resume`` is ignored (a POSIX write restarts from byte 0). Raises IntegrityError
         when the bytes read or read back differ from ``expected_checksum`` (the temp file
         is removed and the final name untouched), TransientBackendError (ENOSPC, EIO,
@@ -220,17 +224,26 @@ class PosixBackend(Backend):
             temp = await blocking(_Temp.create, self.root, final)
         try:
             await self._fill(temp, reader, str(final), expected_checksum, progress)
-            async with self.budget.buffer(HASH_BUFFER) as view:
-                with _os_errors("write", str(temp.path)):
-                    readback = await uninterrupted(blocking(temp.fsync_and_hash, view))
-            if readback != expected_checksum:
-                raise mismatch(str(final), expected_checksum, readback, "read-back")
+            await self._make_durable(temp, str(final), expected_checksum)
             with _os_errors("rename into", str(final)):
                 mtime = await blocking(temp.commit, final)
         except BaseException:
             await asyncio.shield(blocking(temp.discard))
             raise
-        return ObjectInfo(relpath, reader.size, expected_checksum, mtime, "readback")
+        by: Verification = "readback" if self.readback else "stream"
+        return ObjectInfo(relpath, reader.size, expected_checksum, mtime, by)
+
+    async def _make_durable(self, temp: _Temp, where: str, expected: str) -> None:
+        """Make the temp file durable; for ``verify: readback`` also re-read it and compare."""
+        if not self.readback:
+            with _os_errors("write", str(temp.path)):
+                await uninterrupted(blocking(os.fsync, temp.fd))
+            return
+        async with self.budget.buffer(HASH_BUFFER) as view:
+            with _os_errors("write", str(temp.path)):
+                readback = await uninterrupted(blocking(temp.fsync_and_hash, view))
+        if readback != expected:
+            raise mismatch(where, expected, readback, "read-back")
 
     async def _fill(
         self, temp: _Temp, reader: RangeReader, where: str, expected: str, progress: Progress | None
