@@ -6,7 +6,7 @@ from fastapi import FastAPI
 
 from tierd import __version__
 from tierd.api.problems import install_problem_handlers
-from tierd.api.routes import checkpoints, health, notify
+from tierd.api.routes import checkpoints, health, metrics, notify
 from tierd.daemon.context import Context
 
 __all__ = ["create_app"]
@@ -26,4 +26,5 @@ def create_app(ctx: Context) -> FastAPI:
     app.include_router(health.router)
     app.include_router(checkpoints.router)
     app.include_router(notify.router)
+    app.include_router(metrics.router)
     return app

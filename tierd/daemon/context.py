@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from tierd.config import Config
 from tierd.daemon.catalog.db import Database
+from tierd.daemon.metrics import Metrics
 
 __all__ = ["Context"]
 
@@ -22,6 +23,10 @@ class Context:
     #: Set when new work may exist (a checkpoint recorded, a replica verified); the pipeline
     #: clears it when it wakes. Services set it with ``ctx.wake_pipeline()``.
     pipeline_wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    metrics: Metrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metrics = Metrics(self.db, [tier.name for tier in self.config.tiers])
 
     def wake_pipeline(self) -> None:
         """Tell the pipeline to look for new work now rather than at its next poll."""

@@ -295,5 +295,6 @@ async def record_checkpoint(
     det = Detection(run, step, fmt, relpath, hashed, actor, action, verdict.reason)
     outcome, checkpoint_id = await blocking(write_complete, ctx.db, ctx.config, det)
     if outcome is not Outcome.EXISTING:
+        ctx.metrics.detected.labels(fmt).inc()
         ctx.wake_pipeline()
     return outcome, checkpoint_id

@@ -1,0 +1,106 @@
+"""Prometheus metrics: counters the services bump, and gauges read from the catalog at scrape.
+
+Names follow the conventions: prefix ``tierd_``, base units, counters end in ``_total``,
+labels bounded (``tier``, ``state``, ``result``, ``format``) — never a path or a step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+
+from tierd import __version__
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import Checkpoint, Replica, ReplicaState
+from tierd.errors import CatalogError
+
+__all__ = ["Metrics"]
+
+
+class Metrics:
+    """One daemon's metrics, on a registry of their own (so tests can build many)."""
+
+    def __init__(self, db: Database, tiers: list[str]) -> None:
+        self.registry = CollectorRegistry()
+        build = Gauge("tierd_build_info", "tierd build", ["version"], registry=self.registry)
+        build.labels(__version__).set(1)
+        self.detected = Counter(
+            "tierd_checkpoints_detected_total",
+            "Checkpoint steps recorded complete",
+            ["format"],
+            registry=self.registry,
+        )
+        self.transfer_bytes = Counter(
+            "tierd_transfer_bytes_total", "Bytes written into a tier", ["tier"], registry=self.registry
+        )
+        self.transfers = Counter(
+            "tierd_transfers_total",
+            "Checkpoint hops finished, by result (verified, failed, cancelled)",
+            ["tier", "result"],
+            registry=self.registry,
+        )
+        self.transfer_seconds = Histogram(
+            "tierd_transfer_seconds",
+            "Time to copy and verify one checkpoint into a tier",
+            ["tier"],
+            buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600),
+            registry=self.registry,
+        )
+        self.registry.register(_CatalogCollector(db, tiers))
+
+
+class _CatalogCollector(Collector):
+    """Gauges computed from the catalog at scrape time (so every node reports the same truth)."""
+
+    def __init__(self, db: Database, tiers: list[str]) -> None:
+        self.db = db
+        self.tiers = tiers
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up = GaugeMetricFamily("tierd_catalog_up", "Whether the last scrape could read the catalog")
+        try:
+            families = self._read()
+        except CatalogError:
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from families
+
+    def _read(self) -> list[GaugeMetricFamily]:
+        replicas = GaugeMetricFamily("tierd_replicas", "Replicas by tier and state", labels=["tier", "state"])
+        age = GaugeMetricFamily(
+            "tierd_recovery_point_age_seconds",
+            "Age of the newest checkpoint with a verified replica on the tier",
+            labels=["tier"],
+        )
+        verified_bytes = GaugeMetricFamily(
+            "tierd_verified_bytes", "Bytes of checkpoints verified on the tier", labels=["tier"]
+        )
+        now = datetime.now(UTC)
+        with self.db.read_session() as session:
+            counts = session.execute(
+                select(Replica.tier, Replica.state, func.count()).group_by(Replica.tier, Replica.state)
+            ).all()
+            newest = session.execute(
+                select(Replica.tier, func.max(Checkpoint.created_at), func.sum(Checkpoint.total_bytes))
+                .join(Checkpoint, Checkpoint.id == Replica.checkpoint_id)
+                .where(Replica.state == ReplicaState.VERIFIED.value)
+                .group_by(Replica.tier)
+            ).all()
+        seen = {(tier, state): n for tier, state, n in counts}
+        for tier in self.tiers:
+            for state in ReplicaState:
+                replicas.add_metric([tier, state.value], seen.get((tier, state.value), 0))
+        for tier, created, total in newest:
+            if created is not None:
+                created = created if created.tzinfo else created.replace(tzinfo=UTC)
+                age.add_metric([tier], (now - created).total_seconds())
+            verified_bytes.add_metric([tier], float(total or 0))
+        return [replicas, age, verified_bytes]
