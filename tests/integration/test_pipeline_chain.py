@@ -1,0 +1,216 @@
+"""The pipeline in-process over real tiers: POSIX, POSIX, S3 on moto, S3 on ``rclone serve s3``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import update
+from structlog.testing import capture_logs
+
+from tests.fixtures.s3servers import S3Server
+from tests.integration.daemon_helpers import (
+    MiB,
+    all_jobs,
+    audit,
+    record_checkpoint,
+    replicas,
+    states,
+    uploads,
+    write_files,
+)
+from tierd.api.app import create_app
+from tierd.config import Config
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.migrate import upgrade
+from tierd.daemon.catalog.models import Replica
+from tierd.daemon.context import Context
+from tierd.daemon.pipeline.options import PipelineOptions
+from tierd.daemon.pipeline.retry import Backoff
+from tierd.daemon.pipeline.service import PipelineService
+
+FAST = PipelineOptions(
+    poll_interval=0.05,
+    lease_seconds=10,
+    renew_interval=1,
+    progress_interval=0.05,
+    file_backoff=Backoff(base=0.01, cap=0.05),
+    job_backoff=Backoff(base=0.05, cap=0.2),
+)
+SIZES = {
+    "shard0.distcp": 12 * MiB + 123,  # multipart: three 5 MiB parts
+    "shard1.distcp": 1 * MiB + 7,  # one PutObject
+    "nested/dir/empty.bin": 0,
+    ".metadata": 3000,  # written last: the completion marker
+}
+
+
+def _config(tmp_path: Path, *s3_tiers: Any, **overrides: Any) -> Config:
+    tiers: list[Any] = [
+        {"name": "nvme", "kind": "posix", "path": str(tmp_path / "nvme")},
+        {"name": "pfs", "kind": "posix", "path": str(tmp_path / "pfs"), "concurrency": 2},
+        *s3_tiers,
+    ]
+    (tmp_path / "nvme").mkdir()
+    (tmp_path / "pfs").mkdir()
+    return Config(
+        node="n1", catalog={"url": f"sqlite:///{tmp_path / 'catalog.db'}"}, tiers=tiers, **overrides
+    )
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Database:
+    db = Database(f"sqlite:///{tmp_path / 'catalog.db'}")
+    upgrade(db)
+    return db
+
+
+async def _run_until(config: Config, db: Database, done: Callable[[], bool], timeout: float = 60) -> Context:
+    ctx = Context(config=config, db=db)
+    service = PipelineService(ctx, FAST)
+    await service.start()
+    try:
+        async with asyncio.timeout(timeout):
+            while not await asyncio.to_thread(done):
+                await asyncio.sleep(0.05)
+    finally:
+        await service.stop(5)
+    return ctx
+
+
+def _objects(server: S3Server, bucket: str) -> dict[str, bytes]:
+    client = server.client()
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    return {key: client.get_object(Bucket=bucket, Key=key)["Body"].read() for key in keys}
+
+
+async def test_four_tier_chain_copies_every_byte(
+    tmp_path: Path, database: Database, moto_server: S3Server, rclone_server: S3Server
+) -> None:
+    s3 = moto_server.new_tier("s3")
+    dr = rclone_server.new_tier("dr")
+    config = _config(tmp_path, s3, dr)
+    data = write_files(tmp_path / "nvme" / "demo" / "step100", SIZES)
+    cid = record_checkpoint(database, config, "demo", 100, "demo/step100")
+
+    with capture_logs() as logs:
+        await _run_until(config, database, lambda: states(database, cid)["dr"] == "verified")
+
+    expected = {f"demo/step100/{name}": content for name, content in data.items()}
+    pfs = tmp_path / "pfs"
+    assert {str(p.relative_to(pfs)): p.read_bytes() for p in pfs.rglob("*") if p.is_file()} == expected
+    assert _objects(moto_server, s3.bucket) == expected
+    assert _objects(rclone_server, dr.bucket) == expected
+    for server, bucket in ((moto_server, s3.bucket), (rclone_server, dr.bucket)):
+        assert server.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+    rows = replicas(database, cid)
+    total = sum(SIZES.values())
+    for tier in ("pfs", "s3", "dr"):
+        assert (rows[tier].state, rows[tier].bytes_done, rows[tier].error) == ("verified", total, None)
+        assert rows[tier].verified_at is not None
+    assert rows["s3"].location == f"s3://{s3.bucket}/demo/step100"
+    assert rows["pfs"].location == str(pfs / "demo" / "step100")
+    assert [(j.src_tier, j.dst_tier, j.state) for j in all_jobs(database)] == [
+        ("nvme", "pfs", "done"),
+        ("pfs", "s3", "done"),
+        ("s3", "dr", "done"),
+    ]
+    assert [(e.actor, e.action, e.tier) for e in audit(database)] == [
+        ("pipeline", "replica_verified", "pfs"),
+        ("pipeline", "replica_verified", "s3"),
+        ("pipeline", "replica_verified", "dr"),
+    ]
+    assert uploads(database) == []
+    # the completion marker went last on every hop
+    copied = [e for e in logs if e["event"] == "file_copied"]
+    for tier in ("pfs", "s3", "dr"):
+        assert [e["relpath"] for e in copied if e["tier"] == tier][-1].endswith(".metadata")
+
+
+async def test_same_endpoint_copies_server_side(
+    tmp_path: Path, database: Database, moto_server: S3Server
+) -> None:
+    s3 = moto_server.new_tier("s3")
+    second = moto_server.new_tier("region2")
+    config = _config(tmp_path, s3, second)
+    data = write_files(tmp_path / "nvme" / "r" / "s1", {"a.bin": 6 * MiB, "b.bin": 10})
+    cid = record_checkpoint(database, config, "r", 1, "r/s1")
+
+    with capture_logs() as logs:
+        await _run_until(config, database, lambda: states(database, cid)["region2"] == "verified")
+
+    assert _objects(moto_server, second.bucket) == {f"r/s1/{k}": v for k, v in data.items()}
+    methods = {(e["tier"], e["method"]) for e in logs if e["event"] == "file_copied"}
+    assert methods == {("pfs", "streamed"), ("s3", "streamed"), ("region2", "server-side")}
+
+
+async def test_newest_checkpoint_moves_first(tmp_path: Path, database: Database) -> None:
+    config = _config(tmp_path)
+    ids = []
+    for step in (1, 2, 3):
+        write_files(tmp_path / "nvme" / "r" / f"s{step}", {"x": 1000})
+        ids.append(record_checkpoint(database, config, "r", step, f"r/s{step}"))
+    one_at_a_time = config.model_copy(
+        update={"tiers": [config.tiers[0], config.tiers[1].model_copy(update={"concurrency": 1})]}
+    )
+    with capture_logs() as logs:
+        await _run_until(
+            one_at_a_time, database, lambda: all(states(database, c)["pfs"] == "verified" for c in ids)
+        )
+    order = [e["checkpoint"] for e in logs if e["event"] == "hop_started"]
+    assert order == ids[::-1]
+
+
+async def test_corrupted_source_is_never_verified(tmp_path: Path, database: Database) -> None:
+    config = _config(tmp_path)
+    write_files(tmp_path / "nvme" / "r" / "s1", {"model.pt": 3 * MiB, ".metadata": 100})
+    cid = record_checkpoint(database, config, "r", 1, "r/s1")
+    victim = tmp_path / "nvme" / "r" / "s1" / "model.pt"
+    with victim.open("r+b") as f:  # one flipped byte after detection recorded the checksum
+        f.seek(1_000_000)
+        byte = f.read(1)
+        f.seek(1_000_000)
+        f.write(bytes([byte[0] ^ 0x01]))
+
+    ctx = await _run_until(config, database, lambda: states(database, cid)["pfs"] == "failed")
+
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(ctx)), base_url="http://t"
+    ) as api:
+        [item] = (await api.get("/v1/checkpoints")).json()["items"]
+    shown = {r["tier"]: (r["state"], r["verified_at"], r["error"]) for r in item["replicas"]}
+    assert shown["pfs"][:2] == ("failed", None)
+    assert "IntegrityError" in shown["pfs"][2]
+    row = replicas(database, cid)["pfs"]
+    assert row.verified_at is None
+    assert row.error is not None
+    assert "IntegrityError" in row.error
+    assert "model.pt" in row.error
+    [job] = all_jobs(database)
+    assert (job.state, job.detail["reason"]) == ("failed", "integrity")
+    assert [(e.action, e.tier) for e in audit(database)] == [("replica_failed", "pfs")]
+    # nothing under a final name, no temporary left, and the marker never went ahead of its data
+    assert [p for p in (tmp_path / "pfs").rglob("*") if p.is_file()] == []
+    assert states(database, cid) == {"nvme": "verified", "pfs": "failed"}
+
+
+async def test_a_gone_copy_falls_back_to_the_nearest_earlier_verified_tier(
+    tmp_path: Path, database: Database
+) -> None:
+    (tmp_path / "obj").mkdir()
+    config = _config(tmp_path, {"name": "obj", "kind": "posix", "path": str(tmp_path / "obj")})
+    data = write_files(tmp_path / "nvme" / "r" / "s1", {"x.bin": 5000})
+    cid = record_checkpoint(database, config, "r", 1, "r/s1")
+    with database.session() as s:  # retention already removed the pfs copy
+        s.execute(update(Replica).where(Replica.tier == "pfs").values(state="deleted"))
+
+    await _run_until(config, database, lambda: states(database, cid)["obj"] == "verified")
+
+    assert (tmp_path / "obj" / "r" / "s1" / "x.bin").read_bytes() == data["x.bin"]
+    assert [(j.src_tier, j.dst_tier, j.state) for j in all_jobs(database)] == [("nvme", "obj", "done")]
+    assert states(database, cid)["pfs"] == "deleted"

@@ -1,0 +1,75 @@
+"""CatalogResumeStore: multipart state survives in the catalog (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from structlog.testing import capture_logs
+
+from tests.unit.pipeline.helpers import add_checkpoint
+from tierd.daemon.backends.base import PartState, UploadState
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import Upload
+from tierd.daemon.pipeline.resume import CatalogResumeStore, forget_uploads
+
+MiB = 1024 * 1024
+
+
+async def test_round_trip(db: Database) -> None:
+    cid = add_checkpoint(db, 1)
+    store = CatalogResumeStore(db, cid, "s3")
+    assert await store.load("demo/step1/a") is None
+    state = UploadState("up-1", "prefix/demo/step1/a", 5 * MiB, 12 * MiB)
+    await store.begin("demo/step1/a", state)
+    await store.part_done("demo/step1/a", PartState(2, 5 * MiB, "etag2", "crc2"))
+    await store.part_done("demo/step1/a", PartState(1, 5 * MiB, "etag1", "crc1"))
+
+    # a new process (a new store) sees what the old one recorded, parts in order
+    again = await CatalogResumeStore(db, cid, "s3").load("demo/step1/a")
+    assert again == UploadState(
+        "up-1",
+        "prefix/demo/step1/a",
+        5 * MiB,
+        12 * MiB,
+        (PartState(1, 5 * MiB, "etag1", "crc1"), PartState(2, 5 * MiB, "etag2", "crc2")),
+    )
+    # scoped to its checkpoint and tier
+    assert await CatalogResumeStore(db, cid, "dr").load("demo/step1/a") is None
+    await store.clear("demo/step1/a")
+    assert await store.load("demo/step1/a") is None
+    await store.clear("demo/step1/a")  # clearing twice is fine
+
+
+async def test_begin_replaces_and_reports_a_restart(db: Database) -> None:
+    cid = add_checkpoint(db, 1)
+    store = CatalogResumeStore(db, cid, "s3")
+    await store.begin("f", UploadState("old", "f", 5 * MiB, 6 * MiB, (PartState(1, 5 * MiB, "e", "c"),)))
+    with capture_logs() as logs:
+        loaded = await store.load("f")
+        assert loaded is not None
+        await store.clear("f")  # the backend found the upload gone on the server
+        await store.begin("f", UploadState("new", "f", 5 * MiB, 6 * MiB))
+        await store.part_done("f", PartState(1, 5 * MiB, "e1", "c1"))
+        await store.part_done("f", PartState(1, 5 * MiB, "e1b", "c1"))  # the same part sent again
+    events = [(e["event"], e.get("old"), e.get("new"), e.get("part")) for e in logs]
+    assert events == [
+        ("upload_resume_loaded", None, None, None),
+        ("upload_restarted", "old", "new", None),
+        ("upload_part_resent", None, None, 1),
+    ]
+    state = await store.load("f")
+    assert state is not None
+    assert (state.upload_id, state.parts) == ("new", (PartState(1, 5 * MiB, "e1b", "c1"),))
+
+
+async def test_forget_uploads_drops_every_record_of_a_hop(db: Database) -> None:
+    cid = add_checkpoint(db, 1)
+    other = add_checkpoint(db, 2)
+    for checkpoint, tier, rel in ((cid, "s3", "a"), (cid, "s3", "b"), (cid, "dr", "a"), (other, "s3", "a")):
+        store = CatalogResumeStore(db, checkpoint, tier)
+        await store.begin(rel, UploadState(f"{checkpoint}{tier}{rel}", rel, 5 * MiB, 6 * MiB))
+        await store.part_done(rel, PartState(1, 5 * MiB, "e", "c"))
+    with db.session() as s:
+        forget_uploads(s, cid, "s3")
+    with db.read_session() as s:
+        left = sorted((u.checkpoint_id, u.tier, u.relpath, len(u.parts)) for u in s.scalars(select(Upload)))
+    assert left == [(cid, "dr", "a", 1), (other, "s3", "a", 1)]

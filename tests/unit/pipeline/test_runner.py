@@ -1,0 +1,183 @@
+"""A hop's outcome under failures: retries, backoff to a later pass, permanent errors, lost leases.
+
+Real POSIX tiers under tmp_path; the destination backend is wrapped to fail on cue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select, update
+
+from tests.integration.daemon_helpers import all_jobs, audit, record_checkpoint, replicas, write_files
+from tierd.config import Config
+from tierd.daemon.backends.base import Backend, ObjectInfo, Progress, RangeReader, ResumeStore
+from tierd.daemon.backends.posix import PosixBackend
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import Job
+from tierd.daemon.context import Context
+from tierd.daemon.pipeline import jobs
+from tierd.daemon.pipeline.options import PipelineOptions
+from tierd.daemon.pipeline.retry import Backoff
+from tierd.daemon.pipeline.runner import HopRunner, Limits
+from tierd.daemon.pipeline.scheduler import schedule_pass
+from tierd.daemon.pipeline.service import PipelineService
+from tierd.errors import PermanentBackendError, TierdError, TransientBackendError
+
+FAST = PipelineOptions(
+    poll_interval=0.02,
+    lease_seconds=30,
+    renew_interval=0.05,
+    progress_interval=0.02,
+    file_attempts=3,
+    file_backoff=Backoff(base=0.001, cap=0.01),
+    job_backoff=Backoff(base=0.05, cap=0.05),
+)
+
+
+class Flaky(PosixBackend):
+    """A POSIX tier whose writes raise the queued errors first."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.errors: list[TierdError] = []
+        self.writes = 0
+        self.gate: asyncio.Event | None = None
+
+    async def write(
+        self,
+        relpath: str,
+        reader: RangeReader,
+        *,
+        expected_checksum: str,
+        resume: ResumeStore | None = None,
+        progress: Progress | None = None,
+    ) -> ObjectInfo:
+        self.writes += 1
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.errors:
+            raise self.errors.pop(0)
+        return await super().write(
+            relpath, reader, expected_checksum=expected_checksum, resume=resume, progress=progress
+        )
+
+
+@pytest.fixture
+def setup(tmp_path: Path, sqlite_db: Database) -> tuple[Config, Database, Flaky, int]:
+    for name in ("nvme", "pfs"):
+        (tmp_path / name).mkdir()
+    config = Config(
+        node="n1",
+        catalog={"url": sqlite_db.url},
+        tiers=[
+            {"name": "nvme", "kind": "posix", "path": str(tmp_path / "nvme")},
+            {"name": "pfs", "kind": "posix", "path": str(tmp_path / "pfs")},
+        ],
+    )
+    write_files(tmp_path / "nvme" / "r" / "s1", {"a": 1000, "b": 2000})
+    cid = record_checkpoint(sqlite_db, config, "r", 1, "r/s1")
+    flaky = Flaky(config.tiers[1])
+    return config, sqlite_db, flaky, cid
+
+
+async def _run(config: Config, db: Database, dst: Flaky, until: Callable[[], bool]) -> None:
+    backends: dict[str, Backend] = {"nvme": PosixBackend(config.tier0), "pfs": dst}
+    service = PipelineService(Context(config=config, db=db), FAST, backends=backends)
+    await service.start()
+    try:
+        async with asyncio.timeout(20):
+            while not until():
+                await asyncio.sleep(0.01)
+    finally:
+        await service.stop(5)
+
+
+async def test_transient_errors_are_retried_within_the_hop(
+    setup: tuple[Config, Database, Flaky, int],
+) -> None:
+    config, db, dst, cid = setup
+    dst.errors = [TransientBackendError("503 slow down"), TransientBackendError("timeout")]
+    await _run(config, db, dst, lambda: replicas(db, cid)["pfs"].state == "verified")
+    assert dst.writes == 4  # two files, one of them tried three times
+    assert [(j.state, j.attempts) for j in all_jobs(db)] == [("done", 0)]
+
+
+async def test_exhausted_retries_fail_the_replica_then_a_later_pass_retries(
+    setup: tuple[Config, Database, Flaky, int],
+) -> None:
+    config, db, dst, cid = setup
+    dst.errors = [TransientBackendError("503")] * 3  # all of one file's tries
+    dst.gate = asyncio.Event()
+    seen: list[tuple[str, str | None]] = []
+
+    def record() -> bool:
+        row = replicas(db, cid)["pfs"]
+        if not seen or seen[-1] != (row.state, row.error):
+            seen.append((row.state, row.error))
+        dst.gate.set()  # type: ignore[union-attr]
+        return row.state == "verified"
+
+    await _run(config, db, dst, record)
+    states = [state for state, _ in seen]
+    assert "failed" in states
+    assert states[-1] == "verified"
+    failed_error = next(error for state, error in seen if state == "failed")
+    assert failed_error is not None
+    assert "TransientBackendError: 503" in failed_error
+    assert [e.action for e in audit(db)] == ["replica_failed", "replica_verified"]
+    assert audit(db)[0].detail["retry_at"] is not None
+    assert replicas(db, cid)["pfs"].error is None
+    [job] = all_jobs(db)  # the same job, retried on a later pass after its not_before
+    assert (job.state, job.attempts, job.last_error) == ("done", 1, None)
+    assert job.not_before is not None
+
+
+async def test_permanent_errors_fail_at_once(setup: tuple[Config, Database, Flaky, int]) -> None:
+    config, db, dst, cid = setup
+    dst.errors = [PermanentBackendError("access denied")]
+    await _run(config, db, dst, lambda: replicas(db, cid)["pfs"].state == "failed")
+    assert dst.writes <= 2  # no retry of the failed file (the other may have started alongside)
+    [job] = all_jobs(db)
+    assert (job.state, job.detail["reason"], job.last_error) == (
+        "failed",
+        "permanent",
+        "PermanentBackendError: access denied",
+    )
+    assert replicas(db, cid)["pfs"].error == "PermanentBackendError: access denied"
+    # a restart gives permanent failures another chance (the config may have been fixed)
+    assert jobs.requeue_failed(db, "permanent") == [job.id]
+    assert jobs.requeue_failed(db, "permanent") == []
+
+
+async def test_a_worker_that_lost_its_lease_stops_and_writes_nothing(
+    setup: tuple[Config, Database, Flaky, int],
+) -> None:
+    config, db, dst, cid = setup
+    dst.gate = asyncio.Event()  # the copy hangs, as if the worker stalled
+    schedule_pass(db, ["nvme", "pfs"])
+    claim = jobs.claim(db, "n1:1", ["pfs"], lease_seconds=30)
+    assert claim is not None
+    runner = HopRunner(
+        db=db,
+        backends={"nvme": PosixBackend(config.tier0), "pfs": dst},
+        tiers=config.tiers,
+        limits=Limits.for_tiers(config.tiers),
+        options=FAST,
+        owner="n1:1",
+        claim=claim,
+    )
+    task = asyncio.create_task(runner.run())
+    await asyncio.sleep(0.1)
+    with db.session() as s:  # the lease expired and another worker took the job
+        s.execute(update(Job).where(Job.id == claim.job_id).values(lease_owner="n2:9"))
+    assert await asyncio.wait_for(task, 5) == "lost"
+    with db.read_session() as s:
+        job = s.scalars(select(Job)).one()
+    assert (job.state, job.lease_owner) == ("running", "n2:9")
+    assert replicas(db, cid)["pfs"].state == "copying"  # left for the new owner
+    assert audit(db) == []

@@ -1,0 +1,45 @@
+"""The pipeline's timings and limits, in one frozen value (defaults for production)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tierd.daemon.pipeline.retry import Backoff
+
+__all__ = ["PipelineOptions"]
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """How often the pipeline looks for work, how long a lease lasts, how hard it retries.
+
+    The config file does not expose these: they are tuned for the daemon, and tests
+    shorten them.
+    """
+
+    #: Seconds between scheduler passes when nobody wakes the pipeline.
+    poll_interval: float = 2.0
+    #: A running job's lease; another worker may claim the job once it has expired.
+    lease_seconds: float = 60.0
+    #: How often a running job renews its lease (well inside ``lease_seconds``).
+    renew_interval: float = 15.0
+    #: How often a running job writes ``bytes_done`` to its replica row.
+    progress_interval: float = 0.5
+    #: Bytes of transfer buffers the whole daemon may hold at once (the backends' ByteBudget).
+    memory_budget: int = 32 * MiB
+    #: How often a running job hands freed buffer memory back to the OS (``malloc_trim``).
+    trim_interval: float = 5.0
+    #: Tries per file for retryable errors (the first try included).
+    file_attempts: int = 4
+    #: Tries per file that may end in a checksum mismatch before the mismatch is final.
+    integrity_attempts: int = 2
+    #: Backoff between tries of one file.
+    file_backoff: Backoff = field(default_factory=lambda: Backoff(base=0.5, cap=20.0))
+    #: Backoff before a failed job is tried again on a later pass (``not_before``).
+    job_backoff: Backoff = field(default_factory=lambda: Backoff(base=30.0, cap=3600.0))
+    #: Multipart uploads older than this, and not wanted by the catalog, are aborted.
+    stale_upload_seconds: float = 24 * 3600.0
+    #: Seconds between sweeps for stale multipart uploads.
+    stale_sweep_interval: float = 3600.0

@@ -1,0 +1,252 @@
+"""Run one claimed copy job: every file of a checkpoint from its source tier to the next.
+
+The runner marks the replica ``copying``, copies the files (the newest-written file,
+usually the format's completion marker, last and alone, so a tier never shows a
+checkpoint's marker before its data), records progress and renews the lease from a
+heartbeat, then marks the replica ``verified`` or ``failed``. Cancelled (shutdown), it
+puts the job back in the queue and leaves the replica ``pending`` and resumable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from tierd.config import TierConfig
+from tierd.daemon.aio import blocking
+from tierd.daemon.backends.base import Backend
+from tierd.daemon.backends.transfer import for_each
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import utcnow
+from tierd.daemon.pipeline import jobs, records
+from tierd.daemon.pipeline.jobs import Claim
+from tierd.daemon.pipeline.memory import trim_freed_memory
+from tierd.daemon.pipeline.options import PipelineOptions
+from tierd.daemon.pipeline.records import FileSpec, HopPlan
+from tierd.daemon.pipeline.resume import CatalogResumeStore
+from tierd.daemon.pipeline.throttle import PriorityPool, TokenBucket
+from tierd.daemon.pipeline.transfer import FileCopier, already_there
+from tierd.errors import CatalogError, IntegrityError, PermanentBackendError, TierdError
+from tierd.logs import get_logger
+
+__all__ = ["HopRunner", "Limits", "Outcome"]
+
+log = get_logger(__name__)
+
+Outcome = str  # "verified" | "failed" | "retry" | "cancelled" | "lost"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What every hop into a tier shares: its file slots and its bandwidth cap."""
+
+    slots: Mapping[str, PriorityPool]
+    buckets: Mapping[str, TokenBucket | None]
+
+    @classmethod
+    def for_tiers(cls, tiers: Sequence[TierConfig]) -> Limits:
+        """Slots = ``tier.concurrency``; a bucket where ``tier.bandwidth_limit`` is set."""
+        return cls(
+            slots={t.name: PriorityPool(t.concurrency) for t in tiers},
+            buckets={
+                t.name: TokenBucket(int(t.bandwidth_limit)) if t.bandwidth_limit else None for t in tiers
+            },
+        )
+
+
+class _Progress:
+    """Bytes copied so far: finished files plus the files in flight."""
+
+    def __init__(self) -> None:
+        self.finished = 0
+        self.inflight: dict[str, int] = {}
+        self.done: set[str] = set()
+
+    def counter(self, relpath: str, size: int) -> Callable[[int | None], None]:
+        def count(nbytes: int | None) -> None:
+            if nbytes is None:
+                self.inflight[relpath] = 0
+            else:
+                self.inflight[relpath] = min(size, self.inflight.get(relpath, 0) + nbytes)
+
+        return count
+
+    def finish(self, spec: FileSpec) -> None:
+        self.inflight.pop(spec.relpath, None)
+        self.finished += spec.size
+        self.done.add(spec.relpath)
+
+    @property
+    def total(self) -> int:
+        return self.finished + sum(self.inflight.values())
+
+
+class HopRunner:
+    """Runs one claimed job to an outcome (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        backends: Mapping[str, Backend],
+        tiers: Sequence[TierConfig],
+        limits: Limits,
+        options: PipelineOptions,
+        owner: str,
+        claim: Claim,
+    ) -> None:
+        self.db, self.backends, self.tiers = db, backends, tiers
+        self.limits, self.options, self.owner, self.claim = limits, options, owner, claim
+        self.progress = _Progress()
+        self.lost = False
+
+    @property
+    def description(self) -> str:
+        """``checkpoint <id> → <tier>`` for logs."""
+        return f"checkpoint {self.claim.checkpoint_id} -> {self.claim.dst_tier}"
+
+    async def run(self) -> Outcome:
+        """Copy, verify and record; re-raises CancelledError after releasing the job."""
+        names = [t.name for t in self.tiers]
+        plan = await blocking(records.start_hop, self.db, self.claim, self.owner, names)
+        if plan is None:
+            return "cancelled"
+        log.info(
+            "hop_started", checkpoint=self.claim.checkpoint_id, src=plan.src_tier, dst=self.claim.dst_tier
+        )
+        started = time.monotonic()
+        main = asyncio.current_task()
+        assert main is not None
+        heartbeat = asyncio.create_task(self._heartbeat(main), name=f"pipeline:heartbeat:{self.claim.job_id}")
+        try:
+            await self._copy_all(plan)
+        except asyncio.CancelledError:
+            heartbeat.cancel()
+            if self.lost:
+                main.uncancel()
+                return "lost"
+            await asyncio.shield(self._release())
+            raise
+        except Exception as exc:
+            heartbeat.cancel()
+            return await self._fail(plan, exc)
+        finally:
+            heartbeat.cancel()
+            await blocking(trim_freed_memory)
+        return await self._verified(plan, time.monotonic() - started)
+
+    async def _copy_all(self, plan: HopPlan) -> None:
+        src, dst = self.backends[plan.src_tier], self.backends[self.claim.dst_tier]
+        tier = next(t for t in self.tiers if t.name == self.claim.dst_tier)
+        copier = FileCopier(
+            src=src,
+            dst=dst,
+            slots=self.limits.slots[tier.name],
+            priority=self.claim.priority,
+            resume=CatalogResumeStore(self.db, self.claim.checkpoint_id, tier.name)
+            if dst.features.multipart
+            else None,
+            bucket=self.limits.buckets.get(tier.name),
+            readback=tier.verify == "readback",
+            backoff=self.options.file_backoff,
+            attempts=self.options.file_attempts,
+            integrity_attempts=self.options.integrity_attempts,
+        )
+        resumed = "done" in self.claim.detail or bool(plan.done)
+
+        async def one(spec: FileSpec) -> None:
+            if resumed and await already_there(dst, spec, spec.relpath in plan.done):
+                self.progress.finish(spec)
+                return
+            await copier.copy(spec, self.progress.counter(spec.relpath, spec.size))
+            self.progress.finish(spec)
+
+        ordered = sorted(plan.files, key=lambda f: (f.mtime_ns, f.relpath))
+        await for_each(ordered[:-1], one, tier.concurrency)
+        await for_each(ordered[-1:], one, 1)  # the completion marker, once the data is there
+
+    async def _heartbeat(self, main: asyncio.Task[object]) -> None:
+        """Write progress every ``progress_interval``; renew the lease every ``renew_interval``."""
+        last_renew = last_trim = time.monotonic()
+        last_saved = (-1, -1)
+        while True:
+            await asyncio.sleep(self.options.progress_interval)
+            if time.monotonic() - last_trim >= self.options.trim_interval:
+                await blocking(trim_freed_memory)
+                last_trim = time.monotonic()
+            renew = time.monotonic() - last_renew >= self.options.renew_interval
+            state = (self.progress.total, len(self.progress.done))
+            if state == last_saved and not renew:
+                continue
+            try:
+                ok = await self._save(lease=renew)
+            except CatalogError as exc:
+                log.warning("progress_not_saved", job=self.claim.job_id, error=str(exc))
+                continue
+            if not ok:
+                log.warning("lease_lost", job=self.claim.job_id, hop=self.description)
+                self.lost = True
+                main.cancel()
+                return
+            last_saved = state
+            if renew:
+                last_renew = time.monotonic()
+
+    async def _save(self, *, lease: bool) -> bool:
+        return await blocking(
+            records.save_progress,
+            self.db,
+            self.claim,
+            self.owner,
+            self.progress.total,
+            sorted(self.progress.done),
+            lease_seconds=self.options.lease_seconds if lease else None,
+        )
+
+    async def _release(self) -> None:
+        """Shutdown: keep what was done, hand the job back to the queue."""
+        try:
+            await self._save(lease=False)
+            await blocking(
+                jobs.release, self.db, self.claim.job_id, self.owner, bytes_done=self.progress.total
+            )
+        except CatalogError as exc:  # the next start-up requeues it anyway
+            log.warning("release_failed", job=self.claim.job_id, error=str(exc))
+        log.info("hop_released", hop=self.description, bytes_done=self.progress.total)
+
+    async def _verified(self, plan: HopPlan, seconds: float) -> Outcome:
+        dst = self.backends[self.claim.dst_tier]
+        location = dst.location(plan.path)
+        if not await blocking(records.mark_verified, self.db, plan, self.owner, location, seconds):
+            return "lost"
+        rate = plan.total_bytes / seconds / 1e6 if seconds > 0 else 0.0
+        log.info(
+            "replica_verified",
+            hop=self.description,
+            src=plan.src_tier,
+            bytes=plan.total_bytes,
+            files=len(plan.files),
+            seconds=round(seconds, 3),
+            mb_per_s=round(rate, 1),
+        )
+        return "verified"
+
+    async def _fail(self, plan: HopPlan, exc: Exception) -> Outcome:
+        error = f"{type(exc).__name__}: {exc}"
+        terminal = isinstance(exc, IntegrityError | PermanentBackendError)
+        reason = "integrity" if isinstance(exc, IntegrityError) else "permanent" if terminal else "retryable"
+        retry_at = None
+        if not terminal:
+            delay = self.options.job_backoff.delay(self.claim.attempts)
+            retry_at = utcnow() + timedelta(seconds=delay)
+        if not isinstance(exc, TierdError):
+            log.error("hop_error", hop=self.description, error=error, exc_info=exc)
+        await self._save(lease=False)
+        await blocking(
+            records.mark_failed, self.db, plan, self.owner, error, retry_at=retry_at, reason=reason
+        )
+        log.warning("replica_failed", hop=self.description, error=error, retry_at=retry_at, reason=reason)
+        return "failed" if terminal else "retry"

@@ -1,0 +1,174 @@
+"""Copy one file between tiers: throttled, verified against the first-sight checksum, retried.
+
+The destination backend's ``write`` streams the bytes with bounded memory, hashes them
+while reading and refuses (IntegrityError, nothing under the final name) when they do
+not match. On top of that this module adds the tier's bandwidth cap, a read-back hash
+for ``verify: readback`` tiers whose write did not already read back, and retries with
+backoff for retryable errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tierd.daemon.backends.base import Backend, ObjectInfo, Progress, RangeReader, ResumeStore
+from tierd.daemon.pipeline.records import FileSpec
+from tierd.daemon.pipeline.retry import Backoff, should_retry
+from tierd.daemon.pipeline.throttle import PriorityPool, TokenBucket
+from tierd.errors import IntegrityError, NotFound
+from tierd.logs import get_logger
+
+__all__ = ["FileCopier", "ThrottledReader", "already_there", "confirm", "copy_file"]
+
+log = get_logger(__name__)
+
+
+class ThrottledReader:
+    """A RangeReader that pays a token bucket for every byte it hands out."""
+
+    def __init__(self, inner: RangeReader, bucket: TokenBucket | None, priority: int = 0) -> None:
+        self._inner = inner
+        self._bucket = bucket
+        self._priority = priority
+        self.size = inner.size
+
+    async def read_into(self, offset: int, buf: memoryview) -> int:
+        """Read from the source, then wait as long as the bandwidth cap requires."""
+        n = await self._inner.read_into(offset, buf)
+        if self._bucket is not None and n > 0:
+            await self._bucket.take(n, self._priority)
+        return n
+
+    async def close(self) -> None:
+        """Close the source."""
+        await self._inner.close()
+
+
+async def copy_file(
+    src: Backend,
+    dst: Backend,
+    spec: FileSpec,
+    *,
+    resume: ResumeStore | None,
+    bucket: TokenBucket | None,
+    readback: bool,
+    progress: Progress,
+    priority: int = 0,
+) -> ObjectInfo:
+    """Copy ``spec`` from ``src`` to ``dst`` (server-side when the stores allow), verified.
+
+    Raises IntegrityError when the bytes differ from ``spec.checksum`` (the source
+    changed or a store corrupted them), NotFound when the source is missing, and the
+    backends' Transient/PermanentBackendError.
+    """
+    if dst.features.server_side_copy and dst.can_copy_from(src):
+        method = "server-side"
+        info = await dst.copy_from(src, spec.relpath, spec.relpath, spec.checksum)
+        progress(info.size)
+    else:
+        method = "streamed"
+        reader = await src.open_reader(spec.relpath)
+        try:
+            if reader.size != spec.size:
+                raise IntegrityError(
+                    f"{src.location(spec.relpath)}: size {reader.size} != {spec.size} recorded at first sight"
+                )
+            throttled = ThrottledReader(reader, bucket, priority)
+            info = await dst.write(
+                spec.relpath, throttled, expected_checksum=spec.checksum, resume=resume, progress=progress
+            )
+        finally:
+            await asyncio.shield(reader.close())
+    info = await confirm(dst, spec, info, readback)
+    log.debug(
+        "file_copied", tier=dst.name, relpath=spec.relpath, size=spec.size, method=method, by=info.verified_by
+    )
+    return info
+
+
+async def confirm(dst: Backend, spec: FileSpec, info: ObjectInfo, readback: bool) -> ObjectInfo:
+    """Make sure the stored bytes were checked; read back when the tier asks for it."""
+    if readback and info.verified_by != "readback":
+        actual = await dst.hash(spec.relpath)
+        if actual != spec.checksum:
+            await dst.delete(spec.relpath)  # a corrupt copy must not stay under the final name
+            raise IntegrityError(
+                f"{dst.location(spec.relpath)}: read-back CRC64NVME {actual} != expected {spec.checksum}"
+            )
+        return ObjectInfo(info.relpath, info.size, actual, info.mtime, "readback")
+    if info.verified_by is None:
+        info = await dst.verify(spec.relpath, spec.checksum)
+    if info.checksum != spec.checksum:
+        raise IntegrityError(
+            f"{dst.location(spec.relpath)}: stored checksum {info.checksum} != {spec.checksum}"
+        )
+    return info
+
+
+async def already_there(dst: Backend, spec: FileSpec, recorded_done: bool) -> bool:
+    """Whether ``dst`` already holds this file from an earlier, interrupted run of the hop.
+
+    A file the job recorded as finished needs only its size checked; otherwise a store
+    that reports checksums proves it (it validated them on upload).
+    """
+    if not recorded_done and not dst.features.native_checksum:
+        return False
+    try:
+        info = await dst.stat(spec.relpath)
+    except NotFound:
+        return False
+    if info.size != spec.size:
+        return False
+    return recorded_done or info.checksum == spec.checksum
+
+
+@dataclass
+class FileCopier:
+    """Copies the files of one hop with retries, holding a tier slot only while copying."""
+
+    src: Backend
+    dst: Backend
+    slots: PriorityPool
+    priority: int
+    resume: ResumeStore | None
+    bucket: TokenBucket | None
+    readback: bool
+    backoff: Backoff
+    attempts: int
+    integrity_attempts: int
+
+    async def copy(self, spec: FileSpec, progress: Callable[[int | None], None]) -> None:
+        """Copy ``spec``; ``progress(n)`` counts bytes, ``progress(None)`` restarts the count.
+
+        Raises the last error once retries are exhausted or the error is not retryable.
+        """
+        tries = integrity = 0
+        while True:
+            tries += 1
+            progress(None)
+            try:
+                async with self.slots.hold(1, self.priority):
+                    await copy_file(
+                        self.src,
+                        self.dst,
+                        spec,
+                        resume=self.resume,
+                        bucket=self.bucket,
+                        readback=self.readback,
+                        progress=progress,
+                        priority=self.priority,
+                    )
+                return
+            except Exception as exc:
+                integrity += isinstance(exc, IntegrityError)
+                if not should_retry(
+                    exc, tries, integrity, attempts=self.attempts, integrity=self.integrity_attempts
+                ):
+                    raise
+                delay = self.backoff.delay(tries - 1)
+                log.warning(
+                    "file_retry", tier=self.dst.name, relpath=spec.relpath, error=str(exc), delay=delay
+                )
+                await asyncio.sleep(delay)
