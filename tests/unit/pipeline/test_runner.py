@@ -85,9 +85,10 @@ def setup(tmp_path: Path, sqlite_db: Database) -> tuple[Config, Database, Flaky,
     return config, sqlite_db, flaky, cid
 
 
-async def _run(config: Config, db: Database, dst: Flaky, until: Callable[[], bool]) -> None:
+async def _run(config: Config, db: Database, dst: Flaky, until: Callable[[], bool]) -> Context:
     backends: dict[str, Backend] = {"nvme": PosixBackend(config.tier0), "pfs": dst}
-    service = PipelineService(Context(config=config, db=db), FAST, backends=backends)
+    ctx = Context(config=config, db=db)
+    service = PipelineService(ctx, FAST, backends=backends)
     await service.start()
     try:
         async with asyncio.timeout(20):
@@ -95,6 +96,7 @@ async def _run(config: Config, db: Database, dst: Flaky, until: Callable[[], boo
                 await asyncio.sleep(0.01)
     finally:
         await service.stop(5)
+    return ctx
 
 
 async def test_transient_errors_are_retried_within_the_hop(
@@ -102,9 +104,13 @@ async def test_transient_errors_are_retried_within_the_hop(
 ) -> None:
     config, db, dst, cid = setup
     dst.errors = [TransientBackendError("503 slow down"), TransientBackendError("timeout")]
-    await _run(config, db, dst, lambda: replicas(db, cid)["pfs"].state == "verified")
+    ctx = await _run(config, db, dst, lambda: replicas(db, cid)["pfs"].state == "verified")
     assert dst.writes == 4  # two files, one of them tried three times
     assert [(j.state, j.attempts) for j in all_jobs(db)] == [("done", 0)]
+    registry = ctx.metrics.registry
+    assert registry.get_sample_value("tierd_transfers_total", {"tier": "pfs", "result": "verified"}) == 1
+    assert registry.get_sample_value("tierd_transfer_bytes_total", {"tier": "pfs"}) == 3000
+    assert registry.get_sample_value("tierd_transfer_seconds_count", {"tier": "pfs"}) == 1
 
 
 async def test_exhausted_retries_fail_the_replica_then_a_later_pass_retries(
@@ -122,7 +128,9 @@ async def test_exhausted_retries_fail_the_replica_then_a_later_pass_retries(
         dst.gate.set()  # type: ignore[union-attr]
         return row.state == "verified"
 
-    await _run(config, db, dst, record)
+    ctx = await _run(config, db, dst, record)
+    labels = {"tier": "pfs", "result": "retry"}
+    assert ctx.metrics.registry.get_sample_value("tierd_transfers_total", labels) == 1
     states = [state for state, _ in seen]
     assert "failed" in states
     assert states[-1] == "verified"

@@ -21,6 +21,7 @@ from tierd.daemon.backends.base import Backend
 from tierd.daemon.backends.transfer import for_each
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import utcnow
+from tierd.daemon.metrics import Metrics
 from tierd.daemon.pipeline import jobs, records
 from tierd.daemon.pipeline.jobs import Claim
 from tierd.daemon.pipeline.memory import trim_freed_memory
@@ -97,9 +98,11 @@ class HopRunner:
         options: PipelineOptions,
         owner: str,
         claim: Claim,
+        metrics: Metrics | None = None,
     ) -> None:
         self.db, self.backends, self.tiers = db, backends, tiers
         self.limits, self.options, self.owner, self.claim = limits, options, owner, claim
+        self.metrics = metrics
         self.progress = _Progress()
         self.lost = False
 
@@ -129,6 +132,7 @@ class HopRunner:
                 main.uncancel()
                 return "lost"
             await asyncio.shield(self._release())
+            self._count("cancelled")
             raise
         except Exception as exc:
             heartbeat.cancel()
@@ -222,6 +226,10 @@ class HopRunner:
         location = dst.location(plan.path)
         if not await blocking(records.mark_verified, self.db, plan, self.owner, location, seconds):
             return "lost"
+        self._count("verified")
+        if self.metrics is not None:
+            self.metrics.transfer_bytes.labels(self.claim.dst_tier).inc(plan.total_bytes)
+            self.metrics.transfer_seconds.labels(self.claim.dst_tier).observe(seconds)
         rate = plan.total_bytes / seconds / 1e6 if seconds > 0 else 0.0
         log.info(
             "replica_verified",
@@ -249,4 +257,10 @@ class HopRunner:
             records.mark_failed, self.db, plan, self.owner, error, retry_at=retry_at, reason=reason
         )
         log.warning("replica_failed", hop=self.description, error=error, retry_at=retry_at, reason=reason)
-        return "failed" if terminal else "retry"
+        outcome = "failed" if terminal else "retry"
+        self._count(outcome)
+        return outcome
+
+    def _count(self, result: str) -> None:
+        if self.metrics is not None:
+            self.metrics.transfers.labels(self.claim.dst_tier, result).inc()

@@ -144,6 +144,7 @@ class PipelineService:
             options=self.options,
             owner=self.owner,
             claim=claim,
+            metrics=self.ctx.metrics,
         )
         task = asyncio.create_task(runner.run(), name=f"pipeline:job:{claim.job_id}")
         self._running[claim.job_id] = _Running(runner, task)
