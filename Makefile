@@ -23,6 +23,8 @@ $(DEVSTAMP): $(STAMP)
 	touch $(DEVSTAMP)
 
 run: $(STAMP)
+	# The example's tiers are plain directories; real tiers are mounts tierd never creates.
+	mkdir -p var/nvme/checkpoints var/pfs var/object var/replica
 	$(BIN)/tierd db upgrade --config $(CONFIG)
 	exec $(BIN)/tierd run --config $(CONFIG)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from datetime import date, datetime
 from typing import Literal
 
 import structlog
@@ -24,7 +25,9 @@ def configure_logging(level: str = "info", fmt: Literal["auto", "json", "console
         structlog.processors.StackInfoRenderer(),
     ]
     renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer()
+        structlog.processors.JSONRenderer(default=_json_default)
+        if as_json
+        else structlog.dev.ConsoleRenderer()
     )
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
@@ -52,6 +55,13 @@ def configure_logging(level: str = "info", fmt: Literal["auto", "json", "console
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
     for noisy in ("botocore", "aiobotocore", "watchdog", "urllib3", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _json_default(value: object) -> str:
+    """Timestamps as ISO 8601; anything else JSON cannot hold as its ``str``."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return str(value)
 
 
 def _identity(logger: object, name: str, event: structlog.types.EventDict) -> structlog.types.EventDict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC, datetime
 
 import pytest
 import structlog
@@ -14,7 +15,8 @@ from tierd.logs import configure_logging, get_logger
 def test_json_lines_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
     configure_logging("info", "json")
     try:
-        get_logger("tierd.test").info("checkpoint_recorded", run="demo", step=5)
+        when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+        get_logger("tierd.test").info("checkpoint_recorded", run="demo", step=5, retry_at=when)
         logging.getLogger("uvicorn.error").warning("from the standard library")
         lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     finally:
@@ -23,5 +25,6 @@ def test_json_lines_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> N
     assert lines[0]["event"] == "checkpoint_recorded"
     assert (lines[0]["run"], lines[0]["step"], lines[0]["level"]) == ("demo", 5, "info")
     assert "timestamp" in lines[0]
+    assert lines[0]["retry_at"] == "2026-01-02T03:04:05+00:00"
     assert lines[1]["event"] == "from the standard library"
     assert lines[1]["logger"] == "uvicorn.error"
