@@ -95,16 +95,34 @@ class Harness:
         self.created.append(backend)
         return backend
 
-    def leave_debris(self, backend: Backend, relpath: str) -> None:
-        """What a crash mid-write leaves behind: a temp file, or an open multipart upload."""
+    def leave_debris(self, backend: Backend, relpath: str) -> str:
+        """What a crash mid-write leaves behind: a temp file, or an open multipart upload.
+
+        Returns the temp file's path or the UploadId.
+        """
         if isinstance(backend, PosixBackend):
             path = backend.root / relpath
             path.parent.mkdir(parents=True, exist_ok=True)
-            (path.parent / f".{path.name}{TEMP_MARK}deadbeef").write_bytes(b"partial")
-        else:
-            assert isinstance(backend, S3Backend)
-            assert self.server is not None
-            self.server.client().create_multipart_upload(Bucket=backend.bucket, Key=backend.prefix + relpath)
+            temp = path.parent / f".{path.name}{TEMP_MARK}deadbeef"
+            temp.write_bytes(b"partial")
+            return str(temp)
+        assert isinstance(backend, S3Backend)
+        assert self.server is not None
+        created = self.server.client().create_multipart_upload(
+            Bucket=backend.bucket, Key=backend.prefix + relpath
+        )
+        upload_id: str = created["UploadId"]
+        return upload_id
+
+    def abort_behind(self, backend: Backend) -> int:
+        """Abort every open multipart upload from outside, as a lifecycle rule would."""
+        assert isinstance(backend, S3Backend)
+        assert self.server is not None
+        client = self.server.client()
+        uploads = client.list_multipart_uploads(Bucket=backend.bucket).get("Uploads", [])
+        for u in uploads:
+            client.abort_multipart_upload(Bucket=backend.bucket, Key=u["Key"], UploadId=u["UploadId"])
+        return len(uploads)
 
     def age_debris(self, backend: Backend, seconds: float) -> bool:
         """Make POSIX temp files look ``seconds`` old; False where ages cannot be faked (S3)."""

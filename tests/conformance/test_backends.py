@@ -267,8 +267,8 @@ async def test_upload_aborted_mid_write(harness: Harness) -> None:
     class AbortingReader(CountingReader):
         async def read_into(self, offset: int, buf: memoryview) -> int:
             if offset >= PART and not self.closed:
-                self.closed = True  # once: a cleanup aborts the upload under our feet
-                assert await backend.abort_stale_uploads(0) == 1
+                self.closed = True  # once: a lifecycle rule aborts the upload under our feet
+                assert harness.abort_behind(backend) == 1
             return await super().read_into(offset, buf)
 
     with pytest.raises(TransientBackendError):
@@ -306,6 +306,35 @@ async def test_abort_stale_uploads(harness: Harness) -> None:
     aged = harness.age_debris(backend, 7200)
     assert await backend.abort_stale_uploads(3600 if aged else 0) == 1
     assert await backend.abort_stale_uploads(0) == 0
+
+
+async def test_kept_uploads_survive_the_sweep(harness: Harness) -> None:
+    backend = await harness.make()
+    if not backend.features.multipart:
+        pytest.skip(f"{harness.kind} has no UploadIds: keep does not apply")
+    kept = harness.leave_debris(backend, "keep/a.bin")
+    harness.leave_debris(backend, "drop/b.bin")
+    assert await backend.abort_stale_uploads(0, keep={kept}) == 1
+    assert await backend.abort_stale_uploads(0, keep=[kept]) == 0
+    assert await backend.abort_stale_uploads(0) == 1
+
+
+async def test_the_sweep_spares_a_write_in_progress(harness: Harness) -> None:
+    backend = await harness.make(concurrency=1, chunk_size=PART)
+    data = os.urandom(2 * PART + 99)
+    swept: list[int] = []
+
+    class SweepingReader(CountingReader):
+        async def read_into(self, offset: int, buf: memoryview) -> int:
+            if offset >= PART and not swept:  # the write's upload (or temp file) exists now
+                harness.age_debris(backend, 7200)
+                swept.append(await backend.abort_stale_uploads(0))
+            return await super().read_into(offset, buf)
+
+    info = await backend.write("busy/x.bin", SweepingReader(data), expected_checksum=crc(data))
+    assert swept == [0]
+    assert info.checksum == crc(data)
+    assert await read_back(backend, "busy/x.bin") == data
 
 
 async def test_server_side_copy(harness: Harness) -> None:

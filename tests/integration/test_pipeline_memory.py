@@ -36,15 +36,7 @@ def _peak_rss(pid: int) -> int:
     "part_size",
     [
         pytest.param(16 * MiB, id="buffered-parts"),
-        pytest.param(
-            64 * MiB,
-            id="streamed-parts",
-            marks=pytest.mark.xfail(
-                reason="backends/s3multipart.py StreamBody keeps chunk buffers alive past the ByteBudget "
-                "(about 100 MiB live with 4 files x 4 parts in flight)",
-                strict=False,
-            ),
-        ),
+        pytest.param(64 * MiB, id="streamed-parts"),
     ],
 )
 def test_peak_rss_is_bounded(tmp_path: Path, moto_server: S3Server, part_size: int) -> None:

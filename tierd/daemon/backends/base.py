@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
@@ -223,8 +223,12 @@ class Backend(ABC):
         """
 
     @abstractmethod
-    async def abort_stale_uploads(self, older_than_seconds: float) -> int:
-        """Remove leftovers of interrupted writes older than that; returns how many."""
+    async def abort_stale_uploads(self, older_than_seconds: float, *, keep: Collection[str] = ()) -> int:
+        """Remove leftovers of interrupted writes older than that; returns how many.
+
+        ``keep`` names multipart UploadIds that must survive whatever their age (the
+        catalog means to resume them); backends without multipart uploads ignore it.
+        """
 
     @abstractmethod
     async def close(self) -> None:

@@ -3,8 +3,12 @@
 Writes go to a hidden temporary name in the destination directory
 (``.<name>.tierd-tmp-<random>``), filled by parallel ``pwrite`` of hashed chunks, then
 fsynced, read back and hashed again, renamed into place and the directory fsynced. So
-the final name only ever holds complete, verified bytes. ``list`` hides temporary names;
-``abort_stale_uploads`` removes the ones a crash left behind.
+the final name only ever holds complete, verified bytes. ``list`` hides temporary names.
+
+``write`` first removes what killed writes of the same name left behind (a restarted
+daemon rewriting the file it was killed in), and ``abort_stale_uploads`` sweeps old
+leftovers everywhere; ``posixtemp`` tells them from temporary files still being written.
+A write lists its directory only the first time this backend writes there.
 
 ``OSError`` is translated in ``_os_errors``: ENOENT is NotFound; ENOSPC and EDQUOT are
 TransientBackendError (retention or an operator can free space, so a later retry may
@@ -19,11 +23,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import secrets
 import stat as stat_mod
-import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager, suppress
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Collection, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from awscrt import checksums
@@ -43,9 +46,20 @@ from tierd.daemon.backends.base import (
     check_relpath,
     mismatch,
 )
+from tierd.daemon.backends.posixtemp import (
+    TEMP_MARK,
+    TempFile,
+    fsync_dir,
+    is_temp_name,
+    remove_abandoned,
+    remove_stale_temps,
+    temp_names_in,
+    temp_stem,
+)
 from tierd.daemon.backends.transfer import (
     MIB,
     ByteBudget,
+    blocking_on,
     combine_all,
     default_budget,
     for_each,
@@ -58,13 +72,15 @@ from tierd.errors import (
     TierdError,
     TransientBackendError,
 )
+from tierd.logs import get_logger
 
 __all__ = ["CHUNK_SIZE", "TEMP_MARK", "PosixBackend", "PosixReader", "is_temp_name"]
 
-TEMP_MARK = ".tierd-tmp-"
 CHUNK_SIZE = 8 * MIB
 HASH_BUFFER = 4 * MIB
-_MAX_NAME_IN_TEMP = 200  # keeps the temporary name under NAME_MAX (255)
+_LISTED_DIRECTORIES = 4096  # how many directories' leftovers a backend remembers
+
+log = get_logger(__name__)
 
 _TRANSIENT_ERRNOS = frozenset(
     getattr(errno, name)
@@ -113,11 +129,6 @@ def _os_errors(action: str, location: str) -> Iterator[None]:
         raise translate_oserror(exc, action, location) from exc
 
 
-def is_temp_name(name: str) -> bool:
-    """Whether a file name is one of our temporary names."""
-    return name.startswith(".") and TEMP_MARK in name
-
-
 class PosixReader:
     """A RangeReader over an open file (``os.preadv`` on the I/O pool)."""
 
@@ -129,7 +140,7 @@ class PosixReader:
     async def read_into(self, offset: int, buf: memoryview) -> int:
         """Fill ``buf`` from ``offset``. Raises Transient/PermanentBackendError."""
         with _os_errors("read", self._location):
-            return await uninterrupted(blocking(os.preadv, self._fd, [buf], offset))
+            return await uninterrupted(blocking_on(buf, _pread, self._fd, offset))
 
     async def close(self) -> None:
         """Close the file (idempotent)."""
@@ -156,6 +167,8 @@ class PosixBackend(Backend):
         self.chunk_size = chunk_size
         self.budget = budget or default_budget()
         self.readback = tier.verify == "readback"
+        # Temporary names found at a directory's first write: the leftovers a write may remove.
+        self._leftovers: OrderedDict[Path, set[str]] = OrderedDict()
 
     def _path(self, relpath: str) -> Path:
         return self.root / check_relpath(relpath)
@@ -213,15 +226,17 @@ class PosixBackend(Backend):
 
         The read-back (after dropping the page cache) runs only for ``verify: readback``;
         with ``verify: native`` the in-flight hash of every byte written is the check.
-        ``resume`` is ignored (a POSIX write restarts from byte 0). Raises IntegrityError
+        ``resume`` is ignored (a POSIX write restarts from byte 0); leftovers of earlier
+        writes of the same name whose writer is gone are removed first. Raises IntegrityError
         when the bytes read or read back differ from ``expected_checksum`` (the temp file
         is removed and the final name untouched), TransientBackendError (ENOSPC, EIO,
         missing root, ...) or PermanentBackendError (EACCES, EROFS, ...).
         """
         final = self._path(relpath)
         await self._require_root()
+        await self._remove_leftovers(final)
         with _os_errors("create temporary file for", str(final)):
-            temp = await blocking(_Temp.create, self.root, final)
+            temp = await blocking(TempFile.create, self.root, final)
         try:
             await self._fill(temp, reader, str(final), expected_checksum, progress)
             await self._make_durable(temp, str(final), expected_checksum)
@@ -233,7 +248,24 @@ class PosixBackend(Backend):
         by: Verification = "readback" if self.readback else "stream"
         return ObjectInfo(relpath, reader.size, expected_checksum, mtime, by)
 
-    async def _make_durable(self, temp: _Temp, where: str, expected: str) -> None:
+    async def _remove_leftovers(self, final: Path) -> None:
+        """Remove abandoned temporary files of ``final``'s name (best effort, never raises)."""
+        directory = final.parent
+        if (names := self._leftovers.get(directory)) is None:
+            names = await blocking(temp_names_in, directory)
+            self._leftovers[directory] = names
+            while len(self._leftovers) > _LISTED_DIRECTORIES:
+                self._leftovers.popitem(last=False)
+        stem = temp_stem(final)
+        mine = {name for name in names if name.startswith(stem)}
+        if not mine:
+            return
+        names -= mine
+        removed = await blocking(remove_abandoned, directory, mine)
+        if removed:
+            log.info("abandoned_temp_files_removed", path=str(final), count=removed)
+
+    async def _make_durable(self, temp: TempFile, where: str, expected: str) -> None:
         """Make the temp file durable; for ``verify: readback`` also re-read it and compare."""
         if not self.readback:
             with _os_errors("write", str(temp.path)):
@@ -241,12 +273,12 @@ class PosixBackend(Backend):
             return
         async with self.budget.buffer(HASH_BUFFER) as view:
             with _os_errors("write", str(temp.path)):
-                readback = await uninterrupted(blocking(temp.fsync_and_hash, view))
+                readback = await uninterrupted(blocking_on(view, _fsync_and_hash, temp))
         if readback != expected:
             raise mismatch(where, expected, readback, "read-back")
 
     async def _fill(
-        self, temp: _Temp, reader: RangeReader, where: str, expected: str, progress: Progress | None
+        self, temp: TempFile, reader: RangeReader, where: str, expected: str, progress: Progress | None
     ) -> None:
         """Copy every chunk in parallel, hashing each; IntegrityError on a mismatch."""
         size, chunk = reader.size, self.chunk_size
@@ -257,7 +289,7 @@ class PosixBackend(Backend):
             async with self.budget.buffer(length) as view:
                 await read_full(reader, offset, view, where=where)
                 with _os_errors("write", where):
-                    crc = await uninterrupted(blocking(_hash_and_pwrite, temp.fd, view, offset))
+                    crc = await uninterrupted(blocking_on(view, _hash_and_pwrite, temp.fd, offset))
             pieces[index] = (crc, length)
             if progress is not None:
                 progress(length)
@@ -282,7 +314,7 @@ class PosixBackend(Backend):
         path = self._path(relpath)
         async with self.budget.buffer(HASH_BUFFER) as view:
             with _os_errors("hash", str(path)):
-                return await uninterrupted(blocking(_hash_path, path, view))
+                return await uninterrupted(blocking_on(view, _hash_path, path))
 
     async def verify(self, relpath: str, expected_checksum: str) -> ObjectInfo:
         """Read-back verification (POSIX has no native checksum).
@@ -295,16 +327,17 @@ class PosixBackend(Backend):
             raise mismatch(self.location(relpath), expected_checksum, actual, "read-back")
         return ObjectInfo(relpath, info.size, actual, info.mtime, "readback")
 
-    async def abort_stale_uploads(self, older_than_seconds: float) -> int:
-        """Remove temporary files older than that; returns how many were removed.
+    async def abort_stale_uploads(self, older_than_seconds: float, *, keep: Collection[str] = ()) -> int:
+        """Remove abandoned temporary files older than that; returns how many were removed.
 
-        Raises TransientBackendError when the root is missing, PermanentBackendError when
-        a directory cannot be read.
+        A temporary file still being written (by this process, or locked by another) is
+        never removed; ``keep`` (UploadIds) does not apply to a POSIX tier. Raises
+        TransientBackendError when the root is missing, PermanentBackendError when a
+        directory cannot be read.
         """
         await self._require_root()
-        cutoff = time.time() - older_than_seconds
         with _os_errors("clean up temporary files under", str(self.root)):
-            return await blocking(_remove_stale_temps, self.root, cutoff)
+            return await blocking(remove_stale_temps, self.root, older_than_seconds)
 
     async def close(self) -> None:
         """Nothing to release."""
@@ -330,7 +363,7 @@ def _scan_dir(path: Path) -> tuple[list[tuple[str, int, float]], list[str]]:
     return files, subdirs
 
 
-def _hash_path(path: Path, view: memoryview) -> str:
+def _hash_path(view: memoryview, path: Path) -> str:
     """CRC64NVME of a whole file, read through ``view`` (a budgeted buffer)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -353,32 +386,19 @@ def _open_regular(path: Path) -> tuple[int, int]:
     return fd, st.st_size
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno != errno.EINVAL:  # some network file systems refuse directory fsync
-            raise
-    finally:
-        os.close(fd)
+def _pread(buf: memoryview, fd: int, offset: int) -> int:
+    return os.preadv(fd, [buf], offset)
 
 
-def _makedirs_durable(root: Path, directory: Path) -> None:
-    """Create missing directories below ``root``, fsyncing each new entry's parent."""
-    missing: list[Path] = []
-    while directory != root and not directory.is_dir():
-        missing.append(directory)
-        directory = directory.parent
-    for new in reversed(missing):
-        try:
-            os.mkdir(new)
-        except FileExistsError:
-            continue
-        _fsync_dir(new.parent)
+def _fsync_and_hash(view: memoryview, temp: TempFile) -> str:
+    """Make the bytes durable, drop them from the page cache, hash what is stored."""
+    os.fsync(temp.fd)
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(temp.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    return _hash_path(view, temp.path)
 
 
-def _hash_and_pwrite(fd: int, view: memoryview, offset: int) -> int:
+def _hash_and_pwrite(view: memoryview, fd: int, offset: int) -> int:
     crc = int(checksums.crc64nvme(view, 0))
     written = 0
     while written < len(view):
@@ -386,61 +406,12 @@ def _hash_and_pwrite(fd: int, view: memoryview, offset: int) -> int:
     return crc
 
 
-class _Temp:
-    """A temporary file beside its final name; its methods block (run them via ``blocking``)."""
-
-    def __init__(self, fd: int, path: Path) -> None:
-        self.fd = fd
-        self.path = path
-
-    @classmethod
-    def create(cls, root: Path, final: Path) -> _Temp:
-        """Open a fresh temporary file; retries if a concurrent delete pruned the directory."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-        stem = f".{final.name[:_MAX_NAME_IN_TEMP]}{TEMP_MARK}"
-        for attempt in range(3):
-            path = final.parent / f"{stem}{secrets.token_hex(6)}"
-            try:
-                _makedirs_durable(root, final.parent)
-                return cls(os.open(path, flags, 0o644), path)
-            except FileNotFoundError:
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
-
-    def fsync_and_hash(self, view: memoryview) -> str:
-        """Make the bytes durable, drop them from the page cache, hash what is stored."""
-        os.fsync(self.fd)
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        return _hash_path(self.path, view)
-
-    def _close(self) -> None:
-        fd, self.fd = self.fd, -1
-        if fd >= 0:
-            os.close(fd)
-
-    def commit(self, final: Path) -> float:
-        """Rename into place and fsync the directory; returns the final mtime."""
-        self._close()
-        os.rename(self.path, final)
-        _fsync_dir(final.parent)
-        return os.stat(final).st_mtime
-
-    def discard(self) -> None:
-        """Best-effort cleanup after a failed write."""
-        with suppress(OSError):
-            self._close()
-        with suppress(OSError):
-            os.unlink(self.path)
-
-
 def _unlink_and_prune(root: Path, path: Path) -> None:
     try:
         os.unlink(path)
     except FileNotFoundError:
         return
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     parent = path.parent
     while parent != root and root in parent.parents:
         try:
@@ -448,19 +419,3 @@ def _unlink_and_prune(root: Path, path: Path) -> None:
         except OSError:
             return  # not empty (or gone): stop pruning
         parent = parent.parent
-
-
-def _remove_stale_temps(root: Path, cutoff: float) -> int:
-    removed = 0
-    for dirpath, _, filenames in os.walk(root):
-        for name in filenames:
-            if not is_temp_name(name):
-                continue
-            path = os.path.join(dirpath, name)
-            try:
-                if os.lstat(path).st_mtime < cutoff:
-                    os.unlink(path)
-                    removed += 1
-            except FileNotFoundError:
-                continue
-    return removed

@@ -22,7 +22,7 @@ choose ``verify: readback`` for such stores.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -44,8 +44,9 @@ from tierd.daemon.backends.base import (
     check_relpath,
     mismatch,
 )
+from tierd.daemon.backends.s3bodies import BufferBody, TransferSettings
 from tierd.daemon.backends.s3errors import s3_errors
-from tierd.daemon.backends.s3multipart import MAX_PART, BufferBody, Multipart, TransferSettings
+from tierd.daemon.backends.s3multipart import MAX_PART, Multipart
 from tierd.daemon.backends.transfer import MIB, ByteBudget, crc64, default_budget, read_full
 from tierd.errors import IntegrityError, NotFound, TierdError
 from tierd.logs import get_logger
@@ -140,6 +141,7 @@ class S3Backend(Backend):
         self._stack: AsyncExitStack | None = None
         self._client: S3Client | None = None
         self._client_lock = asyncio.Lock()
+        self._active_uploads: set[str] = set()  # UploadIds this backend is writing to now
 
     def _boto_config(self) -> AioConfig:
         return AioConfig(
@@ -244,7 +246,7 @@ class S3Backend(Backend):
             if progress is not None:
                 progress(size)
         else:
-            upload = Multipart(await self.client(), self.bucket, key, self.settings)
+            upload = Multipart(await self.client(), self.bucket, key, self.settings, self._active_uploads)
             await upload.write(relpath, reader, expected_checksum, resume, progress)
         return await self._verify_written(relpath, expected_checksum, size)
 
@@ -319,11 +321,14 @@ class S3Backend(Backend):
                 body.close()
         return checksum.encode(crc)
 
-    async def abort_stale_uploads(self, older_than_seconds: float) -> int:
+    async def abort_stale_uploads(self, older_than_seconds: float, *, keep: Collection[str] = ()) -> int:
         """Abort multipart uploads under the prefix initiated longer ago than that.
 
-        Returns how many were aborted. Raises PermanentBackendError (no such bucket,
-        access denied, ListMultipartUploads not supported) or TransientBackendError.
+        Never aborts an UploadId in ``keep`` nor one this backend is uploading or
+        copying right now: some stores report a made-up "initiated" time (moto says 2010
+        for every upload), so age alone cannot protect them. Returns how many were
+        aborted. Raises PermanentBackendError (no such bucket, access denied,
+        ListMultipartUploads not supported) or TransientBackendError.
         """
         cutoff = datetime.now(UTC) - timedelta(seconds=older_than_seconds)
         client = await self.client()
@@ -336,10 +341,15 @@ class S3Backend(Backend):
                     stale += [(u["Key"], u["UploadId"]) for u in uploads if u["Initiated"] <= cutoff]
         except NotFound:
             pass  # rclone serve s3 answers NoSuchUpload when there are none
-        upload = Multipart(client, self.bucket, self.prefix, self.settings)
+        kept = frozenset(keep)
+        upload = Multipart(client, self.bucket, self.prefix, self.settings, self._active_uploads)
+        aborted = 0
         for key, upload_id in stale:
-            await upload.abort(key, upload_id)
-        return len(stale)
+            # Checked at abort time: an upload started while we listed is active by now.
+            if upload_id not in kept and upload_id not in self._active_uploads:
+                await upload.abort(key, upload_id)
+                aborted += 1
+        return aborted
 
     def _identity(self) -> tuple[Any, ...]:
         t = self.tier
@@ -376,7 +386,7 @@ class S3Backend(Backend):
                     ChecksumAlgorithm="CRC64NVME",
                 )
         else:
-            await Multipart(await self.client(), self.bucket, key, self.settings).copy(
+            await Multipart(await self.client(), self.bucket, key, self.settings, self._active_uploads).copy(
                 copy_source, source.size, expected_checksum
             )
         return await self._verify_written(dst_relpath, expected_checksum, source.size)

@@ -7,15 +7,15 @@ request so the store validates it. A bigger part (huge objects grow the part siz
 what memory allows) is streamed from the reader in budgeted chunks and hashed on the
 way; the store then validates it through the full-object CRC64NVME sent with
 CompleteMultipartUpload (``ChecksumType=FULL_OBJECT``). Part CRCs are combined, never
-recomputed, so a resumed upload reads only its missing parts.
+recomputed, so a resumed upload reads only its missing parts. The request bodies, and why
+they are aiohttp payloads, are in ``s3bodies``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tierd.daemon import checksum
@@ -27,10 +27,10 @@ from tierd.daemon.backends.base import (
     UploadState,
     mismatch,
 )
+from tierd.daemon.backends.s3bodies import BufferBody, StreamBody, TransferSettings
 from tierd.daemon.backends.s3errors import s3_errors
 from tierd.daemon.backends.transfer import (
     MIB,
-    ByteBudget,
     combine_all,
     crc64,
     for_each,
@@ -67,7 +67,6 @@ MIN_PART = 5 * MIB
 MAX_PART = 5 * 1024 * MIB
 MAX_PARTS = 10_000
 TARGET_PARTS = 9_000
-SEND_SLICE = 1 * MIB  # what the HTTP writer gets at a time (it drains between slices)
 
 
 def part_size_for(size: int, configured: int) -> int:
@@ -80,18 +79,6 @@ def part_size_for(size: int, configured: int) -> int:
 def part_count(size: int, part_size: int) -> int:
     """How many parts ``size`` bytes take (at least one)."""
     return max(1, -(-size // part_size))
-
-
-@dataclass(frozen=True)
-class TransferSettings:
-    """How an S3 backend moves bytes."""
-
-    part_size: int
-    concurrency: int
-    budget: ByteBudget
-    buffered_part_limit: int
-    chunk_size: int
-    copy_part_size: int
 
 
 class UploadVanished(TransientBackendError):
@@ -110,100 +97,43 @@ def _upload_must_exist() -> Iterator[None]:
         raise UploadVanished(str(exc)) from exc
 
 
-class BufferBody:
-    """An upload body over a filled buffer, handed out in slices (re-iterable on retry)."""
+class Multipart:
+    """Multipart operations on one key.
 
-    def __init__(self, view: memoryview) -> None:
-        self._view = view
-
-    def __len__(self) -> int:
-        return len(self._view)
-
-    def read(self, *_: object) -> bytes:
-        """Never called: botocore only checks that a body has ``read``; aiohttp iterates."""
-        raise TypeError("async-only body")
-
-    def seek(self, *_: object) -> None:
-        """Called by botocore before a retry; each iteration starts at byte 0 anyway."""
-
-    def __aiter__(self) -> AsyncIterator[memoryview]:
-        return self._slices()
-
-    async def _slices(self) -> AsyncIterator[memoryview]:
-        for start in range(0, len(self._view), SEND_SLICE):
-            yield self._view[start : start + SEND_SLICE]
-
-
-class StreamBody(BufferBody):
-    """An upload body read from the source chunk by chunk and hashed on the way.
-
-    Each pass holds one chunk of the budget at a time. A retry starts a new pass; the
-    abandoned pass's chunk is handed back to the budget at once rather than when the
-    garbage collector finalises its generator, so retries can never exhaust the budget.
+    ``active`` is the backend's set of UploadIds being written: an upload is in it from
+    the moment the store hands out (or the resume store recalls) its UploadId until the
+    write or copy ends, so the stale-upload sweep leaves it alone.
     """
 
     def __init__(
-        self, reader: RangeReader, offset: int, length: int, settings: TransferSettings, where: str
+        self,
+        client: S3Client,
+        bucket: str,
+        key: str,
+        settings: TransferSettings,
+        active: set[str] | None = None,
     ) -> None:
-        super().__init__(memoryview(b""))
-        self._reader, self._offset, self._length = reader, offset, length
-        self._settings, self._where = settings, where
-        self._crc: int | None = None
-        self._pass = 0
-        self._held = 0
-
-    def __len__(self) -> int:
-        return self._length
-
-    def seek(self, *_: object) -> None:
-        """A retry re-reads and re-hashes from the start of the part."""
-        self._crc = None
-
-    def __aiter__(self) -> AsyncGenerator[memoryview, None]:
-        self._pass += 1
-        self._give_back()
-        return self._chunks(self._pass)
-
-    def _give_back(self) -> None:
-        held, self._held = self._held, 0
-        if held:
-            self._settings.budget.release(held)
-
-    async def _chunks(self, this_pass: int) -> AsyncGenerator[memoryview, None]:
-        crc, pos = 0, 0
-        while pos < self._length:
-            length = min(self._settings.chunk_size, self._length - pos)
-            taken = await self._settings.budget.acquire(length)
-            if this_pass != self._pass:  # superseded while waiting
-                self._settings.budget.release(taken)
-                return
-            self._held = taken
-            try:
-                # A fresh buffer per chunk: the transport may still hold the last one's slices.
-                view = memoryview(bytearray(length))
-                await read_full(self._reader, self._offset + pos, view, where=self._where)
-                crc = await crc64(view, crc)
-                for start in range(0, length, SEND_SLICE):
-                    yield view[start : start + SEND_SLICE]
-            finally:
-                if this_pass == self._pass:
-                    self._give_back()
-            pos += length
-        self._crc = crc
-
-    def checksum(self) -> str:
-        """The CRC64NVME of the bytes sent by the last complete pass."""
-        if self._crc is None:
-            raise PermanentBackendError(f"{self._where}: the store answered before the part was sent")
-        return checksum.encode(self._crc)
-
-
-class Multipart:
-    """Multipart operations on one key."""
-
-    def __init__(self, client: S3Client, bucket: str, key: str, settings: TransferSettings) -> None:
         self.client, self.bucket, self.key, self.settings = client, bucket, key, settings
         self.location = f"s3://{bucket}/{key}"
+        self.active = set() if active is None else active
+        self._claimed: set[str] = set()
+
+    def _claim(self, upload_id: str) -> None:
+        self._claimed.add(upload_id)
+        self.active.add(upload_id)
+
+    def _unclaim(self) -> None:
+        self.active.difference_update(self._claimed)
+        self._claimed.clear()
+
+    async def _create(self, action: str) -> str:
+        """CreateMultipartUpload; the new UploadId is claimed before anything else runs."""
+        with s3_errors(action, self.location):
+            response = await self.client.create_multipart_upload(
+                Bucket=self.bucket, Key=self.key, ChecksumAlgorithm="CRC64NVME", ChecksumType="FULL_OBJECT"
+            )
+        self._claim(response["UploadId"])
+        return response["UploadId"]
 
     async def write(
         self,
@@ -220,6 +150,19 @@ class Multipart:
         store lost the upload meanwhile (the next attempt starts over). On other failures the
         upload is kept for a later resume when ``resume`` is given, else aborted.
         """
+        try:
+            await self._write(relpath, reader, expected, resume, progress)
+        finally:
+            self._unclaim()
+
+    async def _write(
+        self,
+        relpath: str,
+        reader: RangeReader,
+        expected: str,
+        resume: ResumeStore | None,
+        progress: Progress | None,
+    ) -> None:
         state, done = await self._start(relpath, reader.size, resume)
         try:
             parts = await self._upload_missing(relpath, state, done, reader, resume, progress)
@@ -248,16 +191,14 @@ class Multipart:
         if resume is not None:
             previous = await resume.load(relpath)
             if previous is not None:
+                self._claim(previous.upload_id)
                 done = await self._reusable_parts(previous, size)
                 if done is not None:
                     return previous, done
                 await resume.clear(relpath)
-        with s3_errors("start upload", self.location):
-            response = await self.client.create_multipart_upload(
-                Bucket=self.bucket, Key=self.key, ChecksumAlgorithm="CRC64NVME", ChecksumType="FULL_OBJECT"
-            )
+        upload_id = await self._create("start upload")
         part_size = part_size_for(size, self.settings.part_size)
-        state = UploadState(response["UploadId"], self.key, part_size, size)
+        state = UploadState(upload_id, self.key, part_size, size)
         if resume is not None:
             await resume.begin(relpath, state)
         return state, {}
@@ -333,7 +274,9 @@ class Multipart:
         etag = await self._send_part(state.upload_id, number, body, None)
         return PartState(number, length, etag, body.checksum())
 
-    async def _send_part(self, upload_id: str, number: int, body: BufferBody, crc: str | None) -> str:
+    async def _send_part(
+        self, upload_id: str, number: int, body: BufferBody | StreamBody, crc: str | None
+    ) -> str:
         extra: dict[str, Any] = {}
         if crc is not None:
             extra = {"ChecksumAlgorithm": "CRC64NVME", "ChecksumCRC64NVME": crc}
@@ -386,11 +329,7 @@ class Multipart:
         Raises PermanentBackendError when the store does not support it.
         """
         part_size = part_size_for(size, self.settings.copy_part_size)
-        with s3_errors("start copy to", self.location):
-            response = await self.client.create_multipart_upload(
-                Bucket=self.bucket, Key=self.key, ChecksumAlgorithm="CRC64NVME", ChecksumType="FULL_OBJECT"
-            )
-        state = UploadState(response["UploadId"], self.key, part_size, size)
+        state = UploadState(await self._create("start copy to"), self.key, part_size, size)
         parts: dict[int, PartState] = {}
 
         async def copy_part(number: int) -> None:
@@ -416,3 +355,5 @@ class Multipart:
         except BaseException:
             await asyncio.shield(self._abort_quietly(self.key, state.upload_id))
             raise
+        finally:
+            self._unclaim()

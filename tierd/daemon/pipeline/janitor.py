@@ -1,51 +1,40 @@
-"""Abort multipart uploads (and POSIX temp files) that interrupted writes left behind.
+"""Abort multipart uploads (and remove POSIX temp files) that interrupted writes left behind.
 
-A backend's ``abort_stale_uploads`` removes everything older than an age; it cannot be
-told which uploads the catalog still wants to resume, and some stores report a made-up
-"initiated" time (moto says 2010 for every upload), so age alone protects nothing there.
-So a tier is only swept while it is idle: no upload recorded in the catalog and no copy
-job queued or running into it. The sweep runs inside the pipeline's loop, between
-scheduling and claiming, so this process starts no upload while it runs. A busy tier
-is tried again on the next pass until it has been swept.
+Every ``interval`` seconds each tier is swept for leftovers older than ``older_than``. The
+sweep passes the UploadIds recorded in the catalog's ``uploads`` table for that tier as
+``keep``: those belong to hops that will resume them, and the backend never aborts them,
+nor the uploads it is writing itself. So a tier is swept even while copies into it run.
+The age threshold stays: it spares an upload another process has just begun and not yet
+recorded, on every store whose "initiated" time is real (moto reports 2010 for all).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 
 from sqlalchemy import select
 
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends import Backend
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import Job, JobKind, JobState, Upload
+from tierd.daemon.catalog.models import Upload
 from tierd.errors import TierdError
 from tierd.logs import get_logger
 
-__all__ = ["Janitor", "busy_tiers"]
+__all__ = ["Janitor", "recorded_uploads"]
 
 log = get_logger(__name__)
 
 
-def busy_tiers(db: Database, tiers: Collection[str]) -> set[str]:
-    """Those of ``tiers`` with an upload the catalog wants, or a copy job queued or running into them."""
+def recorded_uploads(db: Database, tier: str) -> set[str]:
+    """The UploadIds the catalog records for ``tier`` (uploads to resume, not to abort)."""
     with db.read_session() as session:
-        uploading = session.scalars(select(Upload.tier).where(Upload.tier.in_(list(tiers))).distinct())
-        copying = session.scalars(
-            select(Job.dst_tier)
-            .where(
-                Job.kind == JobKind.COPY.value,
-                Job.state.in_([JobState.QUEUED.value, JobState.RUNNING.value]),
-                Job.dst_tier.in_(list(tiers)),
-            )
-            .distinct()
-        )
-        return {t for t in (*uploading, *copying) if t is not None}
+        return set(session.scalars(select(Upload.upload_id).where(Upload.tier == tier)))
 
 
 class Janitor:
-    """Sweeps each tier for stale uploads every ``interval`` seconds, when it is idle."""
+    """Sweeps each tier for stale uploads every ``interval`` seconds."""
 
     def __init__(
         self,
@@ -61,23 +50,24 @@ class Janitor:
         self._next: dict[str, float] = dict.fromkeys(backends, clock())
 
     async def sweep_due(self) -> int:
-        """Sweep the idle tiers whose turn has come; returns how many leftovers were removed."""
+        """Sweep the tiers whose turn has come; returns how many leftovers were removed."""
         now = self._clock()
-        due = [name for name, at in self._next.items() if at <= now]
-        if not due:
-            return 0
-        busy = await blocking(busy_tiers, self.db, due)
         removed = 0
-        for name in due:
-            if name in busy:
-                continue  # try again on the next pass
+        for name in [name for name, at in self._next.items() if at <= now]:
             self._next[name] = now + self.interval
             try:
-                count = await self.backends[name].abort_stale_uploads(self.older_than)
+                keep = await blocking(recorded_uploads, self.db, name)
+                count = await self.backends[name].abort_stale_uploads(self.older_than, keep=keep)
             except TierdError as exc:
                 log.warning("stale_upload_sweep_failed", tier=name, error=str(exc))
                 continue
             if count:
-                log.info("stale_uploads_aborted", tier=name, count=count, older_than_seconds=self.older_than)
+                log.info(
+                    "stale_uploads_aborted",
+                    tier=name,
+                    count=count,
+                    kept=len(keep),
+                    older_than_seconds=self.older_than,
+                )
             removed += count
         return removed

@@ -4,7 +4,7 @@ One loop runs scheduler passes (woken by ``ctx.pipeline_wakeup`` and every
 ``poll_interval``), then claims jobs while a destination tier has room
 (``tier.concurrency`` jobs, and as many files in flight, per tier). Each claimed job
 runs as a tracked task (``runner.HopRunner``). Between scheduling and claiming, the
-janitor aborts stale multipart uploads on idle tiers.
+janitor aborts stale multipart uploads the catalog does not mean to resume.
 
 Shutdown (``stop``): claim nothing more; the in-flight jobs of the newest checkpoint may
 finish within the bound; older ones are cancelled at once and left resumable (job back
