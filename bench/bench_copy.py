@@ -1,0 +1,127 @@
+"""The NVMe -> parallel-FS hop against ``cp -r`` followed by ``sync``.
+
+Both tiers are POSIX directories on this machine's disk (``$TIERD_BENCH_DIR``, default
+``<repo>/var/bench``). Two checkpoints: ``copy_hop_big`` (4 x 1 GiB DCP shards and a
+``.metadata``) and ``copy_hop_small`` (5,000 files of 4-64 KiB in 8 subdirectories).
+
+tierd's side is the real daemon (``python -m tierd run``, tiers ``nvme`` -> ``pfs``, both
+at their defaults: concurrency 4, ``verify: native``) with the checkpoint recorded in a
+fresh catalog beforehand, timed from its ``hop_started`` to its ``replica_verified`` log
+line; every byte is hashed against the first-sight CRC64NVME and every file fsynced
+before the replica is ``verified``. The baseline is ``cp -r`` of the same directory then
+``sync`` (timed together). Before each run of either side: ``sync``, then the source is
+evicted from the page cache (``TIERD_BENCH_CACHE=warm`` reads it in instead); the
+destination is removed after each run. Sides alternate; the medians are reported.
+Goals: tierd within 1.1x of cp+sync, the daemon's peak RSS (VmHWM) under 200 MB.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.common import bench_root, emit, note
+from bench.harness import (
+    STEP_DIR,
+    Dataset,
+    HopResult,
+    Runs,
+    Settings,
+    Timed,
+    make_big,
+    make_small,
+    prepare_cache,
+    run_hop,
+    sync,
+    timed,
+)
+
+TIME_GOAL = 1.1
+RSS_GOAL = 200_000_000
+ROUNDS = 3
+
+
+def _tiers(base: Path) -> list[dict[str, Any]]:
+    return [
+        {"name": "nvme", "kind": "posix", "path": str(base / "nvme")},
+        {"name": "pfs", "kind": "posix", "path": str(base / "pfs")},
+    ]
+
+
+def _tierd_run(base: Path, dataset: Dataset, settings: Settings, label: str) -> HopResult:
+    """One hop by the daemon; checks the destination holds every file, then removes it."""
+    profile = settings.profile_dir / f"{label}.prof" if settings.profile_dir else None
+    hop = run_hop(base / "daemon" / label, dataset, _tiers(base), profile=profile)
+    copied = sum(p.is_file() for p in (base / "pfs" / STEP_DIR).rglob("*"))
+    if copied != len(dataset.files):
+        raise RuntimeError(f"{label}: the destination holds {copied} files, not {len(dataset.files)}")
+    shutil.rmtree(base / "pfs" / "job")
+    shutil.rmtree(base / "daemon" / label)
+    return hop
+
+
+def _baseline_run(base: Path, dataset: Dataset) -> Timed:
+    """``cp -r`` then ``sync``; removes the copy afterwards."""
+    target = base / "cp" / "job"
+    target.mkdir(parents=True)
+    run = timed(["sh", "-c", 'cp -r "$0" "$1" && sync', str(dataset.source), str(target / "step_1")])
+    shutil.rmtree(base / "cp")
+    return run
+
+
+def _bench(base: Path, dataset: Dataset, settings: Settings) -> None:
+    runs = Runs(TIME_GOAL, RSS_GOAL)
+    runner: list[float] = []
+    for round_ in range(settings.rounds):
+        order = ["tierd", "baseline"] if round_ % 2 == 0 else ["baseline", "tierd"]
+        for side in order:
+            sync()
+            prepare_cache(dataset.paths, settings.cache)
+            if side == "tierd":
+                hop = _tierd_run(base, dataset, settings, f"{dataset.kind}-{round_}")
+                runs.add_tierd(hop.seconds, hop.cpu, hop.peak_rss_bytes)
+                runner.append(hop.runner_seconds)
+                note(f"copy {dataset.kind} round {round_}: tierd {hop.seconds:.2f}s")
+            else:
+                run = _baseline_run(base, dataset)
+                runs.add_baseline(run)
+                note(f"copy {dataset.kind} round {round_}: cp+sync {run.seconds:.2f}s")
+    t, b = runs.medians
+    emit(
+        f"copy_hop_{dataset.kind}",
+        t,
+        "cp -r SRC DST && sync (coreutils), same source directory and file system",
+        b,
+        peak_rss=max(runs.peaks),
+        **runs.summary(dataset, settings, base),
+        tierd_path="python -m tierd run: PipelineService hop nvme -> pfs "
+        "(posix, concurrency 4, verify native, 32 MiB buffer budget)",
+        tierd_timing="daemon log hop_started -> replica_verified (replica state committed)",
+        tierd_runner_seconds=round(statistics.median(runner), 6),
+        checksums="tierd: CRC64NVME of every byte vs first sight, fsync per file and directory; cp: none",
+    )
+
+
+def main() -> None:
+    """Make both checkpoints in a scratch directory, run both comparisons, clean up."""
+    settings = Settings.from_env(ROUNDS)
+    base = Path(tempfile.mkdtemp(prefix="copy-", dir=bench_root()))
+    try:
+        for kind in ("big", "small"):
+            tier0 = base / "nvme"
+            if kind == "big":
+                dataset = make_big(tier0, settings.big_bytes, settings.big_shards)
+            else:
+                dataset = make_small(tier0, settings.small_files)
+            (base / "pfs").mkdir(exist_ok=True)
+            _bench(base, dataset, settings)
+            shutil.rmtree(tier0)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
