@@ -120,7 +120,7 @@ def _upload(base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings) ->
                 kept = bucket
     how = "the store's CRC64NVME (HeadObject)"
     if not _store_checksum(s3, kept, dataset):
-        how = "reading every byte back (GetObject), as rclone reports no CRC64NVME for it"
+        how = "reading every byte back (GetObject): rclone reports no CRC64NVME for it"
     t, b = runs.medians
     emit(
         f"s3_upload_{dataset.kind}",
@@ -134,8 +134,8 @@ def _upload(base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings) ->
         tierd_path="python -m tierd run: PipelineService hop nvme -> s3 "
         "(part_size 64 MiB, concurrency 4 files x 4 parts, 32 MiB buffer budget, verify native)",
         tierd_timing="daemon log hop_started -> replica_verified (replica state committed)",
-        checksums=f"tierd: CRC64NVME sent with each object (full-object for multipart), then the biggest "
-        f"object verified by {how}; s5cmd: Content-MD5 and signed SHA-256 with each "
+        checksums=f"tierd: CRC64NVME sent with each object (full-object for multipart); the largest "
+        f"object was verified by {how}; s5cmd: Content-MD5 and signed SHA-256 with each "
         "PutObject/UploadPart (aws-sdk-go v1), nothing verified after the upload",
     )
     return kept

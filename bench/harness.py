@@ -343,7 +343,7 @@ class Runs:
             **_cpu_fields("tierd", self.tierd_cpu),
             **_cpu_fields("baseline", self.baseline_cpu),
             "rounds": settings.rounds,
-            "statistic": "median; sides alternate each round",
+            "statistic": "median; sides alternate each round" if len(self.tierd) > 1 else "single run",
             "page_cache": settings.cache_note,
             "filesystem": filesystem_type(base),
             "loadavg_1m_before_after": [round(self.load_before, 2), round(os.getloadavg()[0], 2)],

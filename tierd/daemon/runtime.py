@@ -18,7 +18,6 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import check_schema
 from tierd.daemon.context import Context
 from tierd.daemon.detect.service import DetectService
-from tierd.daemon.pipeline.memory import bound_heap_growth
 from tierd.daemon.pipeline.service import PipelineService
 from tierd.daemon.retention.service import RetentionService
 from tierd.daemon.service import Service
@@ -111,5 +110,4 @@ async def _watchdog() -> AsyncIterator[None]:
 
 def run(config: Config) -> None:
     """Run the daemon in this process until it is told to stop."""
-    bound_heap_growth()
     asyncio.run(Daemon(config).run())

@@ -13,7 +13,7 @@ import ctypes.util
 import functools
 from collections.abc import Callable
 
-__all__ = ["bound_heap_growth", "trim_freed_memory"]
+__all__ = ["trim_freed_memory"]
 
 
 @functools.cache
@@ -35,25 +35,3 @@ def trim_freed_memory() -> bool:
         return False
     trim(0)
     return True
-
-
-_M_MMAP_THRESHOLD = -3
-_M_ARENA_MAX = -8
-
-
-def bound_heap_growth(mmap_threshold: int = 1 << 20, arenas: int = 2) -> bool:
-    """Serve every allocation of ``mmap_threshold`` bytes or more from its own mapping.
-
-    glibc raises its mmap threshold as big blocks are freed, after which 8 MiB transfer
-    buffers come from the heap and their pages stay resident when freed; pinning the
-    threshold returns them at once, and few arenas keep the worker threads from each
-    holding a heap of their own. Call once at start-up; False where not glibc.
-    """
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(mallopt(_M_ARENA_MAX, arenas))
