@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from typing import Any, TypeVar
 import yaml
 from sqlalchemy import select
 
+from tests.fixtures.net import free_port
 from tierd.config import Config, PosixTier, S3Tier
 from tierd.daemon import checksum
 from tierd.daemon.catalog.db import Database
@@ -35,12 +35,6 @@ from tierd.daemon.catalog.models import (
 
 T = TypeVar("T")
 MiB = 1024 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def write_files(root: Path, sizes: Mapping[str, int], *, seed: int = 0) -> dict[str, bytes]:

@@ -16,12 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import posix_config_dict
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.fixtures.net import free_port
 
 
 def _tierd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -32,7 +27,7 @@ def _tierd(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
-    data = posix_config_dict(tmp_path, api={"listen": f"127.0.0.1:{_free_port()}"}, drain_timeout_seconds=5)
+    data = posix_config_dict(tmp_path, api={"listen": f"127.0.0.1:{free_port()}"}, drain_timeout_seconds=5)
     path = tmp_path / "tierd.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

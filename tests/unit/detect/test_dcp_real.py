@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -13,14 +12,9 @@ from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.multiprocessing.spawn import start_processes
 
+from tests.fixtures.net import free_port
 from tests.unit.detect.helpers import complete, make_spec
 from tests.unit.detect.layouts import truncate
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _save(rank: int, world: int, port: int, directory: str) -> None:
@@ -39,7 +33,7 @@ def _save(rank: int, world: int, port: int, directory: str) -> None:
 def two_rank_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("dcp2")
     directory = root / "job" / "step_200"
-    start_processes(_save, args=(2, _free_port(), str(directory)), nprocs=2, start_method="spawn")  # type: ignore[no-untyped-call]
+    start_processes(_save, args=(2, free_port(), str(directory)), nprocs=2, start_method="spawn")  # type: ignore[no-untyped-call]
     return directory
 
 
