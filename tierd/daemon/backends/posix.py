@@ -1,9 +1,20 @@
 """A POSIX tier: a directory on local NVMe or a parallel file system mount.
 
 Writes go to a hidden temporary name in the destination directory
-(``.<name>.tierd-tmp-<random>``), filled by parallel ``pwrite`` of hashed chunks, then
-fsynced, read back and hashed again, renamed into place and the directory fsynced. So
-the final name only ever holds complete, verified bytes. ``list`` hides temporary names.
+(``.<name>.tierd-tmp-<random>``), then are fsynced (for ``verify: readback`` also dropped
+from the page cache, read back and hashed again), renamed into place and the directory
+fsynced. So the final name only ever holds complete, verified bytes. ``list`` hides
+temporary names. How the temporary file is filled (``posixcopy``):
+
+- a file of one chunk or less: read, hashed and placed in one trip to the I/O pool, and
+  nothing is created when its bytes do not match;
+- from a local file (a ``PosixReader``): ``copy_file_range`` per chunk, in parallel, each
+  chunk read back from the destination and hashed; where the kernel refuses (different
+  file systems) the backend remembers it for that source device and uses buffers;
+- otherwise: parallel chunks read into budgeted buffers, hashed and ``pwrite``-n.
+
+Every chunk is queued for writeback as soon as it is written, so the final fsync has
+little left to do.
 
 ``write`` first removes what killed writes of the same name left behind (a restarted
 daemon rewriting the file it was killed in), and ``abort_stale_uploads`` sweeps old
@@ -29,11 +40,10 @@ from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from awscrt import checksums
-
 from tierd.config import PosixTier
 from tierd.daemon import checksum
 from tierd.daemon.aio import blocking
+from tierd.daemon.backends import posixcopy
 from tierd.daemon.backends.base import (
     Backend,
     Features,
@@ -67,6 +77,7 @@ from tierd.daemon.backends.transfer import (
     uninterrupted,
 )
 from tierd.errors import (
+    IntegrityError,
     NotFound,
     PermanentBackendError,
     TierdError,
@@ -77,6 +88,7 @@ from tierd.logs import get_logger
 __all__ = ["CHUNK_SIZE", "TEMP_MARK", "PosixBackend", "PosixReader", "is_temp_name"]
 
 CHUNK_SIZE = 8 * MIB
+KERNEL_CHUNK_SIZE = 32 * MIB  # copy_file_range moves no bytes through our buffers
 HASH_BUFFER = 4 * MIB
 _LISTED_DIRECTORIES = 4096  # how many directories' leftovers a backend remembers
 
@@ -132,10 +144,15 @@ def _os_errors(action: str, location: str) -> Iterator[None]:
 class PosixReader:
     """A RangeReader over an open file (``os.preadv`` on the I/O pool)."""
 
-    def __init__(self, fd: int, size: int, location: str) -> None:
+    def __init__(self, fd: int, size: int, location: str, device: int = -1) -> None:
         self._fd = fd
         self.size = size
         self._location = location
+        self.device = device  # st_dev of the file system it is on
+
+    def fileno(self) -> int:
+        """The open file, for a kernel-side copy (-1 once closed)."""
+        return self._fd
 
     async def read_into(self, offset: int, buf: memoryview) -> int:
         """Fill ``buf`` from ``offset``. Raises Transient/PermanentBackendError."""
@@ -169,6 +186,8 @@ class PosixBackend(Backend):
         self.readback = tier.verify == "readback"
         # Temporary names found at a directory's first write: the leftovers a write may remove.
         self._leftovers: OrderedDict[Path, set[str]] = OrderedDict()
+        # Devices of sources whose files copy_file_range could not copy here.
+        self._no_kernel_copy: set[int] = set()
 
     def _path(self, relpath: str) -> Path:
         return self.root / check_relpath(relpath)
@@ -179,7 +198,10 @@ class PosixBackend(Backend):
 
     async def _require_root(self) -> None:
         if not await blocking(os.path.isdir, self.root):
-            raise TransientBackendError(f"tier {self.name}: root {self.root} is missing (not mounted?)")
+            raise self._root_missing()
+
+    def _root_missing(self) -> TransientBackendError:
+        return TransientBackendError(f"tier {self.name}: root {self.root} is missing (not mounted?)")
 
     async def stat(self, relpath: str) -> ObjectInfo:
         """Size and mtime (checksum None). Raises NotFound when missing or not a file."""
@@ -210,8 +232,8 @@ class PosixBackend(Backend):
         """A PosixReader. Raises NotFound when missing, PermanentBackendError if unreadable."""
         path = self._path(relpath)
         with _os_errors("open", str(path)):
-            fd, size = await blocking(_open_regular, path)
-        return PosixReader(fd, size, str(path))
+            fd, size, device = await blocking(_open_regular, path)
+        return PosixReader(fd, size, str(path), device)
 
     async def write(
         self,
@@ -233,10 +255,13 @@ class PosixBackend(Backend):
         missing root, ...) or PermanentBackendError (EACCES, EROFS, ...).
         """
         final = self._path(relpath)
-        await self._require_root()
         await self._remove_leftovers(final)
+        if reader.size <= self.chunk_size:
+            return await self._write_whole(relpath, final, reader, expected_checksum, progress)
         with _os_errors("create temporary file for", str(final)):
-            temp = await blocking(TempFile.create, self.root, final)
+            temp = await blocking(posixcopy.create_temp, self.root, final)
+        if temp is None:
+            raise self._root_missing()
         try:
             await self._fill(temp, reader, str(final), expected_checksum, progress)
             await self._make_durable(temp, str(final), expected_checksum)
@@ -247,6 +272,33 @@ class PosixBackend(Backend):
             raise
         by: Verification = "readback" if self.readback else "stream"
         return ObjectInfo(relpath, reader.size, expected_checksum, mtime, by)
+
+    async def _write_whole(
+        self, relpath: str, final: Path, reader: RangeReader, expected: str, progress: Progress | None
+    ) -> ObjectInfo:
+        """A file of one chunk in one trip to the I/O pool: read, hash, place (see ``place_whole``)."""
+        where = str(final)
+        source = reader.fileno() if isinstance(reader, PosixReader) else None
+        async with self.budget.buffer(reader.size) as view:
+            if source is None:
+                await read_full(reader, 0, view, where=where)
+            with _os_errors("write", where):
+                try:
+                    mtime = await uninterrupted(
+                        blocking_on(
+                            view, posixcopy.place_whole, self.root, final, source, expected, self.readback
+                        )
+                    )
+                except posixcopy.SourceEnded as exc:
+                    raise _source_ended(where, exc.offset, reader.size) from None
+                except posixcopy.Mismatch as exc:
+                    raise mismatch(where, expected, exc.actual, exc.how) from None
+        if mtime is None:
+            raise self._root_missing()
+        if progress is not None:
+            progress(reader.size)
+        by: Verification = "readback" if self.readback else "stream"
+        return ObjectInfo(relpath, reader.size, expected, mtime, by)
 
     async def _remove_leftovers(self, final: Path) -> None:
         """Remove abandoned temporary files of ``final``'s name (best effort, never raises)."""
@@ -273,14 +325,62 @@ class PosixBackend(Backend):
             return
         async with self.budget.buffer(HASH_BUFFER) as view:
             with _os_errors("write", str(temp.path)):
-                readback = await uninterrupted(blocking_on(view, _fsync_and_hash, temp))
+                readback = await uninterrupted(blocking_on(view, posixcopy.fsync_and_hash, temp))
         if readback != expected:
             raise mismatch(where, expected, readback, "read-back")
 
     async def _fill(
         self, temp: TempFile, reader: RangeReader, where: str, expected: str, progress: Progress | None
     ) -> None:
-        """Copy every chunk in parallel, hashing each; IntegrityError on a mismatch."""
+        """Fill the temp file, in the kernel from a local file where it can; check the checksum."""
+        if isinstance(reader, PosixReader) and reader.device not in self._no_kernel_copy:
+            try:
+                await self._fill_in_kernel(temp, reader, where, expected, progress)
+                return
+            except _KernelCopyRefused:
+                self._no_kernel_copy.add(reader.device)
+                log.info("kernel_copy_unavailable", tier=self.name, path=where)
+        await self._fill_buffered(temp, reader, where, expected, progress)
+
+    async def _fill_in_kernel(
+        self, temp: TempFile, reader: PosixReader, where: str, expected: str, progress: Progress | None
+    ) -> None:
+        """copy_file_range chunks in parallel, each read back and hashed; IntegrityError on a mismatch.
+
+        Raises _KernelCopyRefused when the first chunk finds the files cannot be copied so.
+        """
+        size, chunk = reader.size, KERNEL_CHUNK_SIZE
+        pieces = [(0, min(chunk, size - off)) for off in range(0, size, chunk)]
+        first = True
+
+        async def copy_chunk(index: int) -> None:
+            nonlocal first
+            offset, length = index * chunk, pieces[index][1]
+            async with self.budget.buffer(HASH_BUFFER) as view:
+                try:
+                    crc = await uninterrupted(
+                        blocking_on(view, posixcopy.kernel_copy, reader.fileno(), temp.fd, offset, length)
+                    )
+                except posixcopy.SourceEnded as exc:
+                    raise _source_ended(where, exc.offset, size) from None
+                except OSError as exc:
+                    if first and exc.errno in posixcopy.NO_KERNEL_COPY:
+                        raise _KernelCopyRefused from exc
+                    raise translate_oserror(exc, "write", where) from exc
+            first = False
+            pieces[index] = (crc, length)
+            if progress is not None:
+                progress(length)
+
+        await for_each(range(len(pieces)), copy_chunk, 1 if len(pieces) == 1 else self.concurrency)
+        actual = checksum.encode(combine_all(pieces))
+        if actual != expected:
+            raise mismatch(where, expected, actual, "source")
+
+    async def _fill_buffered(
+        self, temp: TempFile, reader: RangeReader, where: str, expected: str, progress: Progress | None
+    ) -> None:
+        """Read every chunk into a buffer, hash and pwrite it, in parallel; IntegrityError on a mismatch."""
         size, chunk = reader.size, self.chunk_size
         pieces = [(0, min(chunk, size - off)) for off in range(0, size, chunk)]
 
@@ -289,7 +389,7 @@ class PosixBackend(Backend):
             async with self.budget.buffer(length) as view:
                 await read_full(reader, offset, view, where=where)
                 with _os_errors("write", where):
-                    crc = await uninterrupted(blocking_on(view, _hash_and_pwrite, temp.fd, offset))
+                    crc = await uninterrupted(blocking_on(view, posixcopy.hash_and_pwrite, temp.fd, offset))
             pieces[index] = (crc, length)
             if progress is not None:
                 progress(length)
@@ -314,7 +414,7 @@ class PosixBackend(Backend):
         path = self._path(relpath)
         async with self.budget.buffer(HASH_BUFFER) as view:
             with _os_errors("hash", str(path)):
-                return await uninterrupted(blocking_on(view, _hash_path, path))
+                return await uninterrupted(blocking_on(view, posixcopy.hash_path, path))
 
     async def verify(self, relpath: str, expected_checksum: str) -> ObjectInfo:
         """Read-back verification (POSIX has no native checksum).
@@ -363,47 +463,27 @@ def _scan_dir(path: Path) -> tuple[list[tuple[str, int, float]], list[str]]:
     return files, subdirs
 
 
-def _hash_path(view: memoryview, path: Path) -> str:
-    """CRC64NVME of a whole file, read through ``view`` (a budgeted buffer)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        crc = 0
-        while n := os.readv(fd, [view]):
-            crc = checksums.crc64nvme(view[:n], crc)
-    finally:
-        os.close(fd)
-    return checksum.encode(crc)
-
-
-def _open_regular(path: Path) -> tuple[int, int]:
+def _open_regular(path: Path) -> tuple[int, int, int]:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     st = os.fstat(fd)
     if not stat_mod.S_ISREG(st.st_mode):
         os.close(fd)
         raise FileNotFoundError(errno.ENOENT, "not a regular file", str(path))
-    return fd, st.st_size
+    return fd, st.st_size, st.st_dev
 
 
 def _pread(buf: memoryview, fd: int, offset: int) -> int:
     return os.preadv(fd, [buf], offset)
 
 
-def _fsync_and_hash(view: memoryview, temp: TempFile) -> str:
-    """Make the bytes durable, drop them from the page cache, hash what is stored."""
-    os.fsync(temp.fd)
-    if hasattr(os, "posix_fadvise"):
-        os.posix_fadvise(temp.fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    return _hash_path(view, temp.path)
+class _KernelCopyRefused(Exception):
+    """copy_file_range cannot copy between these files: use buffers."""
 
 
-def _hash_and_pwrite(view: memoryview, fd: int, offset: int) -> int:
-    crc = int(checksums.crc64nvme(view, 0))
-    written = 0
-    while written < len(view):
-        written += os.pwrite(fd, view[written:], offset + written)
-    return crc
+def _source_ended(where: str, offset: int, size: int) -> IntegrityError:
+    return IntegrityError(
+        f"{where}: source ended at byte {offset}, expected {size} bytes (did the file shrink?)"
+    )
 
 
 def _unlink_and_prune(root: Path, path: Path) -> None:

@@ -95,7 +95,7 @@ class TempFile:
     @classmethod
     def create(cls, root: Path, final: Path) -> TempFile:
         """Open a fresh temporary file; retries if a concurrent delete pruned the directory."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC  # RDWR: chunks are read back
         for attempt in range(3):
             path = final.parent / f"{temp_stem(final)}{secrets.token_hex(6)}"
             try:

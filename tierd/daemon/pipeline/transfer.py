@@ -75,9 +75,10 @@ async def copy_file(
                 raise IntegrityError(
                     f"{src.location(spec.relpath)}: size {reader.size} != {spec.size} recorded at first sight"
                 )
-            throttled = ThrottledReader(reader, bucket, priority)
+            # Unwrapped without a cap, so a backend can see its own reader (a kernel-side copy).
+            source = reader if bucket is None else ThrottledReader(reader, bucket, priority)
             info = await dst.write(
-                spec.relpath, throttled, expected_checksum=spec.checksum, resume=resume, progress=progress
+                spec.relpath, source, expected_checksum=spec.checksum, resume=resume, progress=progress
             )
         finally:
             await asyncio.shield(reader.close())

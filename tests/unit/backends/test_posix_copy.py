@@ -1,0 +1,182 @@
+"""How a POSIX write fills its temp file: in the kernel, through buffers, or whole."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conformance.harness import crc
+from tierd.config import PosixTier
+from tierd.daemon.backends import BytesReader, PosixBackend, copy_object, writeback
+from tierd.daemon.backends.posix import is_temp_name
+from tierd.errors import IntegrityError, TransientBackendError
+
+MIB = 1024 * 1024
+CopyFileRange = Callable[..., int]
+
+
+def backend_at(root: Path, **kw: object) -> PosixBackend:
+    root.mkdir(parents=True, exist_ok=True)
+    return PosixBackend(PosixTier(name=root.name, kind="posix", path=root, **kw), chunk_size=MIB)
+
+
+def leftovers(root: Path) -> list[str]:
+    return [name for _, _, names in os.walk(root) for name in names if is_temp_name(name)]
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Every copy_file_range call's (offset, count), passed on to the real one."""
+    calls: list[tuple[int, int]] = []
+    real: CopyFileRange = os.copy_file_range
+
+    def spy(src: int, dst: int, count: int, offset_src: int, offset_dst: int) -> int:
+        calls.append((offset_src, count))
+        return real(src, dst, count, offset_src, offset_dst)
+
+    monkeypatch.setattr(os, "copy_file_range", spy)
+    return calls
+
+
+async def test_a_local_file_is_copied_in_the_kernel(
+    tmp_path: Path, kernel_calls: list[tuple[int, int]]
+) -> None:
+    src, dst = backend_at(tmp_path / "src"), backend_at(tmp_path / "dst")
+    data = os.urandom(70 * MIB + 5)  # three kernel chunks, the last one short
+    (src.root / "x.bin").write_bytes(data)
+    info = await copy_object(src, "x.bin", dst, "run/x.bin", crc(data))
+    assert (dst.root / "run" / "x.bin").read_bytes() == data
+    assert info.checksum == crc(data)
+    assert info.verified_by == "stream"
+    assert sorted(offset for offset, _ in kernel_calls)[:3] == [0, 32 * MIB, 64 * MIB]
+    assert leftovers(dst.root) == []
+
+
+async def test_a_refused_kernel_copy_falls_back_to_buffers_and_is_remembered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = 0
+
+    def cross_device(*args: object) -> int:
+        nonlocal calls
+        calls += 1
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", cross_device)
+    src, dst = backend_at(tmp_path / "src"), backend_at(tmp_path / "dst")
+    files = {f"f{n}.bin": os.urandom(3 * MIB + n) for n in range(2)}
+    for name, data in files.items():
+        (src.root / name).write_bytes(data)
+        await copy_object(src, name, dst, name, crc(data))
+        assert (dst.root / name).read_bytes() == data
+    assert 1 <= calls <= dst.concurrency  # the first file's chunks found out; the second never tried
+    assert leftovers(dst.root) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/dev/shm is Linux's tmpfs")
+async def test_a_file_on_another_file_system_is_copied(tmp_path: Path) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("no second file system here")
+    other = shm / f"tierd-test-{os.getpid()}"
+    try:
+        src, dst = backend_at(other), backend_at(tmp_path / "dst")
+        data = os.urandom(5 * MIB)
+        (src.root / "x.bin").write_bytes(data)
+        await copy_object(src, "x.bin", dst, "x.bin", crc(data))
+        assert (dst.root / "x.bin").read_bytes() == data
+    finally:
+        for path in other.glob("*"):
+            path.unlink()
+        other.rmdir()
+
+
+async def test_a_source_changed_since_first_sight_is_refused(
+    tmp_path: Path, kernel_calls: list[tuple[int, int]]
+) -> None:
+    src, dst = backend_at(tmp_path / "src"), backend_at(tmp_path / "dst")
+    data = bytearray(os.urandom(40 * MIB))
+    expected = crc(bytes(data))
+    data[33 * MIB] ^= 1
+    (src.root / "x.bin").write_bytes(data)
+    with pytest.raises(IntegrityError, match="source CRC64NVME"):
+        await copy_object(src, "x.bin", dst, "x.bin", expected)
+    assert kernel_calls
+    assert not (dst.root / "x.bin").exists()
+    assert leftovers(dst.root) == []
+
+
+async def test_a_source_that_shrank_is_refused(tmp_path: Path) -> None:
+    src, dst = backend_at(tmp_path / "src"), backend_at(tmp_path / "dst")
+    data = os.urandom(40 * MIB)
+    (src.root / "x.bin").write_bytes(data)
+    reader = await src.open_reader("x.bin")
+    os.truncate(src.root / "x.bin", 35 * MIB)
+    try:
+        with pytest.raises(IntegrityError, match="did the file shrink"):
+            await dst.write("x.bin", reader, expected_checksum=crc(data))
+    finally:
+        await reader.close()
+    assert not (dst.root / "x.bin").exists()
+    assert leftovers(dst.root) == []
+
+
+@pytest.mark.parametrize("size", [0, 1, MIB], ids=["empty", "one-byte", "one-chunk"])
+async def test_a_file_of_one_chunk_is_placed_whole(tmp_path: Path, size: int) -> None:
+    src, dst = backend_at(tmp_path / "src"), backend_at(tmp_path / "dst")
+    data = os.urandom(size)
+    (src.root / "x.bin").write_bytes(data)
+    info = await copy_object(src, "x.bin", dst, "a/b/x.bin", crc(data))
+    assert (dst.root / "a" / "b" / "x.bin").read_bytes() == data
+    assert info.size == size
+    assert info.verified_by == "stream"
+
+
+@pytest.mark.parametrize("verify", ["native", "readback"])
+async def test_a_small_file_that_does_not_match_creates_nothing(tmp_path: Path, verify: str) -> None:
+    src, dst = backend_at(tmp_path / "src"), backend_at(tmp_path / "dst", verify=verify)
+    (src.root / "x.bin").write_bytes(b"changed since detection")
+    with pytest.raises(IntegrityError, match="source CRC64NVME"):
+        await copy_object(src, "x.bin", dst, "new/x.bin", crc(b"as it was at first sight"))
+    with pytest.raises(IntegrityError, match="source CRC64NVME"):
+        await dst.write("new/y.bin", BytesReader(b"abc"), expected_checksum=crc(b"abd"))
+    assert not (dst.root / "new").exists()  # not even its directory
+
+
+async def test_a_small_file_from_a_source_that_shrank_is_refused(tmp_path: Path) -> None:
+    src, dst = backend_at(tmp_path / "src"), backend_at(tmp_path / "dst")
+    data = os.urandom(4096)
+    (src.root / "x.bin").write_bytes(data)
+    reader = await src.open_reader("x.bin")
+    os.truncate(src.root / "x.bin", 100)
+    try:
+        with pytest.raises(IntegrityError, match="did the file shrink"):
+            await dst.write("x.bin", reader, expected_checksum=crc(data))
+    finally:
+        await reader.close()
+    assert list(dst.root.iterdir()) == []
+
+
+async def test_a_small_file_on_a_missing_root_is_transient(tmp_path: Path) -> None:
+    dst = PosixBackend(PosixTier(name="gone", kind="posix", path=tmp_path / "gone"))
+    with pytest.raises(TransientBackendError, match="not mounted"):
+        await dst.write("x.bin", BytesReader(b"x"), expected_checksum=crc(b"x"))
+    assert not (tmp_path / "gone").exists()
+
+
+def test_start_writeback_never_raises(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 8192)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        writeback.start_writeback(fd, 0, 8192)
+    finally:
+        os.close(fd)
+    writeback.start_writeback(fd, 0, 8192)  # a closed descriptor: EBADF, ignored
+    if sys.platform.startswith("linux"):
+        assert writeback._sync_file_range is not None

@@ -1,0 +1,169 @@
+"""The blocking halves of a POSIX write: one chunk at a time, hashed, writeback started.
+
+Two ways to fill a chunk of the temporary file:
+
+- ``hash_and_pwrite``: the bytes are already in a buffer (read from any source); hash
+  them, ``pwrite`` them.
+- ``kernel_copy``: the source is a local file; ``copy_file_range`` moves the bytes inside
+  the kernel (no trip through this process; a reflink or a server-side copy where the
+  file system offers one), then the chunk is read back from the destination and hashed,
+  so the checksum covers what the destination file holds, not what was meant to go in.
+
+Both queue the chunk for writeback at once (``writeback.start_writeback``), so the
+fsync that ends the write has little left to flush. Every function here blocks: call
+them through ``tierd.daemon.aio.blocking``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from awscrt import checksums
+
+from tierd.daemon import checksum
+from tierd.daemon.backends.posixtemp import TempFile
+from tierd.daemon.backends.writeback import start_writeback
+
+__all__ = [
+    "NO_KERNEL_COPY",
+    "Mismatch",
+    "SourceEnded",
+    "create_temp",
+    "fsync_and_hash",
+    "hash_and_pwrite",
+    "hash_path",
+    "kernel_copy",
+    "place_whole",
+]
+
+#: errno values saying ``copy_file_range`` cannot copy between these two files at all
+#: (different file systems, an old kernel, a file system without it): use buffers instead.
+_REFUSALS = ("EXDEV", "EINVAL", "ENOSYS", "EOPNOTSUPP", "ENOTSUP")
+NO_KERNEL_COPY = frozenset(getattr(errno, name) for name in _REFUSALS if hasattr(errno, name))
+
+
+class SourceEnded(Exception):
+    """The source file ended before the chunk did (it shrank since detection)."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__(offset)
+        self.offset = offset
+
+
+class Mismatch(Exception):
+    """The bytes hashed to ``actual``, not the expected checksum (``how``: source or read-back)."""
+
+    def __init__(self, actual: str, how: str) -> None:
+        super().__init__(actual, how)
+        self.actual = actual
+        self.how = how
+
+
+def create_temp(root: Path, final: Path) -> TempFile | None:
+    """A fresh temporary file for ``final``; None when the tier root is missing (unmounted)."""
+    if not os.path.isdir(root):
+        return None
+    return TempFile.create(root, final)
+
+
+def place_whole(
+    view: memoryview, root: Path, final: Path, source: int | None, expected: str, readback: bool
+) -> float | None:
+    """Write ``view`` (filled from the file ``source`` first, if given) under ``final``, verified.
+
+    Hashes before anything is created, so a mismatch writes nothing; then temp file,
+    write, fsync (and for ``readback`` a re-read from the disk), rename, directory fsync.
+    Returns the final mtime, or None when the tier root is missing. Raises SourceEnded,
+    Mismatch, or OSError (the temp file removed).
+    """
+    if source is not None:
+        _pread_full(source, view)
+    actual = checksum.encode(int(checksums.crc64nvme(view, 0)))
+    if actual != expected:
+        raise Mismatch(actual, "source")
+    temp = create_temp(root, final)
+    if temp is None:
+        return None
+    try:
+        written = 0
+        while written < len(view):
+            written += os.pwrite(temp.fd, view[written:], written)
+        if readback:
+            stored = fsync_and_hash(view, temp) if len(view) else actual
+            if stored != expected:
+                raise Mismatch(stored, "read-back")
+        else:
+            os.fsync(temp.fd)
+        return temp.commit(final)
+    except BaseException:
+        temp.discard()
+        raise
+
+
+def _pread_full(fd: int, view: memoryview) -> None:
+    filled = 0
+    while filled < len(view):
+        n = os.preadv(fd, [view[filled:]], filled)
+        if n == 0:
+            raise SourceEnded(filled)
+        filled += n
+
+
+def hash_and_pwrite(view: memoryview, fd: int, offset: int) -> int:
+    """CRC64NVME of ``view``, written at ``offset`` and queued for writeback."""
+    crc = int(checksums.crc64nvme(view, 0))
+    written = 0
+    while written < len(view):
+        written += os.pwrite(fd, view[written:], offset + written)
+    start_writeback(fd, offset, written)
+    return crc
+
+
+def kernel_copy(view: memoryview, src_fd: int, dst_fd: int, offset: int, length: int) -> int:
+    """Copy ``length`` bytes at ``offset`` in the kernel; CRC64NVME of the destination's bytes.
+
+    ``view`` is the buffer the destination is read back through. Raises SourceEnded when
+    the source is shorter than ``offset + length``, OSError otherwise (an errno in
+    NO_KERNEL_COPY from the first call means this pair of files cannot be copied so).
+    """
+    end = offset + length
+    pos = offset
+    while pos < end:
+        n = os.copy_file_range(src_fd, dst_fd, end - pos, pos, pos)
+        if n == 0:
+            raise SourceEnded(pos)
+        pos += n
+    start_writeback(dst_fd, offset, length)
+    crc = 0
+    pos = offset
+    while pos < end:
+        n = os.preadv(dst_fd, [view[: min(len(view), end - pos)]], pos)
+        if n == 0:
+            raise OSError(errno.EIO, f"destination ended at byte {pos} of {end} just copied")
+        crc = checksums.crc64nvme(view[:n], crc)
+        pos += n
+    return int(crc)
+
+
+def hash_path(view: memoryview, path: Path) -> str:
+    """CRC64NVME of a whole file, read through ``view`` (a budgeted buffer)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        crc = 0
+        while n := os.readv(fd, [view]):
+            crc = checksums.crc64nvme(view[:n], crc)
+    finally:
+        os.close(fd)
+    return checksum.encode(crc)
+
+
+def fsync_and_hash(view: memoryview, temp: TempFile) -> str:
+    """Make the bytes durable, drop them from the page cache, hash what is stored."""
+    os.fsync(temp.fd)
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(temp.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    return hash_path(view, temp.path)
