@@ -175,6 +175,8 @@ class PosixTier(_TierBase):
 
     kind: Literal["posix"]
     path: Path
+    # Small files are fsync-bound: sixteen in flight share the file system's journal commits.
+    concurrency: int = Field(default=16, ge=1, le=256)
 
 
 class S3Tier(_TierBase):

@@ -160,10 +160,10 @@ class PosixReader:
             return await uninterrupted(blocking_on(buf, _pread, self._fd, offset))
 
     async def close(self) -> None:
-        """Close the file (idempotent)."""
+        """Close the file (idempotent); a read-only descriptor closes without blocking."""
         fd, self._fd = self._fd, -1
         if fd >= 0:
-            await blocking(os.close, fd)
+            os.close(fd)
 
 
 class PosixBackend(Backend):

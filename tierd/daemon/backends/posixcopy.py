@@ -63,9 +63,12 @@ class Mismatch(Exception):
 
 def create_temp(root: Path, final: Path) -> TempFile | None:
     """A fresh temporary file for ``final``; None when the tier root is missing (unmounted)."""
-    if not os.path.isdir(root):
-        return None
-    return TempFile.create(root, final)
+    try:
+        return TempFile.create(root, final)
+    except FileNotFoundError:
+        if not os.path.isdir(root):
+            return None
+        raise
 
 
 def place_whole(

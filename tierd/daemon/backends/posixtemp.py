@@ -25,6 +25,8 @@ from collections.abc import Collection
 from contextlib import suppress
 from pathlib import Path
 
+from tierd.daemon.backends.dirsync import fsync_dir, sync_directory
+
 __all__ = [
     "ABANDONED_UNLOCKED",
     "TEMP_MARK",
@@ -59,18 +61,6 @@ def temp_stem(final: Path) -> str:
     return f".{final.name[:_MAX_NAME_IN_TEMP]}{TEMP_MARK}"
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a directory's entries durable (where the file system allows it)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno != errno.EINVAL:  # some network file systems refuse directory fsync
-            raise
-    finally:
-        os.close(fd)
-
-
 def _makedirs_durable(root: Path, directory: Path) -> None:
     """Create missing directories below ``root``, fsyncing each new entry's parent."""
     missing: list[Path] = []
@@ -99,11 +89,11 @@ class TempFile:
         for attempt in range(3):
             path = final.parent / f"{temp_stem(final)}{secrets.token_hex(6)}"
             try:
-                _makedirs_durable(root, final.parent)
                 fd = os.open(path, flags, 0o644)
             except FileNotFoundError:
                 if attempt == 2:
                     raise
+                _makedirs_durable(root, final.parent)  # new, or pruned by a concurrent delete
                 continue
             with _live_lock:
                 _live_temps.add(str(path))
@@ -127,11 +117,12 @@ class TempFile:
 
     def commit(self, final: Path) -> float:
         """Rename into place and fsync the directory; returns the final mtime."""
+        mtime = os.fstat(self.fd).st_mtime  # a rename keeps it
         os.rename(self.path, final)
         self._forget()
         self._close()  # only now: the lock guarded the temporary name until it was gone
-        fsync_dir(final.parent)
-        return os.stat(final).st_mtime
+        sync_directory(final.parent)
+        return mtime
 
     def discard(self) -> None:
         """Best-effort cleanup after a failed write."""
