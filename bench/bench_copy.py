@@ -110,7 +110,7 @@ def main() -> None:
     settings = Settings.from_env(ROUNDS)
     base = Path(tempfile.mkdtemp(prefix="copy-", dir=bench_root()))
     try:
-        for kind in ("big", "small"):
+        for kind in settings.kinds:
             tier0 = base / "nvme"
             if kind == "big":
                 dataset = make_big(tier0, settings.big_bytes, settings.big_shards)

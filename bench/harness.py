@@ -91,6 +91,7 @@ class Settings:
     rounds: int
     cache: str
     profile_dir: Path | None
+    kinds: tuple[str, ...] = ("big", "small")
 
     @classmethod
     def from_env(cls, rounds: int) -> Settings:
@@ -107,6 +108,7 @@ class Settings:
             rounds=env_int("TIERD_BENCH_ROUNDS", 1 if small else rounds),
             cache=cache,
             profile_dir=Path(profile).resolve() if profile else None,
+            kinds=_kinds(os.environ.get("TIERD_BENCH_KINDS", "big,small")),
         )
 
     @property
@@ -117,6 +119,13 @@ class Settings:
                 "cold: sync, then posix_fadvise(DONTNEED) on every source file, before each run of each side"
             )
         return "warm: sync, then every source file read into the page cache, before each run of each side"
+
+
+def _kinds(value: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in value.split(",") if k.strip())
+    if not kinds or any(k not in ("big", "small") for k in kinds):
+        raise ValueError(f"TIERD_BENCH_KINDS must list big and/or small, not {value!r}")
+    return kinds
 
 
 # Checkpoints on disk --------------------------------------------------------------------
@@ -516,7 +525,7 @@ def run_hop(
         "catalog": {"url": f"sqlite:///{catalog}"},
         "api": {"listen": f"{HOST}:{free_port()}"},
         "drain_timeout_seconds": 10,
-        "log": {"level": "info", "format": "json"},
+        "log": {"level": os.environ.get("TIERD_BENCH_LOG_LEVEL", "info"), "format": "json"},
         "tiers": tiers,
     }
     config_path = workdir / "tierd.yaml"
