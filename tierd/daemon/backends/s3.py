@@ -8,12 +8,16 @@ protects the body, and hashing SHA-256 on the event loop would stall it).
 
 Small objects go up in one PutObject with their CRC64NVME; bigger ones as a multipart
 upload (``s3multipart``). S3 never shows an incomplete multipart object, and a
-PutObject is atomic, so the final key never holds partial bytes.
+PutObject is atomic, so the final key never holds partial bytes. Reads need no HeadObject:
+``open_reader``'s GET of the first ``OPEN_RANGE`` bytes tells the size and ETag, and its
+body is the first chunk (a small object whole).
 
 Verification (``verify``, run by ``write`` and ``copy_from``): with ``verify: native``,
 HeadObject with ``ChecksumMode=ENABLED``; when the store reports a CRC64NVME it must equal
 the expected one (``verified_by="store"``), when it reports none every byte is read back
-and hashed (``verified_by="readback"``). ``verify: readback`` always reads back. AWS
+(ranged GETs in parallel, ``s3reads``) and hashed (``verified_by="readback"``). When the
+PutObject answer itself carries the CRC64NVME (AWS, moto; not ``rclone serve s3``), that
+is the store's word and no HeadObject follows. ``verify: readback`` always reads back. AWS
 validates the checksums we send; a store that merely echoes them (moto, ``rclone serve
 s3`` for PutObject) makes "store" only as strong as our own hash of the bytes sent --
 choose ``verify: readback`` for such stores.
@@ -30,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import aioboto3
 from aiobotocore.config import AioConfig
+from botocore.exceptions import ClientError
 
 from tierd.config import S3Tier
 from tierd.daemon import checksum
@@ -45,10 +50,12 @@ from tierd.daemon.backends.base import (
     mismatch,
 )
 from tierd.daemon.backends.s3bodies import BufferBody, TransferSettings
-from tierd.daemon.backends.s3errors import s3_errors
+from tierd.daemon.backends.s3client import cache_endpoints
+from tierd.daemon.backends.s3errors import range_not_satisfiable, s3_errors
 from tierd.daemon.backends.s3multipart import MAX_PART, Multipart
+from tierd.daemon.backends.s3reads import BodyReader, RangeGet, content_range_total, hash_ranges
 from tierd.daemon.backends.transfer import MIB, ByteBudget, crc64, default_budget, read_full
-from tierd.errors import IntegrityError, NotFound, TierdError
+from tierd.errors import IntegrityError, NotFound, TierdError, TransientBackendError
 from tierd.logs import get_logger
 
 if TYPE_CHECKING:
@@ -63,13 +70,49 @@ BUFFERED_PART_LIMIT = 16 * MIB
 STREAM_CHUNK = 8 * MIB
 COPY_PART_SIZE = 512 * MIB
 HASH_CHUNK = 1 * MIB
+OPEN_RANGE = 8 * MIB  # what open_reader's GET asks for: a small object whole, a big one's first chunk
+MAX_POOL = 512
+
+
+def pool_size(concurrency: int) -> int:
+    """Connections for ``concurrency`` files at once, each with up to ``concurrency`` requests.
+
+    Parts, read-back ranges and a reader's chunks all run ``concurrency`` at a time per
+    file, and a reader may keep its opening GET's connection while other chunks load.
+    """
+    return min(MAX_POOL, max(10, concurrency * (concurrency + 1)))
+
+
+class _FirstBody:
+    """The body of the GET ``open_reader`` sent, served to the reads that continue it."""
+
+    def __init__(self, body: Any, end: int, location: str) -> None:
+        self._body, self.pos, self.end, self._location = BodyReader(body), 0, end, location
+
+    async def read_into(self, view: memoryview) -> int:
+        """Copy up to ``len(view)`` bytes from where the last read stopped."""
+        n = min(len(view), self.end - self.pos)
+        with s3_errors("read", self._location):
+            got = await self._body.into(view[:n])
+        if got != n:
+            raise TransientBackendError(f"read {self._location}: the body ended at byte {self.pos + got}")
+        self.pos += n
+        return n
+
+    def close(self) -> None:
+        """Release the connection (dropped if the body was not read to its end)."""
+        self._body.close()
 
 
 class S3Reader:
-    """A RangeReader doing ranged GETs pinned to the ETag seen at open."""
+    """A RangeReader doing ranged GETs pinned to the ETag seen at open.
 
-    def __init__(self, backend: S3Backend, key: str, size: int, etag: str | None) -> None:
-        self._backend, self._key, self.size, self._etag = backend, key, size, etag
+    The first bytes come from the GET that opened it (``first``) when the reads ask for
+    them in order; every other read is a ranged GET of its own.
+    """
+
+    def __init__(self, ranges: RangeGet, size: int, first: _FirstBody | None = None) -> None:
+        self._ranges, self.size, self._first = ranges, size, first
 
     async def read_into(self, offset: int, buf: memoryview) -> int:
         """Fill ``buf`` from ``offset``.
@@ -80,29 +123,29 @@ class S3Reader:
         want = min(len(buf), self.size - offset)
         if want <= 0:
             return 0
-        client = await self._backend.client()
-        location = self._backend.location_of_key(self._key)
-        with s3_errors("read", location):
-            response = await client.get_object(
-                Bucket=self._backend.bucket,
-                Key=self._key,
-                Range=f"bytes={offset}-{offset + want - 1}",
-                IfMatch=self._etag or "*",
-            )
-            body = response["Body"]
+        view, got = buf[:want], 0
+        first, self._first = self._first, None
+        if first is not None and first.pos == offset:
             try:
-                got = 0
-                while got < want:
-                    n = await body.readinto(buf[got:want])  # type: ignore[arg-type]
-                    if n == 0:
-                        break
-                    got += n
-            finally:
-                body.close()
-        return got
+                got = await first.read_into(view)
+            except BaseException:
+                first.close()
+                raise
+            if first.pos < first.end:
+                self._first = first
+            else:
+                first.close()
+        else:
+            self._first = first
+        if got < want:
+            await self._ranges.read_into(offset + got, view[got:])
+        return want
 
     async def close(self) -> None:
-        """Nothing to release (connections belong to the backend)."""
+        """Release the opening GET's connection if its body was not read to the end."""
+        first, self._first = self._first, None
+        if first is not None:
+            first.close()
 
 
 class S3Backend(Backend):
@@ -150,7 +193,7 @@ class S3Backend(Backend):
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
             retries={"mode": "standard", "max_attempts": 3},
-            max_pool_connections=max(10, 2 * self.tier.concurrency),
+            max_pool_connections=pool_size(self.tier.concurrency),
             connect_timeout=10,
             read_timeout=120,
             tcp_keepalive=True,
@@ -170,6 +213,7 @@ class S3Backend(Backend):
                             config=self._boto_config(),
                         )
                     )
+                cache_endpoints(self._client)
                 self._stack = stack
             return self._client
 
@@ -197,10 +241,7 @@ class S3Backend(Backend):
         Raises NotFound when missing (a missing bucket also answers HEAD with a bare
         404), PermanentBackendError on access denied, TransientBackendError on 5xx.
         """
-        head = await self._head(relpath)
-        return ObjectInfo(
-            relpath, head["ContentLength"], head.get("ChecksumCRC64NVME"), head["LastModified"].timestamp()
-        )
+        return _info(relpath, await self._head(relpath))
 
     async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
         """Objects under the directory ``prefix`` (ListObjectsV2, checksum None).
@@ -217,10 +258,31 @@ class S3Backend(Backend):
                     if not key.endswith("/"):
                         yield ObjectInfo(key[len(self.prefix) :], obj["Size"], None, mtime)
 
+    def _ranges(self, client: S3Client, relpath: str, etag: str | None) -> RangeGet:
+        return RangeGet(client, self.bucket, self._key(relpath), etag, self.location(relpath))
+
     async def open_reader(self, relpath: str) -> RangeReader:
-        """An S3Reader. Raises NotFound when missing."""
-        head = await self._head(relpath)
-        return S3Reader(self, self._key(relpath), head["ContentLength"], head.get("ETag"))
+        """An S3Reader, opened with a GET of the first ``OPEN_RANGE`` bytes (no HeadObject).
+
+        Raises NotFound when missing.
+        """
+        client = await self.client()
+        location = self.location(relpath)
+        with s3_errors("open", location):
+            try:
+                response = await client.get_object(
+                    Bucket=self.bucket, Key=self._key(relpath), Range=f"bytes=0-{OPEN_RANGE - 1}"
+                )
+            except ClientError as exc:
+                if not range_not_satisfiable(exc):
+                    raise
+                response = None
+        if response is None:  # an empty object: stores refuse any range of it
+            head = await self._head(relpath)
+            return S3Reader(self._ranges(client, relpath, head.get("ETag")), head["ContentLength"])
+        size = content_range_total(response)
+        first = _FirstBody(response["Body"], min(size, OPEN_RANGE), location)
+        return S3Reader(self._ranges(client, relpath, response.get("ETag")), size, first)
 
     async def write(
         self,
@@ -242,15 +304,16 @@ class S3Backend(Backend):
         key = self._key(relpath)
         size = reader.size
         if size <= min(self.settings.part_size, self.settings.buffered_part_limit):
-            await self._put_small(key, reader, expected_checksum)
+            reported = await self._put_small(key, reader, expected_checksum)
             if progress is not None:
                 progress(size)
-        else:
-            upload = Multipart(await self.client(), self.bucket, key, self.settings, self._active_uploads)
-            await upload.write(relpath, reader, expected_checksum, resume, progress)
+            return await self._verify_written(relpath, expected_checksum, size, reported)
+        upload = Multipart(await self.client(), self.bucket, key, self.settings, self._active_uploads)
+        await upload.write(relpath, reader, expected_checksum, resume, progress)
         return await self._verify_written(relpath, expected_checksum, size)
 
-    async def _put_small(self, key: str, reader: RangeReader, expected: str) -> None:
+    async def _put_small(self, key: str, reader: RangeReader, expected: str) -> str | None:
+        """PutObject with the CRC64NVME; returns the one the store reports back, if any."""
         location = self.location_of_key(key)
         client = await self.client()
         async with self.settings.budget.buffer(reader.size) as view:
@@ -259,7 +322,7 @@ class S3Backend(Backend):
             if actual != expected:
                 raise mismatch(location, expected, actual, "source")
             with s3_errors("put", location):
-                await client.put_object(
+                response = await client.put_object(
                     Bucket=self.bucket,
                     Key=key,
                     Body=bytes(view) if len(view) <= HASH_CHUNK else BufferBody(view),  # type: ignore[arg-type]
@@ -267,10 +330,22 @@ class S3Backend(Backend):
                     ChecksumAlgorithm="CRC64NVME",
                     ChecksumCRC64NVME=actual,
                 )
+        return response.get("ChecksumCRC64NVME")
 
-    async def _verify_written(self, relpath: str, expected: str, size: int) -> ObjectInfo:
-        """``verify``, plus the size; on a mismatch delete what was just stored."""
+    async def _verify_written(
+        self, relpath: str, expected: str, size: int, reported: str | None = None
+    ) -> ObjectInfo:
+        """``verify``, plus the size; on a mismatch delete what was just stored.
+
+        ``reported`` is the CRC64NVME the store's answer to the upload carried: with
+        ``verify: native`` it is the store's word, as HeadObject's would be, so no
+        HeadObject follows.
+        """
         try:
+            if reported is not None and self.tier.verify == "native":
+                if reported != expected:
+                    raise mismatch(self.location(relpath), expected, reported, "store-reported")
+                return ObjectInfo(relpath, size, reported, None, "store")
             info = await self.verify(relpath, expected)
             if info.size != size:
                 raise IntegrityError(f"{self.location(relpath)}: stored {info.size} bytes, sent {size}")
@@ -288,12 +363,13 @@ class S3Backend(Backend):
         Otherwise read back every byte. Raises NotFound when missing, IntegrityError on a
         mismatch (the object is left in place).
         """
-        info = await self.stat(relpath)
+        head = await self._head(relpath)
+        info = _info(relpath, head)
         if self.tier.verify == "native" and info.checksum is not None:
             if info.checksum != expected_checksum:
                 raise mismatch(self.location(relpath), expected_checksum, info.checksum, "store-reported")
             return replace(info, verified_by="store")
-        actual = await self.hash(relpath)
+        actual = await self._hash(relpath, head)
         if actual != expected_checksum:
             raise mismatch(self.location(relpath), expected_checksum, actual, "read-back")
         return replace(info, checksum=actual, verified_by="readback")
@@ -308,18 +384,15 @@ class S3Backend(Backend):
             await client.delete_object(Bucket=self.bucket, Key=self._key(relpath))
 
     async def hash(self, relpath: str) -> str:
-        """GET every byte and return its CRC64NVME. Raises NotFound when missing."""
-        client = await self.client()
-        crc = 0
-        with s3_errors("hash", self.location(relpath)):
-            response = await client.get_object(Bucket=self.bucket, Key=self._key(relpath))
-            body = response["Body"]
-            try:
-                while chunk := await body.read(HASH_CHUNK):
-                    crc = await crc64(memoryview(chunk), crc)
-            finally:
-                body.close()
-        return checksum.encode(crc)
+        """GET every byte (ranges in parallel) and return its CRC64NVME.
+
+        Raises NotFound when missing, PermanentBackendError if it changed meanwhile.
+        """
+        return await self._hash(relpath, await self._head(relpath))
+
+    async def _hash(self, relpath: str, head: HeadObjectOutputTypeDef) -> str:
+        ranges = self._ranges(await self.client(), relpath, head.get("ETag"))
+        return await hash_ranges(ranges, head["ContentLength"], self.settings.concurrency)
 
     async def abort_stale_uploads(self, older_than_seconds: float, *, keep: Collection[str] = ()) -> int:
         """Abort multipart uploads under the prefix initiated longer ago than that.
@@ -396,6 +469,12 @@ class S3Backend(Backend):
         stack, self._stack, self._client = self._stack, None, None
         if stack is not None:
             await stack.aclose()
+
+
+def _info(relpath: str, head: HeadObjectOutputTypeDef) -> ObjectInfo:
+    return ObjectInfo(
+        relpath, head["ContentLength"], head.get("ChecksumCRC64NVME"), head["LastModified"].timestamp()
+    )
 
 
 def _secret(tier: S3Tier) -> str | None:

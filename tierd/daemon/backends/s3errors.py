@@ -32,7 +32,7 @@ from tierd.errors import (
     TransientBackendError,
 )
 
-__all__ = ["s3_errors", "translate"]
+__all__ = ["range_not_satisfiable", "s3_errors", "translate"]
 
 _NOT_FOUND = frozenset({"NoSuchKey", "NotFound", "404", "NoSuchUpload"})
 _INTEGRITY = frozenset({"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch"})
@@ -95,6 +95,12 @@ def _client_error(exc: boto.ClientError, where: str) -> TierdError:
     if code in _TRANSIENT or status >= 500 or status in _TRANSIENT_STATUS:
         return TransientBackendError(message)
     return PermanentBackendError(message)
+
+
+def range_not_satisfiable(exc: boto.ClientError) -> bool:
+    """Whether the store refused a Range (416 InvalidRange: AWS's answer for an empty object)."""
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return exc.response.get("Error", {}).get("Code") == "InvalidRange" or status == 416
 
 
 @contextmanager

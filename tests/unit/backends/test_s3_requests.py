@@ -1,0 +1,177 @@
+"""Which requests the S3 backend sends, against both real servers (moto, rclone serve s3).
+
+Reads open with one GET and no HeadObject; a small upload is verified by the PutObject
+answer where the store reports the checksum there (moto) and by HeadObject where it does
+not (rclone); a read-back hashes ranges in parallel, pinned to one ETag.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import botocore.loaders
+import pytest
+
+from tests.conformance.harness import crc, read_back
+from tests.fixtures.s3servers import S3Server
+from tierd.daemon.backends import BytesReader, S3Backend
+from tierd.daemon.backends.s3 import OPEN_RANGE, pool_size
+from tierd.daemon.backends.s3client import referenced_parameters
+from tierd.daemon.backends.s3reads import hash_ranges
+from tierd.errors import IntegrityError, NotFound, PermanentBackendError, TransientBackendError
+
+MIB = 1024 * 1024
+
+
+class Calls:
+    """Counts the operations a backend's client sends."""
+
+    def __init__(self) -> None:
+        self.seen: Counter[str] = Counter()
+
+    def __call__(self, model: Any, **_: Any) -> None:
+        self.seen[model.name] += 1
+
+    def take(self) -> Counter[str]:
+        """What was sent since the last call."""
+        seen, self.seen = self.seen, Counter()
+        return seen
+
+
+@pytest.fixture
+async def backend(s3_server: S3Server) -> AsyncIterator[S3Backend]:
+    backend = S3Backend(s3_server.new_tier())
+    yield backend
+    await backend.close()
+
+
+async def counted(backend: S3Backend) -> Calls:
+    calls = Calls()
+    (await backend.client()).meta.events.register("before-call.s3", calls)
+    return calls
+
+
+async def test_a_small_object_is_read_with_one_get(backend: S3Backend) -> None:
+    data = os.urandom(3000)
+    await backend.write("a/small.bin", BytesReader(data), expected_checksum=crc(data))
+    calls = await counted(backend)
+    assert await read_back(backend, "a/small.bin") == data
+    assert calls.take() == Counter({"GetObject": 1})
+
+
+async def test_reads_continue_the_opening_get_and_range_the_rest(backend: S3Backend) -> None:
+    data = os.urandom(OPEN_RANGE + 3 * MIB + 17)
+    await backend.write("big.bin", BytesReader(data), expected_checksum=crc(data))
+    calls = await counted(backend)
+    reader = await backend.open_reader("big.bin")
+    try:
+        assert reader.size == len(data)
+        tail = memoryview(bytearray(MIB))
+        assert await reader.read_into(OPEN_RANGE, tail) == MIB  # out of order: a GET of its own
+        assert tail == data[OPEN_RANGE : OPEN_RANGE + MIB]
+        head = memoryview(bytearray(MIB))
+        for offset in range(0, 3 * MIB, MIB):  # in order: served by the opening GET
+            assert await reader.read_into(offset, head) == MIB
+            assert head == data[offset : offset + MIB]
+        rest = memoryview(bytearray(len(data)))
+        n = await reader.read_into(3 * MIB, rest)  # past the opening range: finished by a GET
+        assert n == len(data) - 3 * MIB
+        assert rest[:n] == data[3 * MIB :]
+    finally:
+        await reader.close()
+    assert calls.take() == Counter({"GetObject": 3})
+
+
+async def test_an_unread_opening_get_is_released(backend: S3Backend) -> None:
+    data = os.urandom(2 * MIB)
+    await backend.write("x.bin", BytesReader(data), expected_checksum=crc(data))
+    for _ in range(3 * pool_size(backend.tier.concurrency)):  # would exhaust the pool if leaked
+        reader = await backend.open_reader("x.bin")
+        await reader.close()
+    assert await read_back(backend, "x.bin") == data
+
+
+async def test_opening_a_missing_object_is_not_found(backend: S3Backend) -> None:
+    with pytest.raises(NotFound):
+        await backend.open_reader("nope.bin")
+
+
+async def test_an_empty_object_opens_without_a_range(backend: S3Backend) -> None:
+    await backend.write("empty.bin", BytesReader(b""), expected_checksum=crc(b""))
+    reader = await backend.open_reader("empty.bin")
+    try:
+        assert reader.size == 0
+        assert await reader.read_into(0, memoryview(bytearray(10))) == 0
+    finally:
+        await reader.close()
+
+
+async def test_small_uploads_use_the_put_answer_when_it_has_the_checksum(
+    backend: S3Backend, s3_server: S3Server
+) -> None:
+    calls = await counted(backend)
+    data = os.urandom(5000)
+    info = await backend.write("s.bin", BytesReader(data), expected_checksum=crc(data))
+    assert (info.checksum, info.verified_by, info.size) == (crc(data), "store", len(data))
+    sent = calls.take()
+    if s3_server.kind == "moto":  # echoes the checksum in the PutObject answer
+        assert sent == Counter({"PutObject": 1})
+    else:  # rclone answers PutObject with an ETag only
+        assert sent == Counter({"PutObject": 1, "HeadObject": 1})
+
+
+async def test_a_put_answer_with_another_checksum_is_a_mismatch(
+    backend: S3Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = os.urandom(5000)
+
+    async def lying_put(self: S3Backend, key: str, reader: Any, expected: str) -> str:
+        await original(self, key, reader, expected)
+        return crc(b"something else")
+
+    original = S3Backend._put_small
+    monkeypatch.setattr(S3Backend, "_put_small", lying_put)
+    with pytest.raises(IntegrityError, match="store-reported"):
+        await backend.write("s.bin", BytesReader(data), expected_checksum=crc(data))
+    with pytest.raises(NotFound):  # nothing left under the name
+        await backend.stat("s.bin")
+
+
+async def test_readback_hashes_ranges_in_parallel(backend: S3Backend) -> None:
+    data = os.urandom(3 * MIB + 12345)
+    await backend.write("r.bin", BytesReader(data), expected_checksum=crc(data))
+    client = await backend.client()
+    head = await client.head_object(Bucket=backend.bucket, Key=backend._key("r.bin"))
+    ranges = backend._ranges(client, "r.bin", head["ETag"])
+    calls = await counted(backend)
+    assert await hash_ranges(ranges, len(data), 4, range_size=MIB) == crc(data)
+    assert calls.take() == Counter({"GetObject": 4})
+    assert await backend.hash("r.bin") == crc(data)
+
+
+async def test_readback_refuses_a_replaced_object(backend: S3Backend, s3_server: S3Server) -> None:
+    data = os.urandom(2 * MIB)
+    await backend.write("r.bin", BytesReader(data), expected_checksum=crc(data))
+    client = await backend.client()
+    head = await client.head_object(Bucket=backend.bucket, Key=backend._key("r.bin"))
+    s3_server.client().put_object(Bucket=backend.bucket, Key=backend._key("r.bin"), Body=b"other")
+    ranges = backend._ranges(client, "r.bin", head["ETag"])
+    # moto answers 412 (If-Match); rclone ignores If-Match and sends the new, shorter body
+    with pytest.raises((PermanentBackendError, TransientBackendError)):
+        await hash_ranges(ranges, len(data), 2, range_size=MIB)
+
+
+def test_endpoint_rules_never_read_the_key() -> None:
+    rules = botocore.loaders.create_loader().load_service_model("s3", "endpoint-rule-set-1")
+    used = referenced_parameters(rules)
+    assert {"Bucket", "Region", "Endpoint", "ForcePathStyle"} <= used
+    assert not {"Key", "Prefix", "CopySource"} & used
+
+
+def test_the_pool_covers_parts_of_every_file() -> None:
+    assert pool_size(1) == 10
+    assert pool_size(4) == 20
+    assert pool_size(256) == 512
