@@ -9,8 +9,8 @@ protects the body, and hashing SHA-256 on the event loop would stall it).
 Small objects go up in one PutObject with their CRC64NVME; bigger ones as a multipart
 upload (``s3multipart``). S3 never shows an incomplete multipart object, and a
 PutObject is atomic, so the final key never holds partial bytes. Reads need no HeadObject:
-``open_reader``'s GET of the first ``OPEN_RANGE`` bytes tells the size and ETag, and its
-body is the first chunk (a small object whole).
+``open_reader``'s GET of the first ``OPEN_RANGE`` bytes tells the size and ETag, and brings
+those bytes (a small object whole).
 
 Verification (``verify``, run by ``write`` and ``copy_from``): with ``verify: native``,
 HeadObject with ``ChecksumMode=ENABLED``; when the store reports a CRC64NVME it must equal
@@ -70,49 +70,29 @@ BUFFERED_PART_LIMIT = 16 * MIB
 STREAM_CHUNK = 8 * MIB
 COPY_PART_SIZE = 512 * MIB
 HASH_CHUNK = 1 * MIB
-OPEN_RANGE = 8 * MIB  # what open_reader's GET asks for: a small object whole, a big one's first chunk
+# What open_reader's GET asks for: a small object whole; held in memory while the reader is open.
+OPEN_RANGE = 256 * 1024
 MAX_POOL = 512
 
 
 def pool_size(concurrency: int) -> int:
     """Connections for ``concurrency`` files at once, each with up to ``concurrency`` requests.
 
-    Parts, read-back ranges and a reader's chunks all run ``concurrency`` at a time per
-    file, and a reader may keep its opening GET's connection while other chunks load.
+    Parts, read-back ranges and a reader's chunks all run ``concurrency`` at a time per file.
     """
     return min(MAX_POOL, max(10, concurrency * (concurrency + 1)))
-
-
-class _FirstBody:
-    """The body of the GET ``open_reader`` sent, served to the reads that continue it."""
-
-    def __init__(self, body: Any, end: int, location: str) -> None:
-        self._body, self.pos, self.end, self._location = BodyReader(body), 0, end, location
-
-    async def read_into(self, view: memoryview) -> int:
-        """Copy up to ``len(view)`` bytes from where the last read stopped."""
-        n = min(len(view), self.end - self.pos)
-        with s3_errors("read", self._location):
-            got = await self._body.into(view[:n])
-        if got != n:
-            raise TransientBackendError(f"read {self._location}: the body ended at byte {self.pos + got}")
-        self.pos += n
-        return n
-
-    def close(self) -> None:
-        """Release the connection (dropped if the body was not read to its end)."""
-        self._body.close()
 
 
 class S3Reader:
     """A RangeReader doing ranged GETs pinned to the ETag seen at open.
 
-    The first bytes come from the GET that opened it (``first``) when the reads ask for
-    them in order; every other read is a ranged GET of its own.
+    ``head`` holds the object's first bytes, which the GET that opened it brought (all of a
+    small object); reads within them need no request.
     """
 
-    def __init__(self, ranges: RangeGet, size: int, first: _FirstBody | None = None) -> None:
-        self._ranges, self.size, self._first = ranges, size, first
+    def __init__(self, ranges: RangeGet, size: int, head: bytearray | None = None) -> None:
+        self._ranges, self.size = ranges, size
+        self._head = memoryview(head if head is not None else b"")
 
     async def read_into(self, offset: int, buf: memoryview) -> int:
         """Fill ``buf`` from ``offset``.
@@ -123,29 +103,16 @@ class S3Reader:
         want = min(len(buf), self.size - offset)
         if want <= 0:
             return 0
-        view, got = buf[:want], 0
-        first, self._first = self._first, None
-        if first is not None and first.pos == offset:
-            try:
-                got = await first.read_into(view)
-            except BaseException:
-                first.close()
-                raise
-            if first.pos < first.end:
-                self._first = first
-            else:
-                first.close()
-        else:
-            self._first = first
+        got = max(0, min(want, len(self._head) - offset))
+        if got:
+            buf[:got] = self._head[offset : offset + got]
         if got < want:
-            await self._ranges.read_into(offset + got, view[got:])
+            await self._ranges.read_into(offset + got, buf[got:want])
         return want
 
     async def close(self) -> None:
-        """Release the opening GET's connection if its body was not read to the end."""
-        first, self._first = self._first, None
-        if first is not None:
-            first.close()
+        """Forget the first bytes (connections belong to the backend)."""
+        self._head = memoryview(b"")
 
 
 class S3Backend(Backend):
@@ -262,8 +229,10 @@ class S3Backend(Backend):
         return RangeGet(client, self.bucket, self._key(relpath), etag, self.location(relpath))
 
     async def open_reader(self, relpath: str) -> RangeReader:
-        """An S3Reader, opened with a GET of the first ``OPEN_RANGE`` bytes (no HeadObject).
+        """An S3Reader, opened by a GET of the first ``OPEN_RANGE`` bytes (no HeadObject).
 
+        The GET is read to its end at once, so an open reader never holds a connection
+        (readers waiting for connections held by other readers could wait forever).
         Raises NotFound when missing.
         """
         client = await self.client()
@@ -281,7 +250,15 @@ class S3Backend(Backend):
             head = await self._head(relpath)
             return S3Reader(self._ranges(client, relpath, head.get("ETag")), head["ContentLength"])
         size = content_range_total(response)
-        first = _FirstBody(response["Body"], min(size, OPEN_RANGE), location)
+        first = bytearray(min(size, OPEN_RANGE))
+        body = BodyReader(response["Body"])
+        try:
+            with s3_errors("read", location):
+                got = await body.into(memoryview(first))
+        finally:
+            body.close()
+        if got != len(first):
+            raise TransientBackendError(f"read {location}: the body ended at byte {got} of {len(first)}")
         return S3Reader(self._ranges(client, relpath, response.get("ETag")), size, first)
 
     async def write(
