@@ -273,6 +273,8 @@ def download_worker(spec_path: Path) -> None:
 def main() -> None:
     """Start rclone serve s3, make the checkpoints, compare both directions, clean up."""
     settings = Settings.from_env(ROUNDS)
+    if settings.profile_dir is not None:
+        settings.profile_dir.mkdir(parents=True, exist_ok=True)
     kinds = ["big"] + (["small"] if os.environ.get("TIERD_BENCH_S3_SMALL", "1") != "0" else [])
     base = Path(tempfile.mkdtemp(prefix="s3-", dir=bench_root()))
     try:
