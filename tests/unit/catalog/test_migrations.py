@@ -61,3 +61,13 @@ def test_newer_schema_is_refused(tmp_path) -> None:
     with pytest.raises(SchemaError, match="newer than this tierd"):
         check_schema(db)
     db.dispose()
+
+
+def test_the_scheduler_finds_replicas_by_index(db_url: str) -> None:
+    database = Database(db_url)
+    try:
+        upgrade(database)
+        indexes = inspect(database.engine).get_indexes("replicas")
+        assert any(ix["column_names"] == ["tier", "state"] for ix in indexes)
+    finally:
+        database.dispose()

@@ -181,7 +181,10 @@ class Replica(Base):
     """A checkpoint's copy on one tier."""
 
     __tablename__ = "replicas"
-    __table_args__ = (UniqueConstraint("checkpoint_id", "tier"),)
+    __table_args__ = (
+        UniqueConstraint("checkpoint_id", "tier"),
+        Index("ix_replicas_tier_state", "tier", "state"),  # the scheduler's and /metrics' queries
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoints.id", ondelete="CASCADE"))
