@@ -8,18 +8,20 @@ not (rclone); a read-back hashes ranges in parallel, pinned to one ETag.
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
 import botocore.loaders
+import botocore.utils
 import pytest
 
 from tests.conformance.harness import crc, read_back
 from tests.fixtures.s3servers import S3Server
 from tierd.daemon.backends import BytesReader, S3Backend
 from tierd.daemon.backends.s3 import OPEN_RANGE, pool_size
-from tierd.daemon.backends.s3client import referenced_parameters
+from tierd.daemon.backends.s3client import parse_timestamp, referenced_parameters
 from tierd.daemon.backends.s3reads import hash_ranges
 from tierd.errors import IntegrityError, NotFound, PermanentBackendError, TransientBackendError
 
@@ -182,3 +184,30 @@ def test_the_pool_covers_parts_of_every_file() -> None:
     assert pool_size(1) == 10
     assert pool_size(4) == 20
     assert pool_size(256) == 512
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Sun, 22 Nov 2026 05:24:59 GMT",
+        "2026-11-22T05:24:59.000Z",
+        "2026-11-22T05:24:59Z",
+        "2026-11-22T05:24:59",  # no zone: botocore's parser
+        "1795152299",  # epoch seconds: botocore's parser
+    ],
+)
+def test_timestamps_parse_as_botocore_does(text: str) -> None:
+    ours, theirs = parse_timestamp(text), botocore.utils.parse_timestamp(text)
+    assert (ours.tzinfo is None) == (theirs.tzinfo is None)
+    assert ours == theirs
+
+
+async def test_stat_and_list_times_are_aware(backend: S3Backend) -> None:
+    await backend.write("t.bin", BytesReader(b"t"), expected_checksum=crc(b"t"))
+    stat = await backend.stat("t.bin")
+    listed = [info async for info in backend.list()]
+    assert stat.mtime is not None
+    assert abs(stat.mtime - time.time()) < 3600
+    assert [i.relpath for i in listed] == ["t.bin"]
+    assert listed[0].mtime is not None
+    assert abs(listed[0].mtime - stat.mtime) < 2

@@ -50,7 +50,7 @@ from tierd.daemon.backends.base import (
     mismatch,
 )
 from tierd.daemon.backends.s3bodies import BufferBody, TransferSettings
-from tierd.daemon.backends.s3client import cache_endpoints
+from tierd.daemon.backends.s3client import cache_endpoints, fast_session
 from tierd.daemon.backends.s3errors import range_not_satisfiable, s3_errors
 from tierd.daemon.backends.s3multipart import MAX_PART, Multipart
 from tierd.daemon.backends.s3reads import BodyReader, RangeGet, content_range_total, hash_ranges
@@ -143,6 +143,7 @@ class S3Backend(Backend):
         self.copy_object_limit = copy_object_limit
         with s3_errors("configure", f"tier {tier.name}"):
             self._session = aioboto3.Session(
+                botocore_session=fast_session(),
                 aws_access_key_id=tier.access_key_id,
                 aws_secret_access_key=_secret(tier),
                 profile_name=tier.profile,
