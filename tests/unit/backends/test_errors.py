@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from botocore import exceptions as boto
 
-from tierd.daemon.backends.posix import translate_oserror
+from tierd.daemon.backends.posixerrors import translate_oserror
 from tierd.daemon.backends.s3errors import s3_errors, translate
 from tierd.errors import (
     IntegrityError,

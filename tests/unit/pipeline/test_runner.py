@@ -6,6 +6,7 @@ Real POSIX tiers under tmp_path; the destination backend is wrapped to fail on c
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,10 @@ import pytest
 from sqlalchemy import select, update
 
 from tests.integration.daemon_helpers import all_jobs, audit, record_checkpoint, replicas, write_files
-from tierd.config import Config
-from tierd.daemon.backends.base import Backend, ObjectInfo, Progress, RangeReader, ResumeStore
-from tierd.daemon.backends.posix import PosixBackend
+from tierd.config import Config, PosixTier
+from tierd.daemon.backends import posixbatch
+from tierd.daemon.backends.base import Backend, ObjectInfo, Progress, RangeReader, ResumeStore, WriteBatch
+from tierd.daemon.backends.posix import PosixBackend, is_temp_name
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Job
 from tierd.daemon.context import Context
@@ -47,6 +49,10 @@ class Flaky(PosixBackend):
         self.errors: list[TierdError] = []
         self.writes = 0
         self.gate: asyncio.Event | None = None
+
+    def batch(self) -> WriteBatch:
+        """No staging: every file goes through ``write`` (and its queued errors)."""
+        return WriteBatch(self)
 
     async def write(
         self,
@@ -189,3 +195,55 @@ async def test_a_worker_that_lost_its_lease_stops_and_writes_nothing(
     assert (job.state, job.lease_owner) == ("running", "n2:9")
     assert replicas(db, cid)["pfs"].state == "copying"  # left for the new owner
     assert audit(db) == []
+
+
+async def test_small_files_count_as_done_only_once_committed(
+    tmp_path: Path, sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(posixbatch, "MAX_FILES", 4)
+    commits: list[tuple[list[str], set[str]]] = []
+    real_commit = posixbatch.PosixBatch.commit
+
+    async def watched(self: posixbatch.PosixBatch) -> list[str]:
+        before = set(visible_files(tmp_path / "pfs"))
+        committed = await real_commit(self)
+        commits.append((committed, before))
+        return committed
+
+    monkeypatch.setattr(posixbatch.PosixBatch, "commit", watched)
+    for name in ("nvme", "pfs"):
+        (tmp_path / name).mkdir()
+    config = Config(
+        node="n1",
+        catalog={"url": sqlite_db.url},
+        tiers=[
+            {"name": "nvme", "kind": "posix", "path": str(tmp_path / "nvme")},
+            {"name": "pfs", "kind": "posix", "path": str(tmp_path / "pfs")},
+        ],
+    )
+    sizes = {f"d{n % 2}/f{n}": 100 + n for n in range(10)}
+    write_files(tmp_path / "nvme" / "r" / "s1", sizes)
+    cid = record_checkpoint(sqlite_db, config, "r", 1, "r/s1")
+    assert isinstance(config.tiers[1], PosixTier)
+    backends: dict[str, Backend] = {"nvme": PosixBackend(config.tier0), "pfs": PosixBackend(config.tiers[1])}
+    service = PipelineService(Context(config=config, db=sqlite_db), FAST, backends=backends)
+    await service.start()
+    try:
+        async with asyncio.timeout(20):
+            while replicas(sqlite_db, cid)["pfs"].state != "verified":
+                await asyncio.sleep(0.01)
+    finally:
+        await service.stop(5)
+    committed = [relpath for batch, _ in commits for relpath in batch]
+    assert sorted(committed) == sorted(f"r/s1/{name}" for name in sizes)
+    assert all(not set(batch) & before for batch, before in commits)  # unseen until their commit
+    sizes_committed = [len(batch) for batch, _ in commits if batch]
+    assert len(sizes_committed) >= 2  # full at four: committed before the data was all staged
+    assert max(sizes_committed) <= 4 + 16 - 1  # plus what the other lanes staged meanwhile
+    assert replicas(sqlite_db, cid)["pfs"].bytes_done == sum(sizes.values())
+    assert sorted(visible_files(tmp_path / "pfs")) == sorted(f"r/s1/{name}" for name in sizes)
+
+
+def visible_files(root: Path) -> list[str]:
+    found = (os.path.join(d, n) for d, _, names in os.walk(root) for n in names if not is_temp_name(n))
+    return [os.path.relpath(path, root) for path in found]

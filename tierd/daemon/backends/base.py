@@ -8,7 +8,7 @@ POSIX relative path (``str``) under the tier root; anything else raises ``ValueE
 Errors: each method raises only tierd errors -- ``NotFound``, ``IntegrityError``,
 ``TransientBackendError`` (retry may help), ``PermanentBackendError`` -- plus
 ``ValueError`` for a malformed path. Third-party errors are translated at one boundary
-per backend (``s3errors`` for botocore/aiohttp, ``posix._os_errors`` for ``OSError``).
+per backend (``s3errors`` for botocore/aiohttp, ``posixerrors`` for ``OSError``).
 
 Verification (``write``'s return value): ``ObjectInfo.checksum`` is set by ``write`` and
 ``verify`` only once the stored bytes were checked against the expected checksum, and
@@ -41,6 +41,7 @@ __all__ = [
     "ResumeStore",
     "UploadState",
     "Verification",
+    "WriteBatch",
     "check_prefix",
     "check_relpath",
     "copy_object",
@@ -234,6 +235,10 @@ class Backend(ABC):
     async def close(self) -> None:
         """Release connections and file handles."""
 
+    def batch(self) -> WriteBatch:
+        """A WriteBatch for the writes of one hop (by default each write stands alone)."""
+        return WriteBatch(self)
+
     def can_copy_from(self, src: Backend) -> bool:
         """Whether ``copy_from(src, ...)`` can copy without streaming the bytes."""
         return False
@@ -243,6 +248,51 @@ class Backend(ABC):
     ) -> ObjectInfo:
         """Server-side copy, verified like ``write``; only when ``can_copy_from(src)``."""
         raise NotImplementedError(f"{self.name} has no server-side copy")
+
+
+class WriteBatch:
+    """Writes into one tier that may be made durable and visible together, by ``commit``.
+
+    ``write`` is ``Backend.write`` with one difference: a backend may *stage* the file
+    (verified, but neither durable nor under its final name) until ``commit``, which
+    returns the relpaths it committed. ``holds`` tells whether a file awaits commit,
+    ``full`` that the batch wants committing now, ``discard`` drops what is staged (after a
+    failure or a cancellation; the files must be written again). This default stages
+    nothing: every write is complete when it returns.
+    """
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    @property
+    def full(self) -> bool:
+        """Whether ``commit`` should run before more files are staged."""
+        return False
+
+    def holds(self, relpath: str) -> bool:
+        """Whether ``relpath`` is staged, awaiting ``commit``."""
+        return False
+
+    async def write(
+        self,
+        relpath: str,
+        reader: RangeReader,
+        *,
+        expected_checksum: str,
+        resume: ResumeStore | None = None,
+        progress: Progress | None = None,
+    ) -> ObjectInfo:
+        """Write (or stage) the file, verified; raises like ``Backend.write``."""
+        return await self.backend.write(
+            relpath, reader, expected_checksum=expected_checksum, resume=resume, progress=progress
+        )
+
+    async def commit(self) -> list[str]:
+        """Make every staged file durable and visible; returns their relpaths."""
+        return []
+
+    async def discard(self) -> None:
+        """Drop every staged file (best effort, never raises)."""
 
 
 async def copy_object(

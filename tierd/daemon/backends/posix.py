@@ -21,7 +21,7 @@ daemon rewriting the file it was killed in), and ``abort_stale_uploads`` sweeps 
 leftovers everywhere; ``posixtemp`` tells them from temporary files still being written.
 A write lists its directory only the first time this backend writes there.
 
-``OSError`` is translated in ``_os_errors``: ENOENT is NotFound; ENOSPC and EDQUOT are
+``OSError`` is translated in ``posixerrors``: ENOENT is NotFound; ENOSPC and EDQUOT are
 TransientBackendError (retention or an operator can free space, so a later retry may
 succeed), as are EIO, ESTALE, timeouts and other network file system blips; EACCES,
 EROFS, ENOTDIR and the rest are PermanentBackendError. A missing tier root (an
@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import os
 import stat as stat_mod
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
+from typing import TypeVar
 
 from tierd.config import PosixTier
 from tierd.daemon import checksum
@@ -52,10 +53,13 @@ from tierd.daemon.backends.base import (
     RangeReader,
     ResumeStore,
     Verification,
+    WriteBatch,
     check_prefix,
     check_relpath,
     mismatch,
 )
+from tierd.daemon.backends.posixbatch import PosixBatch
+from tierd.daemon.backends.posixerrors import os_errors, translate_oserror
 from tierd.daemon.backends.posixtemp import (
     TEMP_MARK,
     TempFile,
@@ -79,8 +83,6 @@ from tierd.daemon.backends.transfer import (
 from tierd.errors import (
     IntegrityError,
     NotFound,
-    PermanentBackendError,
-    TierdError,
     TransientBackendError,
 )
 from tierd.logs import get_logger
@@ -93,52 +95,7 @@ HASH_BUFFER = 4 * MIB
 _LISTED_DIRECTORIES = 4096  # how many directories' leftovers a backend remembers
 
 log = get_logger(__name__)
-
-_TRANSIENT_ERRNOS = frozenset(
-    getattr(errno, name)
-    for name in (
-        "ENOSPC",
-        "EDQUOT",
-        "EIO",
-        "EAGAIN",
-        "EINTR",
-        "ETIMEDOUT",
-        "ESTALE",
-        "EBUSY",
-        "ENOLCK",
-        "ENOMEM",
-        "ECONNRESET",
-        "ECONNREFUSED",
-        "ECONNABORTED",
-        "EHOSTDOWN",
-        "EHOSTUNREACH",
-        "ENETDOWN",
-        "ENETUNREACH",
-        "ENETRESET",
-        "ECOMM",
-        "EREMOTEIO",
-    )
-    if hasattr(errno, name)
-)
-
-
-def translate_oserror(exc: OSError, action: str, location: str) -> TierdError:
-    """The tierd error for an ``OSError`` raised while doing ``action`` on ``location``."""
-    message = f"{action} {location}: {exc.strerror or exc}"
-    if exc.errno == errno.ENOENT:
-        return NotFound(message)
-    if exc.errno in _TRANSIENT_ERRNOS:
-        return TransientBackendError(message)
-    return PermanentBackendError(message)
-
-
-@contextmanager
-def _os_errors(action: str, location: str) -> Iterator[None]:
-    """The one boundary where OSError becomes a tierd error."""
-    try:
-        yield
-    except OSError as exc:
-        raise translate_oserror(exc, action, location) from exc
+T = TypeVar("T")
 
 
 class PosixReader:
@@ -156,7 +113,7 @@ class PosixReader:
 
     async def read_into(self, offset: int, buf: memoryview) -> int:
         """Fill ``buf`` from ``offset``. Raises Transient/PermanentBackendError."""
-        with _os_errors("read", self._location):
+        with os_errors("read", self._location):
             return await uninterrupted(blocking_on(buf, _pread, self._fd, offset))
 
     async def close(self) -> None:
@@ -206,7 +163,7 @@ class PosixBackend(Backend):
     async def stat(self, relpath: str) -> ObjectInfo:
         """Size and mtime (checksum None). Raises NotFound when missing or not a file."""
         path = self._path(relpath)
-        with _os_errors("stat", str(path)):
+        with os_errors("stat", str(path)):
             st = await blocking(os.stat, path)
         if not stat_mod.S_ISREG(st.st_mode):
             raise NotFound(f"stat {path}: not a regular file")
@@ -222,7 +179,7 @@ class PosixBackend(Backend):
         await self._require_root()
         while pending:
             rel_dir = pending.pop()
-            with _os_errors("list", str(self.root / rel_dir)):
+            with os_errors("list", str(self.root / rel_dir)):
                 files, subdirs = await blocking(_scan_dir, self.root / rel_dir)
             for name, size, mtime in files:
                 yield ObjectInfo(rel_dir + name, size, None, mtime)
@@ -231,7 +188,7 @@ class PosixBackend(Backend):
     async def open_reader(self, relpath: str) -> RangeReader:
         """A PosixReader. Raises NotFound when missing, PermanentBackendError if unreadable."""
         path = self._path(relpath)
-        with _os_errors("open", str(path)):
+        with os_errors("open", str(path)):
             fd, size, device = await blocking(_open_regular, path)
         return PosixReader(fd, size, str(path), device)
 
@@ -258,14 +215,14 @@ class PosixBackend(Backend):
         await self._remove_leftovers(final)
         if reader.size <= self.chunk_size:
             return await self._write_whole(relpath, final, reader, expected_checksum, progress)
-        with _os_errors("create temporary file for", str(final)):
+        with os_errors("create temporary file for", str(final)):
             temp = await blocking(posixcopy.create_temp, self.root, final)
         if temp is None:
             raise self._root_missing()
         try:
             await self._fill(temp, reader, str(final), expected_checksum, progress)
             await self._make_durable(temp, str(final), expected_checksum)
-            with _os_errors("rename into", str(final)):
+            with os_errors("rename into", str(final)):
                 mtime = await blocking(temp.commit, final)
         except BaseException:
             await asyncio.shield(blocking(temp.discard))
@@ -277,28 +234,54 @@ class PosixBackend(Backend):
         self, relpath: str, final: Path, reader: RangeReader, expected: str, progress: Progress | None
     ) -> ObjectInfo:
         """A file of one chunk in one trip to the I/O pool: read, hash, place (see ``place_whole``)."""
-        where = str(final)
-        source = reader.fileno() if isinstance(reader, PosixReader) else None
-        async with self.budget.buffer(reader.size) as view:
-            if source is None:
-                await read_full(reader, 0, view, where=where)
-            with _os_errors("write", where):
-                try:
-                    mtime = await uninterrupted(
-                        blocking_on(
-                            view, posixcopy.place_whole, self.root, final, source, expected, self.readback
-                        )
-                    )
-                except posixcopy.SourceEnded as exc:
-                    raise _source_ended(where, exc.offset, reader.size) from None
-                except posixcopy.Mismatch as exc:
-                    raise mismatch(where, expected, exc.actual, exc.how) from None
+        place = functools.partial(
+            posixcopy.place_whole, root=self.root, final=final, expected=expected, readback=self.readback
+        )
+        mtime = await self._whole(final, reader, expected, place)
         if mtime is None:
             raise self._root_missing()
         if progress is not None:
             progress(reader.size)
         by: Verification = "readback" if self.readback else "stream"
         return ObjectInfo(relpath, reader.size, expected, mtime, by)
+
+    async def stage(
+        self, relpath: str, reader: RangeReader, expected: str, progress: Progress | None
+    ) -> tuple[TempFile, Path]:
+        """A file of one chunk, hashed and written under its temporary name, neither durable nor visible.
+
+        For ``PosixBatch``: ``posixcopy.commit_staged`` finishes it. Raises like ``write``.
+        """
+        final = self._path(relpath)
+        await self._remove_leftovers(final)
+        fill = functools.partial(posixcopy.stage_whole, root=self.root, final=final, expected=expected)
+        temp = await self._whole(final, reader, expected, fill)
+        if temp is None:
+            raise self._root_missing()
+        if progress is not None:
+            progress(reader.size)
+        return temp, final
+
+    async def _whole(
+        self, final: Path, reader: RangeReader, expected: str, fn: Callable[[memoryview, int | None], T]
+    ) -> T:
+        """``fn(buffer, source fd or None)`` on the I/O pool, with the bytes in a budgeted buffer."""
+        where = str(final)
+        source = reader.fileno() if isinstance(reader, PosixReader) else None
+        async with self.budget.buffer(reader.size) as view:
+            if source is None:
+                await read_full(reader, 0, view, where=where)
+            with os_errors("write", where):
+                try:
+                    return await uninterrupted(blocking_on(view, fn, source))
+                except posixcopy.SourceEnded as exc:
+                    raise _source_ended(where, exc.offset, reader.size) from None
+                except posixcopy.Mismatch as exc:
+                    raise mismatch(where, expected, exc.actual, exc.how) from None
+
+    def batch(self) -> WriteBatch:
+        """Files of one chunk are staged and made durable together (``PosixBatch``)."""
+        return PosixBatch(self)
 
     async def _remove_leftovers(self, final: Path) -> None:
         """Remove abandoned temporary files of ``final``'s name (best effort, never raises)."""
@@ -320,11 +303,11 @@ class PosixBackend(Backend):
     async def _make_durable(self, temp: TempFile, where: str, expected: str) -> None:
         """Make the temp file durable; for ``verify: readback`` also re-read it and compare."""
         if not self.readback:
-            with _os_errors("write", str(temp.path)):
+            with os_errors("write", str(temp.path)):
                 await uninterrupted(blocking(os.fsync, temp.fd))
             return
         async with self.budget.buffer(HASH_BUFFER) as view:
-            with _os_errors("write", str(temp.path)):
+            with os_errors("write", str(temp.path)):
                 readback = await uninterrupted(blocking_on(view, posixcopy.fsync_and_hash, temp))
         if readback != expected:
             raise mismatch(where, expected, readback, "read-back")
@@ -388,7 +371,7 @@ class PosixBackend(Backend):
             offset, length = index * chunk, pieces[index][1]
             async with self.budget.buffer(length) as view:
                 await read_full(reader, offset, view, where=where)
-                with _os_errors("write", where):
+                with os_errors("write", where):
                     crc = await uninterrupted(blocking_on(view, posixcopy.hash_and_pwrite, temp.fd, offset))
             pieces[index] = (crc, length)
             if progress is not None:
@@ -406,14 +389,14 @@ class PosixBackend(Backend):
         TransientBackendError.
         """
         path = self._path(relpath)
-        with _os_errors("delete", str(path)):
+        with os_errors("delete", str(path)):
             await blocking(_unlink_and_prune, self.root, path)
 
     async def hash(self, relpath: str) -> str:
         """Read back and hash the whole file. Raises NotFound when missing."""
         path = self._path(relpath)
         async with self.budget.buffer(HASH_BUFFER) as view:
-            with _os_errors("hash", str(path)):
+            with os_errors("hash", str(path)):
                 return await uninterrupted(blocking_on(view, posixcopy.hash_path, path))
 
     async def verify(self, relpath: str, expected_checksum: str) -> ObjectInfo:
@@ -436,7 +419,7 @@ class PosixBackend(Backend):
         directory cannot be read.
         """
         await self._require_root()
-        with _os_errors("clean up temporary files under", str(self.root)):
+        with os_errors("clean up temporary files under", str(self.root)):
             return await blocking(remove_stale_temps, self.root, older_than_seconds)
 
     async def close(self) -> None:

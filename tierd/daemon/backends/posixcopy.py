@@ -18,24 +18,29 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from awscrt import checksums
 
 from tierd.daemon import checksum
+from tierd.daemon.backends.dirsync import sync_directory
 from tierd.daemon.backends.posixtemp import TempFile
-from tierd.daemon.backends.writeback import start_writeback
+from tierd.daemon.backends.writeback import start_writeback, sync_filesystem
 
 __all__ = [
     "NO_KERNEL_COPY",
     "Mismatch",
     "SourceEnded",
+    "commit_staged",
     "create_temp",
+    "fill_whole",
     "fsync_and_hash",
     "hash_and_pwrite",
     "hash_path",
     "kernel_copy",
     "place_whole",
+    "stage_whole",
 ]
 
 #: errno values saying ``copy_file_range`` cannot copy between these two files at all
@@ -71,15 +76,13 @@ def create_temp(root: Path, final: Path) -> TempFile | None:
         raise
 
 
-def place_whole(
-    view: memoryview, root: Path, final: Path, source: int | None, expected: str, readback: bool
-) -> float | None:
-    """Write ``view`` (filled from the file ``source`` first, if given) under ``final``, verified.
+def fill_whole(
+    view: memoryview, source: int | None, root: Path, final: Path, expected: str
+) -> TempFile | None:
+    """A temp file for ``final`` holding ``view`` (filled from the file ``source`` first, if given).
 
-    Hashes before anything is created, so a mismatch writes nothing; then temp file,
-    write, fsync (and for ``readback`` a re-read from the disk), rename, directory fsync.
-    Returns the final mtime, or None when the tier root is missing. Raises SourceEnded,
-    Mismatch, or OSError (the temp file removed).
+    Hashes before anything is created, so a mismatch writes nothing. Returns None when the
+    tier root is missing. Raises SourceEnded, Mismatch, or OSError (nothing left behind).
     """
     if source is not None:
         _pread_full(source, view)
@@ -93,8 +96,26 @@ def place_whole(
         written = 0
         while written < len(view):
             written += os.pwrite(temp.fd, view[written:], written)
+    except BaseException:
+        temp.discard()
+        raise
+    return temp
+
+
+def place_whole(
+    view: memoryview, source: int | None, root: Path, final: Path, expected: str, readback: bool
+) -> float | None:
+    """``fill_whole``, then fsync (for ``readback`` a re-read from the disk), rename, directory fsync.
+
+    Returns the final mtime, or None when the tier root is missing. Raises SourceEnded,
+    Mismatch, or OSError (the temp file removed).
+    """
+    temp = fill_whole(view, source, root, final, expected)
+    if temp is None:
+        return None
+    try:
         if readback:
-            stored = fsync_and_hash(view, temp) if len(view) else actual
+            stored = fsync_and_hash(view, temp) if len(view) else expected
             if stored != expected:
                 raise Mismatch(stored, "read-back")
         else:
@@ -103,6 +124,37 @@ def place_whole(
     except BaseException:
         temp.discard()
         raise
+
+
+def stage_whole(
+    view: memoryview, source: int | None, root: Path, final: Path, expected: str
+) -> TempFile | None:
+    """``fill_whole``, left under its temporary name for ``commit_staged`` (its descriptor closed)."""
+    temp = fill_whole(view, source, root, final, expected)
+    if temp is not None:
+        temp.park()
+    return temp
+
+
+def commit_staged(root: Path, staged: Sequence[tuple[TempFile, Path]]) -> None:
+    """Make staged temp files durable, rename each to its final name, fsync each directory once.
+
+    One ``syncfs`` of the tier's file system (where there is none, an fsync per file) stands
+    for the fsyncs of every file. Raises OSError; what was not renamed stays staged.
+    """
+    if not sync_filesystem(root):
+        for temp, _ in staged:
+            fd = os.open(temp.path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    directories: dict[Path, None] = {}
+    for temp, final in staged:
+        temp.rename_into(final)
+        directories[final.parent] = None
+    for directory in directories:
+        sync_directory(directory)
 
 
 def _pread_full(fd: int, view: memoryview) -> None:

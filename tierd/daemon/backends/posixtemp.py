@@ -124,6 +124,15 @@ class TempFile:
         sync_directory(final.parent)
         return mtime
 
+    def park(self) -> None:
+        """Close the descriptor but keep the file known live (staged for a later rename)."""
+        self._close()
+
+    def rename_into(self, final: Path) -> None:
+        """Rename a parked file into place (its directory still to be fsynced)."""
+        os.rename(self.path, final)
+        self._forget()
+
     def discard(self) -> None:
         """Best-effort cleanup after a failed write."""
         with suppress(OSError):

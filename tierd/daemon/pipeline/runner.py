@@ -3,7 +3,9 @@
 The runner marks the replica ``copying``, copies the files (the newest-written file,
 usually the format's completion marker, last and alone, so a tier never shows a
 checkpoint's marker before its data), records progress and renews the lease from a
-heartbeat, then marks the replica ``verified`` or ``failed``. Cancelled (shutdown), it
+heartbeat, then marks the replica ``verified`` or ``failed``. Writes go through the
+destination's ``WriteBatch``: a file it stages counts as done only once committed, and
+the data is committed before the marker is copied. Cancelled (shutdown), it
 puts the job back in the queue and leaves the replica ``pending`` and resumable.
 """
 
@@ -76,6 +78,8 @@ class _Progress:
         return count
 
     def finish(self, spec: FileSpec) -> None:
+        if spec.relpath in self.done:
+            return
         self.inflight.pop(spec.relpath, None)
         self.finished += spec.size
         self.done.add(spec.relpath)
@@ -145,6 +149,7 @@ class HopRunner:
     async def _copy_all(self, plan: HopPlan) -> None:
         src, dst = self.backends[plan.src_tier], self.backends[self.claim.dst_tier]
         tier = next(t for t in self.tiers if t.name == self.claim.dst_tier)
+        batch = dst.batch()
         copier = FileCopier(
             src=src,
             dst=dst,
@@ -158,19 +163,33 @@ class HopRunner:
             backoff=self.options.file_backoff,
             attempts=self.options.file_attempts,
             integrity_attempts=self.options.integrity_attempts,
+            batch=batch,
         )
         resumed = "done" in self.claim.detail or bool(plan.done)
+        specs = {spec.relpath: spec for spec in plan.files}
+
+        async def commit() -> None:
+            for relpath in await batch.commit():
+                self.progress.finish(specs[relpath])
 
         async def one(spec: FileSpec) -> None:
             if resumed and await already_there(dst, spec, spec.relpath in plan.done):
                 self.progress.finish(spec)
                 return
             await copier.copy(spec, self.progress.counter(spec.relpath, spec.size))
-            self.progress.finish(spec)
+            if not batch.holds(spec.relpath):
+                self.progress.finish(spec)  # written (or already committed by another file's commit)
+            elif batch.full:
+                await commit()
 
         ordered = sorted(plan.files, key=lambda f: (f.mtime_ns, f.relpath))
-        await for_each(ordered[:-1], one, tier.concurrency)
-        await for_each(ordered[-1:], one, 1)  # the completion marker, once the data is there
+        try:
+            await for_each(ordered[:-1], one, tier.concurrency)
+            await commit()
+            await for_each(ordered[-1:], one, 1)  # the completion marker, once the data is there
+            await commit()
+        finally:
+            await asyncio.shield(batch.discard())  # staged and never committed: written again next time
 
     async def _heartbeat(self, main: asyncio.Task[object]) -> None:
         """Write progress every ``progress_interval``; renew the lease every ``renew_interval``."""

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tierd.daemon.backends.base import Backend, ObjectInfo, Progress, RangeReader, ResumeStore
+from tierd.daemon.backends.base import Backend, ObjectInfo, Progress, RangeReader, ResumeStore, WriteBatch
 from tierd.daemon.pipeline.records import FileSpec
 from tierd.daemon.pipeline.retry import Backoff, should_retry
 from tierd.daemon.pipeline.throttle import PriorityPool, TokenBucket
@@ -56,8 +56,11 @@ async def copy_file(
     readback: bool,
     progress: Progress,
     priority: int = 0,
+    batch: WriteBatch | None = None,
 ) -> ObjectInfo:
     """Copy ``spec`` from ``src`` to ``dst`` (server-side when the stores allow), verified.
+
+    With ``batch`` the write goes through it, and may be staged until ``batch.commit()``.
 
     Raises IntegrityError when the bytes differ from ``spec.checksum`` (the source
     changed or a store corrupted them), NotFound when the source is missing, and the
@@ -77,7 +80,8 @@ async def copy_file(
                 )
             # Unwrapped without a cap, so a backend can see its own reader (a kernel-side copy).
             source = reader if bucket is None else ThrottledReader(reader, bucket, priority)
-            info = await dst.write(
+            writer = dst if batch is None else batch
+            info = await writer.write(
                 spec.relpath, source, expected_checksum=spec.checksum, resume=resume, progress=progress
             )
         finally:
@@ -139,6 +143,7 @@ class FileCopier:
     backoff: Backoff
     attempts: int
     integrity_attempts: int
+    batch: WriteBatch | None = None
 
     async def copy(self, spec: FileSpec, progress: Callable[[int | None], None]) -> None:
         """Copy ``spec``; ``progress(n)`` counts bytes, ``progress(None)`` restarts the count.
@@ -160,6 +165,7 @@ class FileCopier:
                         readback=self.readback,
                         progress=progress,
                         priority=self.priority,
+                        batch=self.batch,
                     )
                 return
             except Exception as exc:
