@@ -92,6 +92,9 @@ __all__ = ["CHUNK_SIZE", "TEMP_MARK", "PosixBackend", "PosixReader", "is_temp_na
 CHUNK_SIZE = 8 * MIB
 KERNEL_CHUNK_SIZE = 32 * MIB  # copy_file_range moves no bytes through our buffers
 HASH_BUFFER = 4 * MIB
+#: Chunks of one file in flight: more only scatters one file's I/O (files in flight come
+#: from the tier's ``concurrency``). Measured on one disk: 4 beat 16 by about 15%.
+CHUNKS_PER_FILE = 4
 _LISTED_DIRECTORIES = 4096  # how many directories' leftovers a backend remembers
 
 log = get_logger(__name__)
@@ -138,6 +141,7 @@ class PosixBackend(Backend):
         self.name = tier.name
         self.root = Path(tier.path)
         self.concurrency = tier.concurrency
+        self.chunks_per_file = min(tier.concurrency, CHUNKS_PER_FILE)
         self.chunk_size = chunk_size
         self.budget = budget or default_budget()
         self.readback = tier.verify == "readback"
@@ -355,7 +359,7 @@ class PosixBackend(Backend):
             if progress is not None:
                 progress(length)
 
-        await for_each(range(len(pieces)), copy_chunk, 1 if len(pieces) == 1 else self.concurrency)
+        await for_each(range(len(pieces)), copy_chunk, self.chunks_per_file)
         actual = checksum.encode(combine_all(pieces))
         if actual != expected:
             raise mismatch(where, expected, actual, "source")
@@ -377,7 +381,7 @@ class PosixBackend(Backend):
             if progress is not None:
                 progress(length)
 
-        await for_each(range(len(pieces)), copy_chunk, self.concurrency)
+        await for_each(range(len(pieces)), copy_chunk, self.chunks_per_file)
         actual = checksum.encode(combine_all(pieces))
         if actual != expected:
             raise mismatch(where, expected, actual, "source")
