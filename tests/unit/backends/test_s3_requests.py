@@ -21,7 +21,7 @@ from tests.conformance.harness import crc, read_back
 from tests.fixtures.s3servers import S3Server
 from tierd.daemon.backends import BytesReader, S3Backend
 from tierd.daemon.backends.s3 import OPEN_RANGE, pool_size
-from tierd.daemon.backends.s3client import parse_timestamp, referenced_parameters
+from tierd.daemon.backends.s3client import USER_AGENT, parse_timestamp, referenced_parameters
 from tierd.daemon.backends.s3reads import hash_ranges
 from tierd.errors import IntegrityError, NotFound, PermanentBackendError, TransientBackendError
 
@@ -211,3 +211,16 @@ async def test_stat_and_list_times_are_aware(backend: S3Backend) -> None:
     assert [i.relpath for i in listed] == ["t.bin"]
     assert listed[0].mtime is not None
     assert abs(listed[0].mtime - stat.mtime) < 2
+
+
+async def test_requests_carry_tierds_user_agent(backend: S3Backend) -> None:
+    sent: list[str] = []
+
+    def record(request: Any, **_: Any) -> None:
+        agent = request.headers["User-Agent"]
+        sent.append(agent.decode() if isinstance(agent, bytes) else agent)
+
+    (await backend.client()).meta.events.register("before-send.s3", record)
+    await backend.write("u.bin", BytesReader(b"u"), expected_checksum=crc(b"u"))
+    assert sent
+    assert all(agent.startswith(USER_AGENT) for agent in sent)

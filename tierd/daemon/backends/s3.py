@@ -50,7 +50,7 @@ from tierd.daemon.backends.base import (
     mismatch,
 )
 from tierd.daemon.backends.s3bodies import BufferBody, TransferSettings
-from tierd.daemon.backends.s3client import cache_endpoints, fast_session
+from tierd.daemon.backends.s3client import USER_AGENT, cache_endpoints, fast_session
 from tierd.daemon.backends.s3errors import range_not_satisfiable, s3_errors
 from tierd.daemon.backends.s3multipart import MAX_PART, Multipart
 from tierd.daemon.backends.s3reads import BodyReader, RangeGet, content_range_total, hash_ranges
@@ -165,6 +165,7 @@ class S3Backend(Backend):
             connect_timeout=10,
             read_timeout=120,
             tcp_keepalive=True,
+            user_agent=USER_AGENT,
         )
 
     async def client(self) -> S3Client:
