@@ -1,16 +1,18 @@
 """Upload and download against ``s5cmd``, both talking to one local ``rclone serve s3``.
 
 ``s3_upload_<kind>``: tierd's side is the real daemon (``python -m tierd run``, tiers
-``nvme`` (posix) -> ``s3`` at their defaults: part size 64 MiB, concurrency 4, ``verify:
-native``) with the checkpoint recorded beforehand, timed from its ``hop_started`` to its
-``replica_verified`` log line. The baseline is ``s5cmd cp 'SRC/*' s3://BUCKET/job/step_1/``
-with s5cmd's defaults. Each run writes into a fresh bucket.
+``nvme`` (posix) -> ``s3`` at their defaults: ``part_size``, ``concurrency`` files x as many
+parts, ``verify: native``; the results' ``tierd_path`` gives the values) with the checkpoint
+recorded beforehand, timed from its ``hop_started`` to its ``replica_verified`` log line. The
+baseline is ``s5cmd cp 'SRC/*' s3://BUCKET/job/step_1/`` with s5cmd's defaults. Each run
+writes into a fresh bucket.
 
 ``s3_download_<kind>``: tierd's side is the backend path a restore takes, in a fresh
 process (this module with ``--download-worker``): ``copy_object`` from an ``S3Backend``
-(ranged GETs) to a ``PosixBackend`` (hashed ``pwrite``, fsync, rename, directory fsync),
-every file checked against its first-sight CRC64NVME, four files at a time, the daemon's
-32 MiB buffer budget; timed inside the process, from the first request to the last file
+(one GET opens a reader, ranged GETs read the rest) to a ``PosixBackend`` (hashed ``pwrite``,
+fsync, rename, directory fsync), every file checked against its first-sight CRC64NVME, as
+many files at a time as the POSIX tier's default ``concurrency``, the daemon's 32 MiB buffer
+budget; timed inside the process, from the first request to the last file
 verified. The baseline is ``s5cmd cp 's3://BUCKET/job/step_1/*' DST/``, which neither
 checks a checksum nor fsyncs; ``sync`` after it is timed separately and reported.
 
@@ -55,11 +57,40 @@ from bench.harness import (
     sync,
     timed,
 )
+from tierd.config import PosixTier, S3Tier
+from tierd.daemon.backends.posix import CHUNK_SIZE
+from tierd.daemon.backends.transfer import MIB
+from tierd.daemon.pipeline.options import PipelineOptions
 
 RSS_GOAL = 200_000_000
 ROUNDS = 2
 SMALL_ROUNDS = 1
 S5CMD_DEFAULTS = "s5cmd defaults: --numworkers 256, --concurrency 5 parts per file, --part-size 50 MiB"
+
+
+def _defaults() -> tuple[S3Tier, PosixTier, int]:
+    """The tiers as the bench configures them (every tier setting at its default), and the budget."""
+    s3 = S3Tier(name="s3", kind="s3", bucket="bench")
+    posix = PosixTier(name="p", kind="posix", path=Path("/"))
+    return s3, posix, PipelineOptions().memory_budget // MIB
+
+
+def _upload_path() -> str:
+    s3, _, budget = _defaults()
+    return (
+        "python -m tierd run: PipelineService hop nvme -> s3 (part_size "
+        f"{int(s3.part_size) // MIB} MiB, concurrency {s3.concurrency} files x {s3.concurrency} parts, "
+        f"{budget} MiB buffer budget, verify {s3.verify})"
+    )
+
+
+def _download_path() -> str:
+    s3, posix, budget = _defaults()
+    return (
+        "S3Backend reader -> PosixBackend.write via backends.copy_object in a fresh process "
+        f"({posix.concurrency} files at once, one GET opening each reader then {CHUNK_SIZE // MIB} MiB "
+        f"ranged GETs, {budget} MiB buffer budget, verify {s3.verify})"
+    )
 
 
 def _s5cmd(s3: S3Endpoint, *args: str) -> list[str]:
@@ -131,8 +162,7 @@ def _upload(base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings) ->
         **runs.summary(dataset, settings, base),
         baseline_peak_rss_bytes=max(baseline_peaks),
         server=f"rclone serve s3 ({s3.version}), :local: backend on the same disk",
-        tierd_path="python -m tierd run: PipelineService hop nvme -> s3 "
-        "(part_size 64 MiB, concurrency 4 files x 4 parts, 32 MiB buffer budget, verify native)",
+        tierd_path=_upload_path(),
         tierd_timing="daemon log hop_started -> replica_verified (replica state committed)",
         checksums=f"tierd: CRC64NVME sent with each object (full-object for multipart); the largest "
         f"object was verified by {how}; s5cmd: Content-MD5 and signed SHA-256 with each "
@@ -186,8 +216,7 @@ def _download(base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings, 
         baseline_plus_sync_seconds=round(with_sync, 6),
         ratio_vs_baseline_plus_sync=round(t / with_sync, 4),
         server=f"rclone serve s3 ({s3.version}), :local: backend on the same disk",
-        tierd_path="S3Backend reader -> PosixBackend.write via backends.copy_object in a fresh process "
-        "(4 files at once, 8 MiB ranged GETs, 32 MiB buffer budget, verify native)",
+        tierd_path=_download_path(),
         tierd_timing="inside the worker: first request -> last file renamed, fsynced and verified "
         "(interpreter start-up and imports excluded)",
         checksums=f"tierd: CRC64NVME of every byte vs first sight, fsync per file and directory "
