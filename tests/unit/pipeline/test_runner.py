@@ -73,18 +73,23 @@ class Flaky(PosixBackend):
         )
 
 
-@pytest.fixture
-def setup(tmp_path: Path, sqlite_db: Database) -> tuple[Config, Database, Flaky, int]:
+def two_tiers(tmp_path: Path, db: Database) -> Config:
+    """nvme -> pfs, both POSIX directories under ``tmp_path``."""
     for name in ("nvme", "pfs"):
         (tmp_path / name).mkdir()
-    config = Config(
+    return Config(
         node="n1",
-        catalog={"url": sqlite_db.url},
+        catalog={"url": db.url},
         tiers=[
             {"name": "nvme", "kind": "posix", "path": str(tmp_path / "nvme")},
             {"name": "pfs", "kind": "posix", "path": str(tmp_path / "pfs")},
         ],
     )
+
+
+@pytest.fixture
+def setup(tmp_path: Path, sqlite_db: Database) -> tuple[Config, Database, Flaky, int]:
+    config = two_tiers(tmp_path, sqlite_db)
     write_files(tmp_path / "nvme" / "r" / "s1", {"a": 1000, "b": 2000})
     cid = record_checkpoint(sqlite_db, config, "r", 1, "r/s1")
     flaky = Flaky(config.tiers[1])
@@ -211,16 +216,7 @@ async def test_small_files_count_as_done_only_once_committed(
         return committed
 
     monkeypatch.setattr(posixbatch.PosixBatch, "commit", watched)
-    for name in ("nvme", "pfs"):
-        (tmp_path / name).mkdir()
-    config = Config(
-        node="n1",
-        catalog={"url": sqlite_db.url},
-        tiers=[
-            {"name": "nvme", "kind": "posix", "path": str(tmp_path / "nvme")},
-            {"name": "pfs", "kind": "posix", "path": str(tmp_path / "pfs")},
-        ],
-    )
+    config = two_tiers(tmp_path, sqlite_db)
     sizes = {f"d{n % 2}/f{n}": 100 + n for n in range(10)}
     write_files(tmp_path / "nvme" / "r" / "s1", sizes)
     cid = record_checkpoint(sqlite_db, config, "r", 1, "r/s1")
