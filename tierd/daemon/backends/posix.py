@@ -37,7 +37,7 @@ import functools
 import os
 import stat as stat_mod
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from pathlib import Path
 from typing import TypeVar
 
@@ -336,52 +336,61 @@ class PosixBackend(Backend):
 
         Raises _KernelCopyRefused when the first chunk finds the files cannot be copied so.
         """
-        size, chunk = reader.size, KERNEL_CHUNK_SIZE
-        pieces = [(0, min(chunk, size - off)) for off in range(0, size, chunk)]
         first = True
 
-        async def copy_chunk(index: int) -> None:
+        async def copy_chunk(offset: int, length: int) -> int:
             nonlocal first
-            offset, length = index * chunk, pieces[index][1]
             async with self.budget.buffer(HASH_BUFFER) as view:
                 try:
                     crc = await uninterrupted(
                         blocking_on(view, posixcopy.kernel_copy, reader.fileno(), temp.fd, offset, length)
                     )
                 except posixcopy.SourceEnded as exc:
-                    raise _source_ended(where, exc.offset, size) from None
+                    raise _source_ended(where, exc.offset, reader.size) from None
                 except OSError as exc:
                     if first and exc.errno in posixcopy.NO_KERNEL_COPY:
                         raise _KernelCopyRefused from exc
                     raise translate_oserror(exc, "write", where) from exc
             first = False
-            pieces[index] = (crc, length)
-            if progress is not None:
-                progress(length)
+            return crc
 
-        await for_each(range(len(pieces)), copy_chunk, self.chunks_per_file)
-        actual = checksum.encode(combine_all(pieces))
-        if actual != expected:
-            raise mismatch(where, expected, actual, "source")
+        await self._by_chunks(reader.size, KERNEL_CHUNK_SIZE, copy_chunk, where, expected, progress)
 
     async def _fill_buffered(
         self, temp: TempFile, reader: RangeReader, where: str, expected: str, progress: Progress | None
     ) -> None:
         """Read every chunk into a buffer, hash and pwrite it, in parallel; IntegrityError on a mismatch."""
-        size, chunk = reader.size, self.chunk_size
-        pieces = [(0, min(chunk, size - off)) for off in range(0, size, chunk)]
 
-        async def copy_chunk(index: int) -> None:
-            offset, length = index * chunk, pieces[index][1]
+        async def copy_chunk(offset: int, length: int) -> int:
             async with self.budget.buffer(length) as view:
                 await read_full(reader, offset, view, where=where)
                 with os_errors("write", where):
-                    crc = await uninterrupted(blocking_on(view, posixcopy.hash_and_pwrite, temp.fd, offset))
-            pieces[index] = (crc, length)
+                    return await uninterrupted(blocking_on(view, posixcopy.hash_and_pwrite, temp.fd, offset))
+
+        await self._by_chunks(reader.size, self.chunk_size, copy_chunk, where, expected, progress)
+
+    async def _by_chunks(
+        self,
+        size: int,
+        chunk: int,
+        copy_chunk: Callable[[int, int], Awaitable[int]],
+        where: str,
+        expected: str,
+        progress: Progress | None,
+    ) -> None:
+        """``copy_chunk(offset, length) -> CRC`` over every chunk, ``chunks_per_file`` at a time.
+
+        Raises IntegrityError unless the chunks' CRCs combine to ``expected``.
+        """
+        pieces = [(0, min(chunk, size - off)) for off in range(0, size, chunk)]
+
+        async def one(index: int) -> None:
+            offset, length = index * chunk, pieces[index][1]
+            pieces[index] = (await copy_chunk(offset, length), length)
             if progress is not None:
                 progress(length)
 
-        await for_each(range(len(pieces)), copy_chunk, self.chunks_per_file)
+        await for_each(range(len(pieces)), one, self.chunks_per_file)
         actual = checksum.encode(combine_all(pieces))
         if actual != expected:
             raise mismatch(where, expected, actual, "source")
