@@ -178,3 +178,47 @@ def _mid_hop(db: Database, cid: int, tier: str) -> bool:
     if tier == "pfs":
         return True
     return any(parts for t, _, _, parts in uploads(db) if t == tier)
+
+
+# More files than one batch holds (1,024), so one batch is committed before the kill.
+SMALL = {f"d{n % 4}/f{n:04d}.bin": 1024 + n % 512 for n in range(1500)} | {".metadata": 512}
+SMALL_CAP = 400_000  # bytes/s: the ~1.9 MB hop takes ~5 s, its first batch committed after ~3 s
+
+
+@pytest.mark.slow
+def test_kill_9_while_small_files_are_staged(tmp_path: Path) -> None:
+    """Only committed files are ever visible or recorded done; a restart finishes the rest."""
+    (tmp_path / "nvme").mkdir()
+    (tmp_path / "pfs").mkdir()
+    tiers: list[dict[str, Any]] = [
+        {"name": "nvme", "kind": "posix", "path": str(tmp_path / "nvme")},
+        {"name": "pfs", "kind": "posix", "path": str(tmp_path / "pfs"), "bandwidth_limit": SMALL_CAP},
+    ]
+    daemon = DaemonProcess.prepare(tmp_path, config_dict(tmp_path, tiers))
+    config = load_config(daemon.config_path)
+    db = Database(config.catalog.url)
+    data = write_files(tmp_path / "nvme" / "demo" / "step9", SMALL)
+    expected = {f"demo/step9/{name}": content for name, content in data.items()}
+    cid = record_checkpoint(db, config, "demo", 9, "demo/step9")
+    try:
+        daemon.start()
+        wait_for(partial(_some_done, db), 60, "a committed batch to be recorded done")
+        daemon.kill()
+        assert states(db, cid)["pfs"] == "copying"
+        shown = _posix_files(tmp_path / "pfs")[0]
+        assert all(expected.get(k) == v for k, v in shown.items()), "partial file visible"
+        [job] = all_jobs(db)
+        recorded_done = set((job.detail or {}).get("done", []))
+        assert recorded_done <= set(shown), "a file recorded done before its batch was committed"
+        assert 0 < len(recorded_done) <= len(shown) < len(expected)
+        daemon.start()
+        wait_for(lambda: states(db, cid)["pfs"] == "verified", 60, "the pfs replica to be verified")
+        assert daemon.terminate(30) == 0
+    finally:
+        daemon.stop()
+    assert _posix_files(tmp_path / "pfs")[0] == expected, daemon.tail()
+
+
+def _some_done(db: Database) -> bool:
+    """The running job has recorded finished files (and is not finished)."""
+    return any(job.state == "running" and (job.detail or {}).get("done") for job in all_jobs(db))
