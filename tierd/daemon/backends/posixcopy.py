@@ -93,9 +93,7 @@ def fill_whole(
     if temp is None:
         return None
     try:
-        written = 0
-        while written < len(view):
-            written += os.pwrite(temp.fd, view[written:], written)
+        _pwrite_all(temp.fd, view, 0)
     except BaseException:
         temp.discard()
         raise
@@ -169,11 +167,15 @@ def _pread_full(fd: int, view: memoryview) -> None:
 def hash_and_pwrite(view: memoryview, fd: int, offset: int) -> int:
     """CRC64NVME of ``view``, written at ``offset`` and queued for writeback."""
     crc = int(checksums.crc64nvme(view, 0))
+    _pwrite_all(fd, view, offset)
+    start_writeback(fd, offset, len(view))
+    return crc
+
+
+def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
     written = 0
     while written < len(view):
         written += os.pwrite(fd, view[written:], offset + written)
-    start_writeback(fd, offset, written)
-    return crc
 
 
 def kernel_copy(view: memoryview, src_fd: int, dst_fd: int, offset: int, length: int) -> int:
