@@ -241,11 +241,7 @@ class PosixBackend(Backend):
         place = functools.partial(
             posixcopy.place_whole, root=self.root, final=final, expected=expected, readback=self.readback
         )
-        mtime = await self._whole(final, reader, expected, place)
-        if mtime is None:
-            raise self._root_missing()
-        if progress is not None:
-            progress(reader.size)
+        mtime = await self._whole(final, reader, expected, progress, place)
         by: Verification = "readback" if self.readback else "stream"
         return ObjectInfo(relpath, reader.size, expected, mtime, by)
 
@@ -259,17 +255,20 @@ class PosixBackend(Backend):
         final = self._path(relpath)
         await self._remove_leftovers(final)
         fill = functools.partial(posixcopy.stage_whole, root=self.root, final=final, expected=expected)
-        temp = await self._whole(final, reader, expected, fill)
-        if temp is None:
-            raise self._root_missing()
-        if progress is not None:
-            progress(reader.size)
-        return temp, final
+        return await self._whole(final, reader, expected, progress, fill), final
 
     async def _whole(
-        self, final: Path, reader: RangeReader, expected: str, fn: Callable[[memoryview, int | None], T]
+        self,
+        final: Path,
+        reader: RangeReader,
+        expected: str,
+        progress: Progress | None,
+        fn: Callable[[memoryview, int | None], T | None],
     ) -> T:
-        """``fn(buffer, source fd or None)`` on the I/O pool, with the bytes in a budgeted buffer."""
+        """``fn(buffer, source fd or None)`` on the I/O pool, with the bytes in a budgeted buffer.
+
+        ``fn`` returns None when the tier root is missing (TransientBackendError here).
+        """
         where = str(final)
         source = reader.fileno() if isinstance(reader, PosixReader) else None
         async with self.budget.buffer(reader.size) as view:
@@ -277,11 +276,16 @@ class PosixBackend(Backend):
                 await read_full(reader, 0, view, where=where)
             with os_errors("write", where):
                 try:
-                    return await uninterrupted(blocking_on(view, fn, source))
+                    result = await uninterrupted(blocking_on(view, fn, source))
                 except posixcopy.SourceEnded as exc:
                     raise _source_ended(where, exc.offset, reader.size) from None
                 except posixcopy.Mismatch as exc:
                     raise mismatch(where, expected, exc.actual, exc.how) from None
+        if result is None:
+            raise self._root_missing()
+        if progress is not None:
+            progress(reader.size)
+        return result
 
     def batch(self) -> WriteBatch:
         """Files of one chunk are staged and made durable together (``PosixBatch``)."""
