@@ -304,11 +304,10 @@ def main() -> None:
     settings = Settings.from_env(ROUNDS)
     if settings.profile_dir is not None:
         settings.profile_dir.mkdir(parents=True, exist_ok=True)
-    kinds = ["big"] + (["small"] if os.environ.get("TIERD_BENCH_S3_SMALL", "1") != "0" else [])
     base = Path(tempfile.mkdtemp(prefix="s3-", dir=bench_root()))
     try:
         with rclone_s3(base / "server") as s3:
-            for kind in kinds:
+            for kind in settings.kinds:
                 tier0 = base / "nvme"
                 if kind == "big":
                     dataset = make_big(tier0, settings.big_bytes, settings.big_shards)
