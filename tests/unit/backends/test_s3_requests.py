@@ -1,8 +1,10 @@
 """Which requests the S3 backend sends, against both real servers (moto, rclone serve s3).
 
-Reads open with one GET and no HeadObject; a small upload is verified by the PutObject
-answer where the store reports the checksum there (moto) and by HeadObject where it does
-not (rclone); a read-back hashes ranges in parallel, pinned to one ETag.
+Reads open with one GET and no HeadObject. A small upload is verified by the PutObject
+answer: the checksum where the store reports it there (moto), else an ETag that is the
+MD5 of the bytes sent with their Content-MD5 (rclone); past ``MD5_LIMIT``, or with an ETag
+that is not the MD5, by a HeadObject. A read-back hashes ranges in parallel, pinned to
+one ETag. Counts include the lean requests of ``s3lean``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pytest
 from tests.conformance.harness import crc, read_back
 from tests.fixtures.s3servers import S3Server
 from tierd.daemon.backends import BytesReader, S3Backend
-from tierd.daemon.backends.s3 import OPEN_RANGE, pool_size
+from tierd.daemon.backends.s3 import MD5_LIMIT, OPEN_RANGE, PutAnswer, pool_size
 from tierd.daemon.backends.s3client import USER_AGENT, parse_timestamp, referenced_parameters
 from tierd.daemon.backends.s3reads import hash_ranges
 from tierd.errors import IntegrityError, NotFound, PermanentBackendError, TransientBackendError
@@ -34,8 +36,8 @@ class Calls:
     def __init__(self) -> None:
         self.seen: Counter[str] = Counter()
 
-    def __call__(self, model: Any, **_: Any) -> None:
-        self.seen[model.name] += 1
+    def __call__(self, operation: str) -> None:
+        self.seen[operation] += 1
 
     def take(self) -> Counter[str]:
         """What was sent since the last call."""
@@ -52,7 +54,7 @@ async def backend(s3_server: S3Server) -> AsyncIterator[S3Backend]:
 
 async def counted(backend: S3Backend) -> Calls:
     calls = Calls()
-    (await backend.client()).meta.events.register("before-call.s3", calls)
+    await backend.observe(calls)
     return calls
 
 
@@ -118,18 +120,61 @@ async def test_an_empty_object_opens_without_a_range(backend: S3Backend) -> None
         await reader.close()
 
 
-async def test_small_uploads_use_the_put_answer_when_it_has_the_checksum(
+@pytest.mark.parametrize("size", [0, 5000, MD5_LIMIT])
+async def test_small_uploads_are_verified_by_the_put_answer(backend: S3Backend, size: int) -> None:
+    calls = await counted(backend)
+    data = os.urandom(size)
+    info = await backend.write("s.bin", BytesReader(data), expected_checksum=crc(data))
+    assert (info.checksum, info.verified_by, info.size) == (crc(data), "store", len(data))
+    # moto reports the CRC64NVME in its answer; rclone an ETag that is the MD5 of the bytes.
+    assert calls.take() == Counter({"PutObject": 1})
+
+
+async def test_past_the_md5_limit_a_put_answer_needs_its_checksum(
     backend: S3Backend, s3_server: S3Server
 ) -> None:
     calls = await counted(backend)
+    data = os.urandom(MD5_LIMIT + 1)
+    info = await backend.write("s.bin", BytesReader(data), expected_checksum=crc(data))
+    assert (info.checksum, info.verified_by) == (crc(data), "store")
+    if s3_server.kind == "moto":  # reports the CRC64NVME in the PutObject answer
+        assert calls.take() == Counter({"PutObject": 1})
+    else:  # rclone answers PutObject with an ETag only, and no MD5 went with the bytes
+        assert calls.take() == Counter({"PutObject": 1, "HeadObject": 1})
+
+
+async def test_a_wrong_content_md5_is_never_taken_for_proof(
+    backend: S3Backend, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = os.urandom(5000)
+
+    async def wrong_md5(self: S3Backend, key: str, view: memoryview, crc: str, md5: bytes | None) -> Any:
+        return await original(self, key, view, crc, bytes(16))
+
+    original = S3Backend._put
+    monkeypatch.setattr(S3Backend, "_put", wrong_md5)
+    if s3_server.kind == "rclone":  # checks Content-MD5 against the bytes, as AWS does
+        with pytest.raises(IntegrityError, match="BadDigest"):
+            await backend.write("s.bin", BytesReader(data), expected_checksum=crc(data))
+        return
+    info = await backend.write("s.bin", BytesReader(data), expected_checksum=crc(data))  # moto does not
+    assert info.verified_by == "store"  # by the CRC64NVME in its answer, not by the ETag
+
+
+async def test_an_etag_that_is_not_the_md5_leads_to_a_headobject(
+    backend: S3Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def opaque_etag(self: S3Backend, key: str, view: memoryview, crc: str, md5: bytes | None) -> Any:
+        await original(self, key, view, crc, md5)
+        return {"ETag": '"0123456789abcdef0123456789abcdef-1"'}  # as SSE-KMS answers
+
+    original = S3Backend._put
+    monkeypatch.setattr(S3Backend, "_put", opaque_etag)
+    calls = await counted(backend)
     data = os.urandom(5000)
     info = await backend.write("s.bin", BytesReader(data), expected_checksum=crc(data))
-    assert (info.checksum, info.verified_by, info.size) == (crc(data), "store", len(data))
-    sent = calls.take()
-    if s3_server.kind == "moto":  # echoes the checksum in the PutObject answer
-        assert sent == Counter({"PutObject": 1})
-    else:  # rclone answers PutObject with an ETag only
-        assert sent == Counter({"PutObject": 1, "HeadObject": 1})
+    assert (info.checksum, info.verified_by) == (crc(data), "store")
+    assert calls.take() == Counter({"PutObject": 1, "HeadObject": 1})
 
 
 async def test_a_put_answer_with_another_checksum_is_a_mismatch(
@@ -137,9 +182,9 @@ async def test_a_put_answer_with_another_checksum_is_a_mismatch(
 ) -> None:
     data = os.urandom(5000)
 
-    async def lying_put(self: S3Backend, key: str, reader: Any, expected: str) -> str:
+    async def lying_put(self: S3Backend, key: str, reader: Any, expected: str) -> PutAnswer:
         await original(self, key, reader, expected)
-        return crc(b"something else")
+        return PutAnswer(crc(b"something else"), md5_confirmed=True)
 
     original = S3Backend._put_small
     monkeypatch.setattr(S3Backend, "_put_small", lying_put)

@@ -15,20 +15,28 @@ those bytes (a small object whole).
 Verification (``verify``, run by ``write`` and ``copy_from``): with ``verify: native``,
 HeadObject with ``ChecksumMode=ENABLED``; when the store reports a CRC64NVME it must equal
 the expected one (``verified_by="store"``), when it reports none every byte is read back
-(ranged GETs in parallel, ``s3reads``) and hashed (``verified_by="readback"``). When the
-PutObject answer itself carries the CRC64NVME (AWS, moto; not ``rclone serve s3``), that
-is the store's word and no HeadObject follows. ``verify: readback`` always reads back. AWS
-validates the checksums we send; a store that merely echoes them (moto, ``rclone serve
-s3`` for PutObject) makes "store" only as strong as our own hash of the bytes sent --
-choose ``verify: readback`` for such stores.
+(ranged GETs in parallel, ``s3reads``) and hashed (``verified_by="readback"``). A
+PutObject's answer can spare the HeadObject: when it carries the CRC64NVME (AWS, moto),
+or when its ETag is the MD5 of the bytes sent (AWS without SSE-KMS, MinIO, Ceph,
+``rclone serve s3``). Objects up to ``MD5_LIMIT`` go up with a Content-MD5 the store
+checks on receipt, and the buffer sent is the one whose CRC64NVME was just checked, so
+that ETag proves the store holds the bytes tierd meant. ``verify: readback`` always reads
+back. AWS validates the checksums we send; a store that merely echoes them (moto,
+``rclone serve s3`` for PutObject) makes "store" only as strong as our own hash of the
+bytes sent -- choose ``verify: readback`` for such stores.
+
+Small objects' PutObject, HeadObject and opening GET skip botocore's per-request work
+once the bucket's endpoint is known (``s3lean``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Collection
+import base64
+import hashlib
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +60,7 @@ from tierd.daemon.backends.base import (
 from tierd.daemon.backends.s3bodies import BufferBody, TransferSettings
 from tierd.daemon.backends.s3client import USER_AGENT, cache_endpoints, fast_session
 from tierd.daemon.backends.s3errors import range_not_satisfiable, s3_errors
+from tierd.daemon.backends.s3lean import LeanRequests
 from tierd.daemon.backends.s3multipart import MAX_PART, Multipart
 from tierd.daemon.backends.s3reads import BodyReader, RangeGet, content_range_total, hash_ranges
 from tierd.daemon.backends.transfer import MIB, ByteBudget, crc64, default_budget, read_full
@@ -73,6 +82,8 @@ HASH_CHUNK = 1 * MIB
 # What open_reader's GET asks for: a small object whole; held in memory while the reader is open.
 OPEN_RANGE = 256 * 1024
 MAX_POOL = 512
+# Up to this size a PutObject carries a Content-MD5: MD5 costs less than the HeadObject it spares.
+MD5_LIMIT = 256 * 1024
 
 
 def pool_size(concurrency: int) -> int:
@@ -90,7 +101,7 @@ class S3Reader:
     small object); reads within them need no request.
     """
 
-    def __init__(self, ranges: RangeGet, size: int, head: bytearray | None = None) -> None:
+    def __init__(self, ranges: RangeGet, size: int, head: bytes | bytearray | None = None) -> None:
         self._ranges, self.size = ranges, size
         self._head = memoryview(head if head is not None else b"")
 
@@ -151,6 +162,7 @@ class S3Backend(Backend):
             )
         self._stack: AsyncExitStack | None = None
         self._client: S3Client | None = None
+        self._lean: LeanRequests | None = None
         self._client_lock = asyncio.Lock()
         self._active_uploads: set[str] = set()  # UploadIds this backend is writing to now
 
@@ -183,8 +195,21 @@ class S3Backend(Backend):
                         )
                     )
                 cache_endpoints(self._client)
+                self._lean = LeanRequests.attach(self._client)
                 self._stack = stack
             return self._client
+
+    async def observe(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(operation)`` for every API call this backend makes from now on."""
+        client = await self.client()
+        client.meta.events.register("before-call.s3", lambda model, **_: callback(model.name))
+        if self._lean is not None:
+            self._lean.observers.append(callback)
+
+    def _lean_for(self) -> LeanRequests | None:
+        """The lean way to this bucket, once botocore has shown where it is."""
+        lean = self._lean
+        return lean if lean is not None and lean.knows(self.bucket) else None
 
     def _key(self, relpath: str) -> str:
         return self.prefix + check_relpath(relpath)
@@ -199,10 +224,11 @@ class S3Backend(Backend):
 
     async def _head(self, relpath: str) -> HeadObjectOutputTypeDef:
         client = await self.client()
+        key = self._key(relpath)
         with s3_errors("stat", self.location(relpath)):
-            return await client.head_object(
-                Bucket=self.bucket, Key=self._key(relpath), ChecksumMode="ENABLED"
-            )
+            if (lean := self._lean_for()) is not None and (answer := await lean.head(self.bucket, key)):
+                return answer  # type: ignore[return-value]
+            return await client.head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
 
     async def stat(self, relpath: str) -> ObjectInfo:
         """Size, mtime and the store's CRC64NVME if it reports one.
@@ -241,6 +267,10 @@ class S3Backend(Backend):
         location = self.location(relpath)
         with s3_errors("open", location):
             try:
+                if (lean := self._lean_for()) is not None:
+                    answer = await lean.get(self.bucket, self._key(relpath), 0, OPEN_RANGE - 1)
+                    if answer is not None:
+                        return self._opened(client, relpath, *answer)
                 response = await client.get_object(
                     Bucket=self.bucket, Key=self._key(relpath), Range=f"bytes=0-{OPEN_RANGE - 1}"
                 )
@@ -259,8 +289,14 @@ class S3Backend(Backend):
                 got = await body.into(memoryview(first))
         finally:
             body.close()
-        if got != len(first):
-            raise TransientBackendError(f"read {location}: the body ended at byte {got} of {len(first)}")
+        return self._opened(client, relpath, response, first if got == len(first) else first[:got])
+
+    def _opened(self, client: S3Client, relpath: str, response: Any, first: bytes | bytearray) -> S3Reader:
+        """The reader for an opening GET's answer and body."""
+        size = content_range_total(response)
+        if len(first) != (want := min(size, OPEN_RANGE)):
+            where = self.location(relpath)
+            raise TransientBackendError(f"read {where}: the body ended at byte {len(first)} of {want}")
         return S3Reader(self._ranges(client, relpath, response.get("ETag")), size, first)
 
     async def write(
@@ -283,48 +319,61 @@ class S3Backend(Backend):
         key = self._key(relpath)
         size = reader.size
         if size <= min(self.settings.part_size, self.settings.buffered_part_limit):
-            reported = await self._put_small(key, reader, expected_checksum)
+            answer = await self._put_small(key, reader, expected_checksum)
             if progress is not None:
                 progress(size)
-            return await self._verify_written(relpath, expected_checksum, size, reported)
+            return await self._verify_written(relpath, expected_checksum, size, answer)
         upload = Multipart(await self.client(), self.bucket, key, self.settings, self._active_uploads)
         await upload.write(relpath, reader, expected_checksum, resume, progress)
         return await self._verify_written(relpath, expected_checksum, size)
 
-    async def _put_small(self, key: str, reader: RangeReader, expected: str) -> str | None:
-        """PutObject with the CRC64NVME; returns the one the store reports back, if any."""
+    async def _put_small(self, key: str, reader: RangeReader, expected: str) -> PutAnswer:
+        """PutObject with the CRC64NVME (and Content-MD5 up to ``MD5_LIMIT``); what the answer vouches for."""
         location = self.location_of_key(key)
-        client = await self.client()
         async with self.settings.budget.buffer(reader.size) as view:
             await read_full(reader, 0, view, where=location)
             actual = checksum.encode(await crc64(view))
             if actual != expected:
                 raise mismatch(location, expected, actual, "source")
+            md5 = hashlib.md5(view, usedforsecurity=False).digest() if len(view) <= MD5_LIMIT else None
             with s3_errors("put", location):
-                response = await client.put_object(
-                    Bucket=self.bucket,
-                    Key=key,
-                    Body=bytes(view) if len(view) <= HASH_CHUNK else BufferBody(view),  # type: ignore[arg-type]
-                    ContentLength=len(view),
-                    ChecksumAlgorithm="CRC64NVME",
-                    ChecksumCRC64NVME=actual,
-                )
-        return response.get("ChecksumCRC64NVME")
+                answer = await self._put(key, view, actual, md5)
+        etag = str(answer.get("ETag", "")).strip('"')
+        return PutAnswer(answer.get("ChecksumCRC64NVME"), md5 is not None and etag == md5.hex())
+
+    async def _put(self, key: str, view: memoryview, crc: str, md5: bytes | None) -> Mapping[str, Any]:
+        """One PutObject, the lean way when it can go that way; the answer's fields."""
+        content_md5 = base64.b64encode(md5).decode() if md5 is not None else None
+        if len(view) <= HASH_CHUNK and (lean := self._lean_for()) is not None:
+            answer = await lean.put(self.bucket, key, bytes(view), crc, content_md5)
+            if answer is not None:
+                return answer
+        client = await self.client()
+        extra = {"ContentMD5": content_md5} if content_md5 is not None else {}
+        return await client.put_object(
+            Bucket=self.bucket,
+            Key=key,
+            Body=bytes(view) if len(view) <= HASH_CHUNK else BufferBody(view),  # type: ignore[arg-type]
+            ContentLength=len(view),
+            ChecksumAlgorithm="CRC64NVME",
+            ChecksumCRC64NVME=crc,
+            **extra,  # type: ignore[arg-type]
+        )
 
     async def _verify_written(
-        self, relpath: str, expected: str, size: int, reported: str | None = None
+        self, relpath: str, expected: str, size: int, answer: PutAnswer | None = None
     ) -> ObjectInfo:
         """``verify``, plus the size; on a mismatch delete what was just stored.
 
-        ``reported`` is the CRC64NVME the store's answer to the upload carried: with
-        ``verify: native`` it is the store's word, as HeadObject's would be, so no
-        HeadObject follows.
+        With ``verify: native`` the store's answer to a PutObject is its word, as
+        HeadObject's would be, and no HeadObject follows when it vouches for the bytes.
         """
         try:
-            if reported is not None and self.tier.verify == "native":
-                if reported != expected:
-                    raise mismatch(self.location(relpath), expected, reported, "store-reported")
-                return ObjectInfo(relpath, size, reported, None, "store")
+            if answer is not None and self.tier.verify == "native":
+                if answer.crc64nvme is not None and answer.crc64nvme != expected:
+                    raise mismatch(self.location(relpath), expected, answer.crc64nvme, "store-reported")
+                if answer.crc64nvme is not None or answer.md5_confirmed:
+                    return ObjectInfo(relpath, size, expected, None, "store")
             info = await self.verify(relpath, expected)
             if info.size != size:
                 raise IntegrityError(f"{self.location(relpath)}: stored {info.size} bytes, sent {size}")
@@ -448,6 +497,14 @@ class S3Backend(Backend):
         stack, self._stack, self._client = self._stack, None, None
         if stack is not None:
             await stack.aclose()
+
+
+@dataclass(frozen=True)
+class PutAnswer:
+    """What the store's answer to a PutObject vouches for."""
+
+    crc64nvme: str | None  # the CRC64NVME it reports holding
+    md5_confirmed: bool  # its ETag is the MD5 of the bytes sent, which went with their Content-MD5
 
 
 def _info(relpath: str, head: HeadObjectOutputTypeDef) -> ObjectInfo:
