@@ -30,7 +30,12 @@ def configure_logging(level: str = "info", fmt: Literal["auto", "json", "console
         else structlog.dev.ConsoleRenderer()
     )
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        # Events below the level are dropped before any processor runs (time stamps cost ~10 us).
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *shared,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,

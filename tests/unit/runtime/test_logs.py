@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 import structlog
+from structlog.types import EventDict
 
 from tierd.logs import configure_logging, get_logger
 
@@ -28,3 +29,29 @@ def test_json_lines_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> N
     assert lines[0]["retry_at"] == "2026-01-02T03:04:05+00:00"
     assert lines[1]["event"] == "from the standard library"
     assert lines[1]["logger"] == "uvicorn.error"
+
+
+def test_events_below_the_level_are_dropped_before_processing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stamped: list[str] = []
+    original = structlog.processors.TimeStamper.__call__
+
+    def counting(
+        self: structlog.processors.TimeStamper, logger: object, name: str, event: EventDict
+    ) -> EventDict:
+        stamped.append(event["event"])
+        return original(self, logger, name, event)
+
+    monkeypatch.setattr(structlog.processors.TimeStamper, "__call__", counting)
+    configure_logging("info", "json")
+    try:
+        log = get_logger("tierd.test.level")
+        log.debug("file_copied", relpath="a")
+        log.info("replica_verified")
+        lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    finally:
+        structlog.reset_defaults()
+        logging.getLogger().handlers.clear()
+    assert [line["event"] for line in lines] == ["replica_verified"]
+    assert stamped == ["replica_verified"]
