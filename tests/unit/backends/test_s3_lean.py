@@ -14,17 +14,22 @@ import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.config import Config
+from botocore.credentials import ReadOnlyCredentials
 
 from tests.conformance.harness import crc, read_back
 from tests.fixtures.net import free_port
 from tests.fixtures.s3servers import S3Server
 from tierd.daemon.backends import BytesReader, S3Backend
 from tierd.daemon.backends.s3 import OPEN_RANGE
-from tierd.daemon.backends.s3lean import LeanRequests, object_path
+from tierd.daemon.backends.s3lean import LeanRequests, Route, object_path, sign
 from tierd.errors import NotFound, PermanentBackendError
 
 
@@ -198,7 +203,7 @@ def point_at(backend: S3Backend, url: str) -> None:
     """Send the backend's lean requests to ``url`` (as if the bucket lived there)."""
     lean = lean_of(backend)
     route = lean._routes[backend.bucket]
-    lean._routes[backend.bucket] = replace(route, base=f"{url}/{backend.bucket}/")
+    lean._routes[backend.bucket] = replace(route, origin=url, host=url.split("//", 1)[1])
 
 
 async def test_a_throttled_lean_request_is_sent_again_by_botocore(
@@ -252,3 +257,31 @@ async def test_a_store_ignoring_the_range_is_read_by_botocore(
 def test_keys_are_encoded_as_botocore_encodes_them() -> None:
     assert object_path("a b/c~d+e") == "a%20b/c~d%2Be"
     assert object_path("ü/%") == "%C3%BC/%25"
+
+
+@pytest.mark.parametrize(
+    ("base", "host"),
+    [
+        ("http://127.0.0.1:9000/bucket/", "127.0.0.1:9000"),
+        ("https://Bucket.S3.eu-west-1.amazonaws.com/", "bucket.s3.eu-west-1.amazonaws.com"),
+        ("https://s3.example.com:443/base/bucket/", "s3.example.com"),
+        ("http://[::1]:9000/bucket/", "[::1]:9000"),
+    ],
+)
+def test_routes_sign_the_host_botocore_signs(base: str, host: str) -> None:
+    assert Route.of(base, "us-east-1", "s3", None).host == host
+
+
+@pytest.mark.parametrize("token", [None, "a-session-token"])
+def test_signatures_are_botocores(token: str | None) -> None:
+    credentials = ReadOnlyCredentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", token)
+    url = "http://[::1]:9000/my-bucket/a%20b/c~d%2Be"
+    headers = [("x-amz-checksum-crc64nvme", "AAAAAAAAAAA="), ("Content-MD5", "1B2M2Y8AsgTpgAmY7PhCfg==")]
+    request = AWSRequest(method="PUT", url=url, headers=dict(headers), data=b"x")
+    request.context["client_config"] = Config(s3={"payload_signing_enabled": False})
+    S3SigV4Auth(credentials, "s3", "eu-west-1").add_auth(request)
+    when = datetime.strptime(request.headers["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    route = Route.of("http://[::1]:9000/my-bucket/", "eu-west-1", "s3", None)
+    ours = dict(sign("PUT", route, "/my-bucket/a%20b/c~d%2Be", headers, credentials, when))
+    assert ours["Authorization"] == request.headers["Authorization"]
+    assert ours.get("X-Amz-Security-Token") == request.headers.get("X-Amz-Security-Token")

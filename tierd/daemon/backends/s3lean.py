@@ -4,9 +4,11 @@ botocore spends over a millisecond of CPU on each request (event hooks, paramete
 validation, serialisation, endpoint rules, response parsing). On two cores that, not the
 network, bounds how many small objects tierd moves per second. For the three requests a
 small object needs -- PutObject, HeadObject and the ranged GetObject that opens a reader --
-``LeanRequests`` builds the HTTP request itself. It signs it with the signer class,
-credentials, region and User-Agent botocore uses, and sends it through the client's own
-HTTP session, so the pool, TLS settings, proxies and timeouts stay the client's.
+``LeanRequests`` builds the HTTP request itself. It signs it with awscrt's SigV4 signer
+(what botocore's CRT signer calls, without its ~120 us of conversions per request) with
+the credentials, region and signing name botocore uses, unsigned payload as the client is
+configured, and sends it through the client's own HTTP session, so the pool, TLS
+settings, proxies and timeouts stay the client's.
 
 What it cannot know it learns from botocore. A bucket's object URL, signing region and
 signing name come from the client's own requests (its ``before-sign`` event), so endpoint
@@ -24,13 +26,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
-from botocore import auth as botocore_auth
-from botocore.awsrequest import AWSRequest
-from botocore.exceptions import BotoCoreError, ClientError
+import aiohttp
+from awscrt import auth as crt_auth
+from awscrt import http as crt_http
+from botocore.exceptions import ClientError
 from botocore.parsers import create_parser
 from botocore.utils import percent_encode
+from multidict import CIMultiDict
+from yarl import URL
 
 from tierd.daemon.backends.s3client import parse_timestamp
 from tierd.daemon.backends.s3errors import translate
@@ -42,6 +49,7 @@ __all__ = ["LeanRequests", "Route", "object_path"]
 log = get_logger(__name__)
 
 SIGNATURE = "s3v4"
+DEFAULT_PORTS = {"http": 80, "https": 443}
 OPERATIONS = ("PutObject", "HeadObject", "GetObject")
 
 
@@ -55,10 +63,60 @@ def object_path(key: str) -> str:
 class Route:
     """Where a bucket's objects live and how requests to them are signed."""
 
-    base: str  # the object URL up to the key
+    origin: str  # scheme://netloc
+    base_path: str  # the object path up to the key
+    host: str  # the Host header, as botocore signs it
     region: str
     signing_name: str
     user_agent: str | None
+
+    @classmethod
+    def of(cls, base: str, region: str, signing_name: str, user_agent: str | None) -> Route:
+        """The route whose object URLs are ``base`` + the encoded key."""
+        parts = urlsplit(base)
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"  # IPv6
+        if parts.port is not None and parts.port != DEFAULT_PORTS.get(parts.scheme):
+            host = f"{host}:{parts.port}"
+        return cls(f"{parts.scheme}://{parts.netloc}", parts.path, host, region, signing_name, user_agent)
+
+
+def sign(
+    method: str,
+    route: Route,
+    path: str,
+    headers: list[tuple[str, str]],
+    credentials: Any,
+    when: datetime | None = None,
+) -> list[tuple[str, str]]:
+    """``headers`` plus Host, X-Amz-Date, x-amz-content-sha256 (unsigned payload) and Authorization."""
+    config = crt_auth.AwsSigningConfig(
+        algorithm=crt_auth.AwsSigningAlgorithm.V4,
+        signature_type=crt_auth.AwsSignatureType.HTTP_REQUEST_HEADERS,
+        credentials_provider=crt_auth.AwsCredentialsProvider.new_static(
+            credentials.access_key, credentials.secret_key, credentials.token
+        ),
+        region=route.region,
+        service=route.signing_name,
+        date=when or datetime.now(UTC),
+        use_double_uri_encode=False,  # S3 paths are encoded once
+        should_normalize_uri_path=False,
+        signed_body_value=crt_auth.AwsSignedBodyValue.UNSIGNED_PAYLOAD,
+        signed_body_header_type=crt_auth.AwsSignedBodyHeaderType.X_AMZ_CONTENT_SHA_256,
+    )
+    request = crt_http.HttpRequest(method, path, crt_http.HttpHeaders([("host", route.host), *headers]))
+    crt_auth.aws_sign_request(request, config).result()
+    return list(request.headers)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A store's answer: status, headers (case-insensitive) and body."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
 
 
 class LeanRequests:
@@ -66,7 +124,6 @@ class LeanRequests:
 
     def __init__(self, client: Any, http_session: Any, credentials: Any) -> None:
         self._http, self._credentials = http_session, credentials
-        self._config = client.meta.config
         model = client.meta.service_model
         self._parser = create_parser(model.metadata["protocol"])
         self._outputs = {name: model.operation_model(name).output_shape for name in OPERATIONS}
@@ -78,10 +135,12 @@ class LeanRequests:
         """Lean requests riding on ``client``; None if its internals are not as expected."""
         http_session = getattr(getattr(client, "_endpoint", None), "http_session", None)
         credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
-        if not callable(getattr(http_session, "send", None)) or credentials is None:
+        if not callable(getattr(http_session, "_get_session", None)) or credentials is None:
             return None  # another HTTP layer, or anonymous access: botocore does everything
-        if SIGNATURE not in botocore_auth.AUTH_TYPE_MAPS:
+        if not callable(getattr(getattr(http_session, "_proxy_config", None), "proxy_url_for", None)):
             return None
+        if client.meta.config.s3.get("payload_signing_enabled") is not False:
+            return None  # the payload would have to be signed as well
         lean = cls(client, http_session, credentials)
         client.meta.events.register("before-sign.s3", lean._learn)
         return lean
@@ -98,9 +157,11 @@ class LeanRequests:
         url: str = request.url
         if not key or "?" in url or not url.endswith("/" + tail):
             return
+        if self._http._proxy_config.proxy_url_for(url):
+            return  # through a proxy: botocore's way, proxy settings and all
         agent = request.headers.get("User-Agent")
         agent = agent.decode() if isinstance(agent, bytes) else agent
-        self._routes[bucket] = Route(url[: len(url) - len(tail)], region_name, signing_name, agent)
+        self._routes[bucket] = Route.of(url[: len(url) - len(tail)], region_name, signing_name, agent)
 
     def knows(self, bucket: str) -> bool:
         """Whether requests to ``bucket`` can go the lean way."""
@@ -110,42 +171,38 @@ class LeanRequests:
         self, bucket: str, key: str, body: bytes, crc64nvme: str, content_md5: str | None = None
     ) -> dict[str, str] | None:
         """PutObject with the CRC64NVME; the ETag and the CRC64NVME the store reported, if any."""
-        headers = {"x-amz-sdk-checksum-algorithm": "CRC64NVME", "x-amz-checksum-crc64nvme": crc64nvme}
+        headers = [("x-amz-sdk-checksum-algorithm", "CRC64NVME"), ("x-amz-checksum-crc64nvme", crc64nvme)]
         if content_md5 is not None:
-            headers["Content-MD5"] = content_md5
-        response = await self._send("PutObject", bucket, key, "PUT", headers, body)
-        if response is None:
+            headers.append(("Content-MD5", content_md5))
+        answer = await self._send("PutObject", bucket, key, "PUT", headers, body)
+        if answer is None:
             return None
-        return _present(response.headers, {"ETag": "etag", "ChecksumCRC64NVME": "x-amz-checksum-crc64nvme"})
+        return _present(answer.headers, {"ETag": "etag", "ChecksumCRC64NVME": "x-amz-checksum-crc64nvme"})
 
     async def head(self, bucket: str, key: str) -> dict[str, Any] | None:
         """HeadObject with ``ChecksumMode=ENABLED``, shaped as botocore's answer."""
-        response = await self._send("HeadObject", bucket, key, "HEAD", {"x-amz-checksum-mode": "ENABLED"})
-        if response is None:
+        answer = await self._send("HeadObject", bucket, key, "HEAD", [("x-amz-checksum-mode", "ENABLED")])
+        if answer is None:
             return None
-        headers = response.headers
+        headers = answer.headers
         if "content-length" not in headers or "last-modified" not in headers:
             return None  # an unusual answer: let botocore make of it what it does
-        answer: dict[str, Any] = _present(
+        fields: dict[str, Any] = _present(
             headers, {"ETag": "etag", "ChecksumCRC64NVME": "x-amz-checksum-crc64nvme"}
         )
-        answer["ContentLength"] = int(headers["content-length"])
-        answer["LastModified"] = parse_timestamp(headers["last-modified"])
-        return answer
+        fields["ContentLength"] = int(headers["content-length"])
+        fields["LastModified"] = parse_timestamp(headers["last-modified"])
+        return fields
 
     async def get(self, bucket: str, key: str, first: int, last: int) -> tuple[dict[str, Any], bytes] | None:
         """GetObject of bytes ``first``..``last``, read whole: (headers as botocore names them, body)."""
-        headers = {"Range": f"bytes={first}-{last}"}
-        response = await self._send("GetObject", bucket, key, "GET", headers, stream=True)
-        if response is None:
+        headers = [("Range", f"bytes={first}-{last}")]
+        answer = await self._send("GetObject", bucket, key, "GET", headers, limit=last - first + 1)
+        if answer is None:
             return None
-        headers = response.headers
-        if int(headers.get("content-length", -1)) not in range(last - first + 2):
-            response.raw.close()  # no length, or the whole of a big object: botocore reads part of it
-            return None
-        answer: dict[str, Any] = _present(headers, {"ETag": "etag", "ContentRange": "content-range"})
-        answer["ContentLength"] = int(headers["content-length"])
-        return answer, await response.content
+        fields: dict[str, Any] = _present(answer.headers, {"ETag": "etag", "ContentRange": "content-range"})
+        fields["ContentLength"] = len(answer.body)
+        return fields, answer.body
 
     async def _send(
         self,
@@ -153,48 +210,58 @@ class LeanRequests:
         bucket: str,
         key: str,
         method: str,
-        headers: dict[str, str],
+        headers: list[tuple[str, str]],
         body: bytes = b"",
         *,
-        stream: bool = False,
-    ) -> Any | None:
-        """The store's 2xx answer (its body unread if ``stream``); None when botocore should send it.
+        limit: int | None = None,
+    ) -> Answer | None:
+        """The store's 2xx answer, its body read (if no longer than ``limit``, when given).
 
-        Raises the ClientError botocore would raise for a definite 4xx.
+        None when botocore should send the request instead: the route is unknown, the
+        connection failed, the answer is a redirect, a throttle, a 5xx, or a 2xx body
+        longer than ``limit`` (a store ignoring a Range). Raises the ClientError botocore
+        would raise for a definite 4xx.
         """
         route = self._routes.get(bucket)
         if route is None:
             return None
-        if route.user_agent:
-            headers["User-Agent"] = route.user_agent
-        request = AWSRequest(method=method, url=route.base + object_path(key), headers=headers, data=body)
-        request.context["client_config"] = self._config  # payload signing as the client does it
+        path = route.base_path + object_path(key)
         credentials = await self._credentials.get_frozen_credentials()
-        signer: Any = botocore_auth.AUTH_TYPE_MAPS[SIGNATURE]  # the CRT signer when awscrt is there
-        signer(credentials, route.signing_name, route.region).add_auth(request)
+        signed = sign(method, route, path, headers, credentials)
+        if route.user_agent:
+            signed.append(("User-Agent", route.user_agent))  # never signed, as botocore does not
         for observe in self.observers:
             observe(operation)
-        prepared = request.prepare()
-        prepared.stream_output = stream
         try:
-            response = await self._http.send(prepared)
-        except BotoCoreError as exc:  # connection trouble: botocore's retries take over
-            log.debug("lean_request_failed", operation=operation, bucket=bucket, error=str(exc))
+            answer = await self._exchange(method, route.origin + path, signed, body, limit)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:  # botocore's retries take over
+            log.debug("lean_request_failed", operation=operation, bucket=bucket, error=repr(exc))
             return None
-        status = response.status_code
-        if status < 300:
-            return response
-        error = self._error(operation, status, response.headers, await response.content)
-        if status < 400 or isinstance(translate(error, operation, bucket), TransientBackendError):
-            log.debug("lean_request_redone", operation=operation, bucket=bucket, status=status)
+        if answer is None or answer.status < 300:
+            return answer
+        error = self._error(operation, answer)
+        if answer.status < 400 or isinstance(translate(error, operation, bucket), TransientBackendError):
+            log.debug("lean_request_redone", operation=operation, bucket=bucket, status=answer.status)
             return None
         raise error
 
-    def _error(self, operation: str, status: int, headers: Mapping[str, str], body: bytes) -> ClientError:
-        parsed = self._parser.parse(
-            {"status_code": status, "headers": headers, "body": body}, self._outputs[operation]
-        )
-        return ClientError(parsed, operation)
+    async def _exchange(
+        self, method: str, url: str, headers: list[tuple[str, str]], body: bytes, limit: int | None
+    ) -> Answer | None:
+        """One request on the client's own aiohttp session; None for a 2xx body past ``limit``."""
+        session = await self._http._get_session(None)
+        async with session.request(
+            method, URL(url, encoded=True), headers=CIMultiDict(headers), data=body or None
+        ) as response:
+            length = response.content_length
+            if limit is not None and response.status < 300 and (length is None or length > limit):
+                response.close()  # the whole of a big object, or no length: botocore reads part of it
+                return None
+            return Answer(response.status, response.headers, await response.read())
+
+    def _error(self, operation: str, answer: Answer) -> ClientError:
+        response = {"status_code": answer.status, "headers": answer.headers, "body": answer.body}
+        return ClientError(self._parser.parse(response, self._outputs[operation]), operation)
 
 
 def _present(headers: Mapping[str, str], names: Mapping[str, str]) -> dict[str, Any]:
