@@ -164,7 +164,9 @@ class RetentionConfig(_Strict):
 
 class _TierBase(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")
-    concurrency: int = Field(default=4, ge=1, le=256)
+    # Small files are bound by fsyncs (POSIX) or round trips (S3), not bandwidth: sixteen in
+    # flight share journal commits and hide latency. Big files stay within the buffer budget.
+    concurrency: int = Field(default=16, ge=1, le=256)
     bandwidth_limit: ByteSize | None = Field(default=None, description="bytes per second")
     verify: Literal["native", "readback"] = "native"
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
@@ -175,8 +177,6 @@ class PosixTier(_TierBase):
 
     kind: Literal["posix"]
     path: Path
-    # Small files are fsync-bound: sixteen in flight share the file system's journal commits.
-    concurrency: int = Field(default=16, ge=1, le=256)
 
 
 class S3Tier(_TierBase):
