@@ -7,14 +7,17 @@ recorded beforehand, timed from its ``hop_started`` to its ``replica_verified`` 
 baseline is ``s5cmd cp 'SRC/*' s3://BUCKET/job/step_1/`` with s5cmd's defaults. Each run
 writes into a fresh bucket.
 
-``s3_download_<kind>``: tierd's side is the backend path a restore takes, in a fresh
-process (this module with ``--download-worker``): ``copy_object`` from an ``S3Backend``
-(one GET opens a reader, ranged GETs read the rest) to a ``PosixBackend`` (hashed ``pwrite``,
-fsync, rename, directory fsync), every file checked against its first-sight CRC64NVME, as
-many files at a time as the POSIX tier's default ``concurrency``, the daemon's 32 MiB buffer
-budget; timed inside the process, from the first request to the last file
-verified. The baseline is ``s5cmd cp 's3://BUCKET/job/step_1/*' DST/``, which neither
-checks a checksum nor fsyncs; ``sync`` after it is timed separately and reported.
+``s3_download_<kind>``: tierd's side is the copy a restore makes, in a fresh process (this
+module with ``--download-worker``): ``pipeline.copyset.copy_checkpoint_files``, as a hop
+runs it, with a ``FileCopier`` from an ``S3Backend`` (one GET opens a reader, ranged GETs
+read the rest) to a ``PosixBackend`` through its ``PosixBatch``: files of one chunk or less
+are hashed and written under temporary names and committed together (one ``syncfs``, the
+renames, an fsync per directory), bigger ones are written, fsynced and renamed each; every
+file is checked against its first-sight CRC64NVME; as many files at a time as the POSIX
+tier's default ``concurrency``, the marker last; the daemon's 32 MiB buffer budget. Timed
+inside the process, from the first request to the last commit. The baseline is ``s5cmd cp
+'s3://BUCKET/job/step_1/*' DST/``, which neither checks a checksum nor fsyncs; ``sync``
+after it is timed separately and reported.
 
 Cache: before each run, ``sync`` and evict the source (the checkpoint for uploads, rclone's
 object files for downloads) from the page cache. Sides alternate; medians are reported
@@ -59,6 +62,7 @@ from bench.harness import (
 )
 from tierd.config import PosixTier, S3Tier
 from tierd.daemon.backends.posix import CHUNK_SIZE
+from tierd.daemon.backends.posixbatch import MAX_FILES
 from tierd.daemon.backends.transfer import MIB
 from tierd.daemon.pipeline.options import PipelineOptions
 
@@ -85,11 +89,13 @@ def _upload_path() -> str:
 
 
 def _download_path() -> str:
-    s3, posix, budget = _defaults()
+    _, posix, budget = _defaults()
     return (
-        "S3Backend reader -> PosixBackend.write via backends.copy_object in a fresh process "
-        f"({posix.concurrency} files at once, one GET opening each reader then {CHUNK_SIZE // MIB} MiB "
-        f"ranged GETs, {budget} MiB buffer budget, verify {s3.verify})"
+        "pipeline.copyset.copy_checkpoint_files in a fresh process: FileCopier from S3Backend to "
+        f"PosixBackend through its PosixBatch ({posix.concurrency} files at once, the marker last and "
+        f"alone; one GET opening each reader then {CHUNK_SIZE // MIB} MiB ranged GETs; files up to "
+        f"{CHUNK_SIZE // MIB} MiB staged and committed up to {MAX_FILES} at a time, bigger ones "
+        f"written at once; {budget} MiB buffer budget, verify {posix.verify})"
     )
 
 
@@ -217,10 +223,11 @@ def _download(base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings, 
         ratio_vs_baseline_plus_sync=round(t / with_sync, 4),
         server=f"rclone serve s3 ({s3.version}), :local: backend on the same disk",
         tierd_path=_download_path(),
-        tierd_timing="inside the worker: first request -> last file renamed, fsynced and verified "
-        "(interpreter start-up and imports excluded)",
-        checksums=f"tierd: CRC64NVME of every byte vs first sight, fsync per file and directory "
-        f"(verified_by {verified}); s5cmd: none (aws-sdk-go v1 checks no checksum on GET)",
+        tierd_timing="inside the worker: first request -> last batch committed, every file verified "
+        "and durable under its final name (interpreter start-up and imports excluded)",
+        checksums=f"tierd: CRC64NVME of every byte vs first sight (verified_by {verified}); small "
+        "files made durable by one syncfs per batch, then renames and an fsync per directory; "
+        "s5cmd: none (aws-sdk-go v1 checks no checksum on GET)",
     )
 
 
@@ -257,30 +264,47 @@ def _run_download_worker(
 async def _restore(spec: dict[str, Any]) -> dict[str, Any]:
     """The download itself (runs in the worker process)."""
     from tierd.config import PosixTier, S3Tier
-    from tierd.daemon.backends import ByteBudget, PosixBackend, S3Backend, copy_object
-    from tierd.daemon.backends.transfer import for_each
+    from tierd.daemon.backends import ByteBudget, ObjectInfo, PosixBackend, S3Backend
+    from tierd.daemon.pipeline.copyset import copy_checkpoint_files
     from tierd.daemon.pipeline.options import PipelineOptions
+    from tierd.daemon.pipeline.records import FileSpec
+    from tierd.daemon.pipeline.throttle import PriorityPool
+    from tierd.daemon.pipeline.transfer import FileCopier
 
-    budget = ByteBudget(PipelineOptions().memory_budget)
+    options = PipelineOptions()
+    budget = ByteBudget(options.memory_budget)
     src = S3Backend(S3Tier(**spec["s3"]), budget=budget)
     posix_tier = PosixTier(**spec["posix"])
     dst = PosixBackend(posix_tier, budget=budget)
-    files = sorted(spec["files"], key=lambda f: (f[3], f[0]))  # the marker last, as the pipeline does
+    batch = dst.batch()
+    copier = FileCopier(
+        src=src,
+        dst=dst,
+        slots=PriorityPool(posix_tier.concurrency),
+        priority=0,
+        resume=None,
+        bucket=None,
+        readback=posix_tier.verify == "readback",
+        backoff=options.file_backoff,
+        attempts=options.file_attempts,
+        integrity_attempts=options.integrity_attempts,
+        batch=batch,
+    )
+    files = [FileSpec(*entry) for entry in spec["files"]]
     verified: Counter[str] = Counter()
 
-    async def one(entry: list[Any]) -> None:
-        relpath, _, expected, _ = entry
-        info = await copy_object(src, relpath, dst, relpath, expected)
-        if info.checksum != expected or info.verified_by is None:
-            raise RuntimeError(f"{relpath}: not verified ({info})")
+    def done(file: FileSpec, info: ObjectInfo | None) -> None:
+        if info is None or info.checksum != file.checksum or info.verified_by is None:
+            raise RuntimeError(f"{file.relpath}: not verified ({info})")
         verified[info.verified_by] += 1
 
     started, before = time.perf_counter(), os.times()
-    await for_each(files[:-1], one, posix_tier.concurrency)
-    await for_each(files[-1:], one, 1)
+    await copy_checkpoint_files(copier, batch, files, concurrency=posix_tier.concurrency, done=done)
     seconds, after = time.perf_counter() - started, os.times()
     await src.close()
     await dst.close()
+    if verified.total() != len(files):
+        raise RuntimeError(f"{verified.total()} of {len(files)} files reported verified")
     return {
         "seconds": seconds,
         "cpu_user_seconds": after.user - before.user,

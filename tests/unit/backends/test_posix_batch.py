@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,6 +86,33 @@ async def test_discard_leaves_nothing(tmp_path: Path) -> None:
     assert visible(backend.root) == set()
     assert temps(backend.root) == []
     assert await batch.commit() == []
+
+
+async def test_files_are_held_until_their_commit_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit under way takes the staged files, but they are not durable before it returns."""
+    backend = backend_at(tmp_path / "pfs")
+    batch = backend.batch()
+    files = await stage_files(batch, 3)
+    syncing, may_finish = threading.Event(), threading.Event()
+    real_commit = posixcopy.commit_staged
+
+    def slow_commit(root: Path, staged: list[Any]) -> None:
+        syncing.set()
+        assert may_finish.wait(10)
+        real_commit(root, staged)
+
+    monkeypatch.setattr(posixcopy, "commit_staged", slow_commit)
+    commit = asyncio.create_task(batch.commit())
+    assert await asyncio.to_thread(syncing.wait, 10)
+    assert all(batch.holds(name) for name in files)
+    await batch.write("late.bin", BytesReader(b"late"), expected_checksum=crc(b"late"))  # for the next commit
+    may_finish.set()
+    assert sorted(await commit) == sorted(files)
+    assert not any(batch.holds(name) for name in files)
+    assert batch.holds("late.bin")
+    assert await batch.commit() == ["late.bin"]
 
 
 async def test_a_mismatch_is_refused_before_staging(tmp_path: Path) -> None:

@@ -255,10 +255,11 @@ class WriteBatch:
 
     ``write`` is ``Backend.write`` with one difference: a backend may *stage* the file
     (verified, but neither durable nor under its final name) until ``commit``, which
-    returns the relpaths it committed. ``holds`` tells whether a file awaits commit,
-    ``full`` that the batch wants committing now, ``discard`` drops what is staged (after a
-    failure or a cancellation; the files must be written again). This default stages
-    nothing: every write is complete when it returns.
+    returns the relpaths it committed. ``holds`` tells whether a file awaits commit (staged,
+    or taken by a commit that has not returned yet: not durable), ``full`` that the batch
+    wants committing now, ``discard`` drops what is staged (after a failure or a
+    cancellation; the files must be written again). This default stages nothing: every
+    write is complete when it returns.
     """
 
     def __init__(self, backend: Backend) -> None:
@@ -270,7 +271,7 @@ class WriteBatch:
         return False
 
     def holds(self, relpath: str) -> bool:
-        """Whether ``relpath`` is staged, awaiting ``commit``."""
+        """Whether ``relpath`` is staged, awaiting a ``commit`` (or one still under way)."""
         return False
 
     async def write(

@@ -38,6 +38,7 @@ class PosixBatch(WriteBatch):
     def __init__(self, backend: PosixBackend) -> None:
         super().__init__(backend)
         self._staged: dict[str, tuple[TempFile, Path]] = {}
+        self._committing: dict[str, tuple[TempFile, Path]] = {}  # taken by the commit under way
         self._bytes = 0
         self._commit_lock = asyncio.Lock()
 
@@ -47,8 +48,8 @@ class PosixBatch(WriteBatch):
         return len(self._staged) >= MAX_FILES or self._bytes >= MAX_BYTES
 
     def holds(self, relpath: str) -> bool:
-        """Whether ``relpath`` is staged."""
-        return relpath in self._staged
+        """Whether ``relpath`` is staged, or in the commit under way (not yet durable)."""
+        return relpath in self._staged or relpath in self._committing
 
     async def write(
         self,
@@ -76,12 +77,15 @@ class PosixBatch(WriteBatch):
             staged, self._staged, self._bytes = self._staged, {}, 0
             if not staged:
                 return []
+            self._committing = staged
             try:
                 with os_errors("commit staged files under", str(self.backend.root)):
                     await blocking(posixcopy.commit_staged, self.backend.root, list(staged.values()))
             except BaseException:
                 await asyncio.shield(blocking(_discard, list(staged.values())))
                 raise
+            finally:
+                self._committing = {}
             return list(staged)
 
     async def discard(self) -> None:

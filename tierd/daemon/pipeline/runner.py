@@ -20,11 +20,11 @@ from datetime import timedelta
 from tierd.config import TierConfig
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends.base import Backend
-from tierd.daemon.backends.transfer import for_each
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.metrics import Metrics
 from tierd.daemon.pipeline import jobs, records
+from tierd.daemon.pipeline.copyset import copy_checkpoint_files
 from tierd.daemon.pipeline.jobs import Claim
 from tierd.daemon.pipeline.memory import trim_freed_memory
 from tierd.daemon.pipeline.options import PipelineOptions
@@ -166,30 +166,19 @@ class HopRunner:
             batch=batch,
         )
         resumed = "done" in self.claim.detail or bool(plan.done)
-        specs = {spec.relpath: spec for spec in plan.files}
 
-        async def commit() -> None:
-            for relpath in await batch.commit():
-                self.progress.finish(specs[relpath])
+        async def skip(spec: FileSpec) -> bool:
+            return await already_there(dst, spec, spec.relpath in plan.done)
 
-        async def one(spec: FileSpec) -> None:
-            if resumed and await already_there(dst, spec, spec.relpath in plan.done):
-                self.progress.finish(spec)
-                return
-            await copier.copy(spec, self.progress.counter(spec.relpath, spec.size))
-            if not batch.holds(spec.relpath):
-                self.progress.finish(spec)  # written (or already committed by another file's commit)
-            elif batch.full:
-                await commit()
-
-        ordered = sorted(plan.files, key=lambda f: (f.mtime_ns, f.relpath))
-        try:
-            await for_each(ordered[:-1], one, tier.concurrency)
-            await commit()
-            await for_each(ordered[-1:], one, 1)  # the completion marker, once the data is there
-            await commit()
-        finally:
-            await asyncio.shield(batch.discard())  # staged and never committed: written again next time
+        await copy_checkpoint_files(
+            copier,
+            batch,
+            plan.files,
+            concurrency=tier.concurrency,
+            skip=skip if resumed else None,
+            progress=lambda spec: self.progress.counter(spec.relpath, spec.size),
+            done=lambda spec, _info: self.progress.finish(spec),
+        )
 
     async def _heartbeat(self, main: asyncio.Task[object]) -> None:
         """Write progress every ``progress_interval``; renew the lease every ``renew_interval``."""

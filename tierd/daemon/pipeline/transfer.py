@@ -145,9 +145,10 @@ class FileCopier:
     integrity_attempts: int
     batch: WriteBatch | None = None
 
-    async def copy(self, spec: FileSpec, progress: Callable[[int | None], None]) -> None:
+    async def copy(self, spec: FileSpec, progress: Callable[[int | None], None]) -> ObjectInfo:
         """Copy ``spec``; ``progress(n)`` counts bytes, ``progress(None)`` restarts the count.
 
+        Returns the verified write (staged until ``batch.commit()`` where ``batch.holds`` it).
         Raises the last error once retries are exhausted or the error is not retryable.
         """
         tries = integrity = 0
@@ -156,7 +157,7 @@ class FileCopier:
             progress(None)
             try:
                 async with self.slots.hold(1, self.priority):
-                    await copy_file(
+                    return await copy_file(
                         self.src,
                         self.dst,
                         spec,
@@ -167,7 +168,6 @@ class FileCopier:
                         priority=self.priority,
                         batch=self.batch,
                     )
-                return
             except Exception as exc:
                 integrity += isinstance(exc, IntegrityError)
                 if not should_retry(

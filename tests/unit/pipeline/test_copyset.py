@@ -1,0 +1,342 @@
+"""A checkpoint's files through a WriteBatch: data committed before the marker, a file done
+only once committed, nothing left behind by a failure; from a POSIX and from an S3 source.
+
+Real backends (POSIX under tmp_path, S3 on the test suite's servers); the destination's
+batch records its writes and commits so the order can be checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import random
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conformance.harness import crc
+from tests.fixtures.s3servers import S3Server
+from tierd.config import PosixTier
+from tierd.daemon.backends import (
+    Backend,
+    BytesReader,
+    ObjectInfo,
+    PosixBackend,
+    S3Backend,
+    make_backend,
+    posixbatch,
+    posixcopy,
+)
+from tierd.daemon.backends.base import Progress, RangeReader, ResumeStore
+from tierd.daemon.backends.posix import is_temp_name
+from tierd.daemon.pipeline.copyset import copy_checkpoint_files
+from tierd.daemon.pipeline.records import FileSpec
+from tierd.daemon.pipeline.retry import Backoff
+from tierd.daemon.pipeline.throttle import PriorityPool
+from tierd.daemon.pipeline.transfer import FileCopier
+from tierd.errors import IntegrityError, TransientBackendError
+
+CHUNK = 16 * 1024
+MARKER = "step/.metadata"  # sorts first by name: only its mtime makes it last
+
+
+class RecordingBatch(posixbatch.PosixBatch):
+    """A PosixBatch that logs what it was asked to write and what each commit returned."""
+
+    def __init__(self, backend: PosixBackend) -> None:
+        super().__init__(backend)
+        self.events: list[tuple[str, Any]] = []
+        self.staged_ever: set[str] = set()
+        self.committed: set[str] = set()
+
+    async def write(
+        self,
+        relpath: str,
+        reader: RangeReader,
+        *,
+        expected_checksum: str,
+        resume: ResumeStore | None = None,
+        progress: Progress | None = None,
+    ) -> ObjectInfo:
+        self.events.append(("write", relpath))
+        info = await super().write(
+            relpath, reader, expected_checksum=expected_checksum, resume=resume, progress=progress
+        )
+        if self.holds(relpath):
+            self.staged_ever.add(relpath)
+        return info
+
+    async def commit(self) -> list[str]:
+        committed = await super().commit()
+        self.committed.update(committed)
+        if committed:
+            self.events.append(("commit", sorted(committed)))
+        return committed
+
+
+@dataclass
+class Done:
+    """The ``done`` hook: what was reported, and whether each file was committed by then."""
+
+    batch: RecordingBatch
+    infos: dict[str, ObjectInfo | None] = field(default_factory=dict)
+    early: list[str] = field(default_factory=list)
+
+    def __call__(self, spec: FileSpec, info: ObjectInfo | None) -> None:
+        assert spec.relpath not in self.infos, f"{spec.relpath} reported twice"
+        self.infos[spec.relpath] = info
+        if spec.relpath in self.batch.staged_ever and spec.relpath not in self.batch.committed:
+            self.early.append(spec.relpath)
+        self.batch.events.append(("done", spec.relpath))
+
+
+@dataclass
+class GatedCopier(FileCopier):
+    """A FileCopier that awaits a hook before or after copying some files."""
+
+    before: dict[str, Callable[[], Awaitable[object]]] = field(default_factory=dict)
+    after: dict[str, Callable[[], Awaitable[object]]] = field(default_factory=dict)
+
+    async def copy(self, spec: FileSpec, progress: Callable[[int | None], None]) -> ObjectInfo:
+        if (before := self.before.get(spec.relpath)) is not None:
+            await before()
+        info = await super().copy(spec, progress)
+        if (after := self.after.get(spec.relpath)) is not None:
+            await after()
+        return info
+
+
+def posix_at(root: Path) -> PosixBackend:
+    """A POSIX tier whose chunks are small, so a file of a few KiB is written at once."""
+    root.mkdir(parents=True, exist_ok=True)
+    return PosixBackend(PosixTier(name=root.name, kind="posix", path=root), chunk_size=CHUNK)
+
+
+def copier_for(src: Backend, dst: Backend, batch: RecordingBatch, concurrency: int = 4) -> FileCopier:
+    return FileCopier(
+        src=src,
+        dst=dst,
+        slots=PriorityPool(concurrency),
+        priority=0,
+        resume=None,
+        bucket=None,
+        readback=False,
+        backoff=Backoff(base=0.001, cap=0.01),
+        attempts=2,
+        integrity_attempts=1,
+        batch=batch,
+    )
+
+
+async def put_files(src: Backend, count: int) -> dict[str, bytes]:
+    """``count`` data files and the marker (written last) on ``src``."""
+    files = {f"step/d{n % 3}/f{n}.bin": os.urandom(100 + n) for n in range(count)}
+    files[MARKER] = b"metadata"
+    for relpath, data in files.items():
+        await src.write(relpath, BytesReader(data), expected_checksum=crc(data))
+    return files
+
+
+def specs_of(files: dict[str, bytes]) -> list[FileSpec]:
+    """FileSpecs in no particular order; the marker has the newest mtime."""
+    specs = [FileSpec(relpath, len(data), crc(data), n) for n, (relpath, data) in enumerate(files.items())]
+    random.Random(7).shuffle(specs)
+    return specs
+
+
+def visible(root: Path) -> dict[str, bytes]:
+    found = (Path(d, n) for d, _, names in os.walk(root) for n in names if not is_temp_name(n))
+    return {str(path.relative_to(root)): path.read_bytes() for path in found}
+
+
+def temps(root: Path) -> list[str]:
+    return [n for _, _, names in os.walk(root) for n in names if is_temp_name(n)]
+
+
+@pytest.fixture
+def dst(tmp_path: Path) -> PosixBackend:
+    return posix_at(tmp_path / "dst")
+
+
+@pytest.fixture
+async def posix_src(tmp_path: Path) -> PosixBackend:
+    return posix_at(tmp_path / "src")
+
+
+async def test_the_marker_is_copied_alone_once_the_data_is_committed(
+    posix_src: PosixBackend, dst: PosixBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(posixbatch, "MAX_FILES", 3)  # several commits while the data is copied
+    files = await put_files(posix_src, 10)
+    batch = RecordingBatch(dst)
+    done = Done(batch)
+    await copy_checkpoint_files(
+        copier_for(posix_src, dst, batch), batch, specs_of(files), concurrency=4, done=done
+    )
+    events = batch.events
+    marker_write = events.index(("write", MARKER))
+    committed_before = {p for kind, paths in events[:marker_write] if kind == "commit" for p in paths}
+    assert committed_before == set(files) - {MARKER}
+    assert [e for e in events if e[0] == "commit"][-1] == ("commit", [MARKER])
+    assert events[-1] == ("done", MARKER)
+    assert sum(kind == "commit" for kind, _ in events) >= 3
+    assert done.early == []
+    assert set(done.infos) == set(files)
+    assert all(info is not None and info.verified_by == "stream" for info in done.infos.values())
+    assert visible(dst.root) == files
+    assert temps(dst.root) == []
+
+
+async def test_a_file_is_done_only_once_the_commit_that_took_it_returns(
+    posix_src: PosixBackend, dst: PosixBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file whose copy returns while another lane's commit of it is still running waits for it."""
+    monkeypatch.setattr(posixbatch, "MAX_FILES", 2)
+    files = await put_files(posix_src, 2)
+    first, second = "step/d0/f0.bin", "step/d1/f1.bin"
+    first_staged, first_may_return = asyncio.Event(), asyncio.Event()
+    first_returning = threading.Event()
+    loop = asyncio.get_running_loop()
+    real_commit = posixcopy.commit_staged
+
+    def slow_commit(root: Path, staged: list[Any]) -> None:
+        """The commit's syncfs is under way when ``first``'s copy returns."""
+        loop.call_soon_threadsafe(first_may_return.set)
+        assert first_returning.wait(10)
+        real_commit(root, staged)
+
+    monkeypatch.setattr(posixcopy, "commit_staged", slow_commit)
+
+    async def after_first() -> None:
+        first_staged.set()
+        await first_may_return.wait()
+        first_returning.set()  # the copy returns right after this, with no await in between
+
+    batch = RecordingBatch(dst)
+    copier = GatedCopier(**vars(copier_for(posix_src, dst, batch)))
+    copier.before = {second: first_staged.wait}  # so one commit takes both
+    copier.after = {first: after_first}
+    done = Done(batch)
+    async with asyncio.timeout(20):
+        await copy_checkpoint_files(copier, batch, specs_of(files), concurrency=2, done=done)
+    assert ("commit", sorted([first, second])) in batch.events
+    assert done.early == []
+    assert set(done.infos) == set(files)
+    assert visible(dst.root) == files
+
+
+async def test_a_failed_copy_discards_what_was_staged(posix_src: PosixBackend, dst: PosixBackend) -> None:
+    files = await put_files(posix_src, 6)
+    specs = sorted(specs_of(files), key=lambda s: s.mtime_ns)
+    bad = specs[3]
+    specs[3] = FileSpec(bad.relpath, bad.size, crc(b"other bytes"), bad.mtime_ns)
+    batch = RecordingBatch(dst)
+    done = Done(batch)
+    with pytest.raises(IntegrityError):
+        await copy_checkpoint_files(copier_for(posix_src, dst, batch), batch, specs, concurrency=1, done=done)
+    assert batch.staged_ever >= {s.relpath for s in specs[:3]}  # staged, then dropped
+    assert done.infos == {}
+    assert visible(dst.root) == {}
+    assert temps(dst.root) == []
+    assert not any(kind == "write" and path == MARKER for kind, path in batch.events)
+
+
+async def test_a_failed_commit_leaves_nothing_under_final_names(
+    posix_src: PosixBackend, dst: PosixBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_disk(root: Path, staged: list[Any]) -> None:
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(posixcopy, "commit_staged", broken_disk)
+    files = await put_files(posix_src, 5)
+    batch = RecordingBatch(dst)
+    done = Done(batch)
+    with pytest.raises(TransientBackendError):
+        await copy_checkpoint_files(
+            copier_for(posix_src, dst, batch), batch, specs_of(files), concurrency=2, done=done
+        )
+    assert done.infos == {}
+    assert visible(dst.root) == {}
+    assert temps(dst.root) == []
+
+
+async def test_files_already_there_are_skipped_and_reported(
+    posix_src: PosixBackend, dst: PosixBackend
+) -> None:
+    files = await put_files(posix_src, 4)
+    kept = "step/d1/f1.bin"
+    await dst.write(kept, BytesReader(files[kept]), expected_checksum=crc(files[kept]))
+    batch = RecordingBatch(dst)
+    done = Done(batch)
+    counted: dict[str, int] = {}
+
+    def progress(spec: FileSpec) -> Callable[[int | None], None]:
+        def count(nbytes: int | None) -> None:
+            counted[spec.relpath] = 0 if nbytes is None else counted.get(spec.relpath, 0) + nbytes
+
+        return count
+
+    async def skip(spec: FileSpec) -> bool:
+        return spec.relpath == kept
+
+    await copy_checkpoint_files(
+        copier_for(posix_src, dst, batch),
+        batch,
+        specs_of(files),
+        concurrency=2,
+        skip=skip,
+        progress=progress,
+        done=done,
+    )
+    assert done.infos[kept] is None
+    assert ("write", kept) not in batch.events
+    assert counted == {relpath: len(data) for relpath, data in files.items() if relpath != kept}
+    assert visible(dst.root) == files
+
+
+async def test_the_copier_must_write_through_the_batch(posix_src: PosixBackend, dst: PosixBackend) -> None:
+    batch = RecordingBatch(dst)
+    with pytest.raises(ValueError, match="batch"):
+        await copy_checkpoint_files(copier_for(posix_src, dst, batch), dst.batch(), [], concurrency=1)
+
+
+@pytest.fixture(params=["posix", "s3-moto", "s3-rclone"])
+async def source(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """A source tier of each kind."""
+    kind: str = request.param
+    if kind == "posix":
+        yield posix_at(tmp_path / "src")
+        return
+    server: S3Server = request.getfixturevalue(f"{kind.removeprefix('s3-')}_server")
+    backend = make_backend(server.new_tier())
+    assert isinstance(backend, S3Backend)
+    yield backend
+    await backend.close()
+
+
+async def test_copies_a_checkpoint_from_each_kind_of_source(
+    source: Backend, dst: PosixBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(posixbatch, "MAX_FILES", 4)
+    files = await put_files(source, 12)
+    big = "step/shard.bin"  # bigger than a chunk: written at once, never staged
+    files[big] = os.urandom(dst.chunk_size + 1)
+    await source.write(big, BytesReader(files[big]), expected_checksum=crc(files[big]))
+    small = specs_of({relpath: data for relpath, data in files.items() if relpath != big})
+    specs = [*small, FileSpec(big, len(files[big]), crc(files[big]), -1)]
+    batch = RecordingBatch(dst)
+    done = Done(batch)
+    await copy_checkpoint_files(copier_for(source, dst, batch), batch, specs, concurrency=4, done=done)
+    assert batch.events[-1] == ("done", MARKER)
+    assert done.early == []
+    assert big not in batch.staged_ever
+    assert {relpath: info.checksum if info else None for relpath, info in done.infos.items()} == {
+        relpath: crc(data) for relpath, data in files.items()
+    }
+    assert visible(dst.root) == files
+    assert temps(dst.root) == []
