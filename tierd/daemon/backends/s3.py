@@ -226,7 +226,8 @@ class S3Backend(Backend):
         client = await self.client()
         key = self._key(relpath)
         with s3_errors("stat", self.location(relpath)):
-            if (lean := self._lean_for()) is not None and (answer := await lean.head(self.bucket, key)):
+            lean = self._lean_for()
+            if lean is not None and (answer := await lean.head(self.bucket, key)) is not None:
                 return answer  # type: ignore[return-value]
             return await client.head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
 
@@ -264,15 +265,15 @@ class S3Backend(Backend):
         Raises NotFound when missing.
         """
         client = await self.client()
-        location = self.location(relpath)
+        key, location = self._key(relpath), self.location(relpath)
         with s3_errors("open", location):
             try:
                 if (lean := self._lean_for()) is not None:
-                    answer = await lean.get(self.bucket, self._key(relpath), 0, OPEN_RANGE - 1)
+                    answer = await lean.get(self.bucket, key, 0, OPEN_RANGE - 1)
                     if answer is not None:
                         return self._opened(client, relpath, *answer)
                 response = await client.get_object(
-                    Bucket=self.bucket, Key=self._key(relpath), Range=f"bytes=0-{OPEN_RANGE - 1}"
+                    Bucket=self.bucket, Key=key, Range=f"bytes=0-{OPEN_RANGE - 1}"
                 )
             except ClientError as exc:
                 if not range_not_satisfiable(exc):

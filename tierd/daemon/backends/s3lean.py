@@ -7,8 +7,8 @@ small object needs -- PutObject, HeadObject and the ranged GetObject that opens 
 ``LeanRequests`` builds the HTTP request itself. It signs it with awscrt's SigV4 signer
 (what botocore's CRT signer calls, without its ~120 us of conversions per request) with
 the credentials, region and signing name botocore uses, unsigned payload as the client is
-configured, and sends it through the client's own HTTP session, so the pool, TLS
-settings, proxies and timeouts stay the client's.
+configured, and sends it on the client's own aiohttp session, so the connection pool, TLS
+settings and timeouts stay the client's. A bucket reached through a proxy is left to botocore.
 
 What it cannot know it learns from botocore. A bucket's object URL, signing region and
 signing name come from the client's own requests (its ``before-sign`` event), so endpoint
@@ -36,7 +36,6 @@ from awscrt import http as crt_http
 from botocore.exceptions import ClientError
 from botocore.parsers import create_parser
 from botocore.utils import percent_encode
-from multidict import CIMultiDict
 from yarl import URL
 
 from tierd.daemon.backends.s3client import parse_timestamp
@@ -251,7 +250,7 @@ class LeanRequests:
         """One request on the client's own aiohttp session; None for a 2xx body past ``limit``."""
         session = await self._http._get_session(None)
         async with session.request(
-            method, URL(url, encoded=True), headers=CIMultiDict(headers), data=body or None
+            method, URL(url, encoded=True), headers=headers, data=body or None
         ) as response:
             length = response.content_length
             if limit is not None and response.status < 300 and (length is None or length > limit):
