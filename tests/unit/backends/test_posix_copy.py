@@ -12,7 +12,7 @@ import pytest
 
 from tests.conformance.harness import crc
 from tierd.config import PosixTier
-from tierd.daemon.backends import BytesReader, PosixBackend, copy_object, writeback
+from tierd.daemon.backends import BytesReader, PosixBackend, copy_object, posixcopy, writeback
 from tierd.daemon.backends.posix import is_temp_name
 from tierd.errors import IntegrityError, TransientBackendError
 
@@ -167,6 +167,107 @@ async def test_a_small_file_on_a_missing_root_is_transient(tmp_path: Path) -> No
     with pytest.raises(TransientBackendError, match="not mounted"):
         await dst.write("x.bin", BytesReader(b"x"), expected_checksum=crc(b"x"))
     assert not (tmp_path / "gone").exists()
+
+
+@pytest.fixture
+def direct_writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """(offset, length) of every pwrite through an O_DIRECT descriptor, passed on to the real one."""
+    direct_fds: set[int] = set()
+    writes: list[tuple[int, int]] = []
+    real_open, real_pwrite = posixcopy.open_direct, os.pwrite
+
+    def open_direct(path: Path) -> int:
+        fd = real_open(path)
+        direct_fds.add(fd)
+        return fd
+
+    def pwrite(fd: int, data: memoryview, offset: int) -> int:
+        if fd in direct_fds:
+            writes.append((offset, len(data)))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(posixcopy, "open_direct", open_direct)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    return writes
+
+
+def _skip_without_direct_io(directory: Path) -> None:
+    probe = directory / "direct-probe"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644))
+    except OSError:
+        pytest.skip(f"{directory}'s file system takes no O_DIRECT")
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="no O_DIRECT on this platform")
+async def test_chunks_from_a_buffer_go_to_disk_directly_and_the_tail_through_the_cache(
+    tmp_path: Path, direct_writes: list[tuple[int, int]]
+) -> None:
+    _skip_without_direct_io(tmp_path)
+    dst = backend_at(tmp_path / "dst")
+    data = os.urandom(2 * MIB + 4096 + 100)  # two whole chunks, then an aligned part and a tail
+    info = await dst.write("x.bin", BytesReader(data), expected_checksum=crc(data))
+    assert (dst.root / "x.bin").read_bytes() == data
+    assert info.verified_by == "stream"
+    assert sorted(direct_writes) == [(0, MIB), (MIB, MIB), (2 * MIB, 4096)]
+    assert dst._direct
+    assert leftovers(dst.root) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="no O_DIRECT on this platform")
+async def test_a_file_system_refusing_direct_io_is_written_through_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, direct_writes: list[tuple[int, int]]
+) -> None:
+    opened_direct = 0
+    real_open = os.open
+
+    def no_direct_open(path: str, flags: int, *args: int) -> int:
+        nonlocal opened_direct
+        if flags & os.O_DIRECT:
+            opened_direct += 1
+            raise OSError(errno.EINVAL, "Invalid argument")  # as tmpfs before Linux 6.6
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", no_direct_open)
+    dst = backend_at(tmp_path / "dst")
+    for n in range(2):
+        data = os.urandom(3 * MIB + n)
+        await dst.write(f"f{n}.bin", BytesReader(data), expected_checksum=crc(data))
+        assert (dst.root / f"f{n}.bin").read_bytes() == data
+    assert opened_direct == 1  # refused once, not tried again
+    assert not dst._direct
+    assert direct_writes == []
+    assert leftovers(dst.root) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="no O_DIRECT on this platform")
+async def test_a_direct_write_refused_by_the_file_system_is_done_through_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _skip_without_direct_io(tmp_path)
+    real_open, real_pwrite = posixcopy.open_direct, os.pwrite
+    direct_fds: set[int] = set()
+
+    def open_direct(path: Path) -> int:
+        fd = real_open(path)
+        direct_fds.add(fd)
+        return fd
+
+    def refusing_pwrite(fd: int, data: memoryview, offset: int) -> int:
+        if fd in direct_fds:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(posixcopy, "open_direct", open_direct)
+    monkeypatch.setattr(os, "pwrite", refusing_pwrite)
+    dst = backend_at(tmp_path / "dst")
+    data = os.urandom(3 * MIB + 7)
+    await dst.write("x.bin", BytesReader(data), expected_checksum=crc(data))
+    assert (dst.root / "x.bin").read_bytes() == data
+    assert not dst._direct
+    assert leftovers(dst.root) == []
 
 
 def test_start_writeback_never_raises(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 
 import pytest
@@ -68,6 +69,50 @@ async def test_budget_survives_cancelled_waiters() -> None:
         assert len(view) == 4
         assert budget.used == 4
     assert budget.used == 0
+
+
+def _address(view: memoryview) -> int:
+    return ctypes.addressof(ctypes.c_char.from_buffer(view))
+
+
+async def test_aligned_buffers_are_page_aligned_and_reused() -> None:
+    budget = ByteBudget(4 * MIB)
+    async with budget.aligned(MIB) as view:
+        first = _address(view)
+        assert first % 4096 == 0
+        assert len(view) == MIB
+        view[:3] = b"abc"
+        assert budget.used == MIB
+    assert budget.used == 0
+    assert budget.idle_bytes == MIB
+    async with budget.aligned(MIB) as view:
+        assert _address(view) == first  # the same memory: no fresh pages to fault in
+        assert view[:3].tobytes() == b"abc"
+    with pytest.raises(ValueError, match="at least one byte"):
+        async with budget.aligned(0):
+            pass
+
+
+async def test_idle_aligned_buffers_and_those_in_use_stay_within_the_limit() -> None:
+    budget = ByteBudget(4 * MIB)
+
+    async def hold(size: int, release: asyncio.Event) -> None:
+        async with budget.aligned(size):
+            assert budget.idle_bytes + budget.used <= budget.limit
+            await release.wait()
+
+    release = asyncio.Event()
+    tasks = [asyncio.create_task(hold(MIB, release)) for _ in range(4)]
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(*tasks)
+    assert budget.idle_bytes == 4 * MIB
+    async with budget.aligned(2 * MIB) as view:  # another size: idle buffers make room
+        assert len(view) == 2 * MIB
+        assert budget.idle_bytes + budget.used <= budget.limit
+    assert budget.idle_bytes + budget.used <= budget.limit
+    budget.drop_idle()
+    assert budget.idle_bytes == 0
 
 
 async def test_for_each_bounds_concurrency_and_raises_the_first_error() -> None:

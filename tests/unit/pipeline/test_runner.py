@@ -6,6 +6,7 @@ Real POSIX tiers under tmp_path; the destination backend is wrapped to fail on c
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -243,3 +244,35 @@ async def test_small_files_count_as_done_only_once_committed(
 def visible_files(root: Path) -> list[str]:
     found = (os.path.join(d, n) for d, _, names in os.walk(root) for n in names if not is_temp_name(n))
     return [os.path.relpath(path, root) for path in found]
+
+
+async def test_an_idle_pipeline_keeps_no_transfer_buffers(
+    tmp_path: Path, sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def cross_device(*args: object) -> int:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")  # as between two file systems
+
+    monkeypatch.setattr(os, "copy_file_range", cross_device)
+    config = two_tiers(tmp_path, sqlite_db)
+    write_files(tmp_path / "nvme" / "r" / "s1", {"big": 20 * 1024 * 1024 + 5, "marker": 10})
+    cid = record_checkpoint(sqlite_db, config, "r", 1, "r/s1")
+    service = PipelineService(Context(config=config, db=sqlite_db), FAST)
+    taken: list[int] = []
+    await service.start()
+    try:
+        budget = service._budget
+        assert budget is not None
+        real_take = budget._take_idle
+
+        def counting(nbytes: int) -> Any:
+            taken.append(nbytes)
+            return real_take(nbytes)
+
+        budget._take_idle = counting  # type: ignore[method-assign]
+        async with asyncio.timeout(20):
+            while replicas(sqlite_db, cid)["pfs"].state != "verified" or service._running:
+                await asyncio.sleep(0.01)
+        assert taken  # the big file went through aligned chunk buffers ...
+        assert budget.idle_bytes == 0  # ... which were unmapped once no hop was running
+    finally:
+        await service.stop(5)

@@ -149,6 +149,7 @@ class PosixBackend(Backend):
         self._leftovers: OrderedDict[Path, set[str]] = OrderedDict()
         # Devices of sources whose files copy_file_range could not copy here.
         self._no_kernel_copy: set[int] = set()
+        self._direct = True  # until the tier's file system refuses O_DIRECT
 
     def _path(self, relpath: str) -> Path:
         return self.root / check_relpath(relpath)
@@ -363,15 +364,37 @@ class PosixBackend(Backend):
     async def _fill_buffered(
         self, temp: TempFile, reader: RangeReader, where: str, expected: str, progress: Progress | None
     ) -> None:
-        """Read every chunk into a buffer, hash and pwrite it, in parallel; IntegrityError on a mismatch."""
+        """Read every chunk into a buffer, hash and pwrite it, in parallel; IntegrityError on a mismatch.
+
+        Chunks go to the disk with ``O_DIRECT`` until the tier's file system refuses it once.
+        """
+        with os_errors("write", where):
+            direct = await blocking(posixcopy.open_direct, temp.path) if self._direct else -1
+        if direct < 0:
+            self._direct = False
 
         async def copy_chunk(offset: int, length: int) -> int:
-            async with self.budget.buffer(length) as view:
-                await read_full(reader, offset, view, where=where)
-                with os_errors("write", where):
-                    return await uninterrupted(blocking_on(view, posixcopy.hash_and_pwrite, temp.fd, offset))
+            async with self.budget.aligned(self.chunk_size) as whole:
+                with whole[:length] as view:
+                    await read_full(reader, offset, view, where=where)
+                    with os_errors("write", where):
+                        return await self._write_chunk(view, temp.fd, direct, offset)
 
-        await self._by_chunks(reader.size, self.chunk_size, copy_chunk, where, expected, progress)
+        try:
+            await self._by_chunks(reader.size, self.chunk_size, copy_chunk, where, expected, progress)
+        finally:
+            if direct >= 0:
+                await asyncio.shield(blocking(os.close, direct))
+
+    async def _write_chunk(self, view: memoryview, fd: int, direct: int, offset: int) -> int:
+        """``hash_and_pwrite`` on the I/O pool, through the page cache once ``O_DIRECT`` was refused."""
+        if direct >= 0 and self._direct:
+            try:
+                return await uninterrupted(blocking_on(view, posixcopy.hash_and_pwrite, fd, offset, direct))
+            except posixcopy.DirectRefused:
+                self._direct = False
+                log.info("direct_io_unavailable", tier=self.name)
+        return await uninterrupted(blocking_on(view, posixcopy.hash_and_pwrite, fd, offset))
 
     async def _by_chunks(
         self,

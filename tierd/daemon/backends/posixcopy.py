@@ -3,13 +3,15 @@
 Two ways to fill a chunk of the temporary file:
 
 - ``hash_and_pwrite``: the bytes are already in a buffer (read from any source); hash
-  them, ``pwrite`` them.
+  them, ``pwrite`` them: through an ``O_DIRECT`` descriptor (``open_direct``) where the
+  file system takes one, so the bytes go from the buffer to the disk without a copy into
+  the page cache; the unaligned tail of a file through the ordinary descriptor.
 - ``kernel_copy``: the source is a local file; ``copy_file_range`` moves the bytes inside
   the kernel (no trip through this process; a reflink or a server-side copy where the
   file system offers one), then the chunk is read back from the destination and hashed,
   so the checksum covers what the destination file holds, not what was meant to go in.
 
-Both queue the chunk for writeback at once (``writeback.start_writeback``), so the
+Both queue what went through the page cache for writeback at once (``writeback.start_writeback``), so the
 fsync that ends the write has little left to flush. Every function here blocks: call
 them through ``tierd.daemon.aio.blocking``.
 """
@@ -29,7 +31,9 @@ from tierd.daemon.backends.posixtemp import TempFile
 from tierd.daemon.backends.writeback import start_writeback, sync_filesystem
 
 __all__ = [
+    "DIRECT_ALIGN",
     "NO_KERNEL_COPY",
+    "DirectRefused",
     "Mismatch",
     "SourceEnded",
     "commit_staged",
@@ -39,6 +43,7 @@ __all__ = [
     "hash_and_pwrite",
     "hash_path",
     "kernel_copy",
+    "open_direct",
     "place_whole",
     "stage_whole",
 ]
@@ -47,6 +52,16 @@ __all__ = [
 #: (different file systems, an old kernel, a file system without it): use buffers instead.
 _REFUSALS = ("EXDEV", "EINVAL", "ENOSYS", "EOPNOTSUPP", "ENOTSUP")
 NO_KERNEL_COPY = frozenset(getattr(errno, name) for name in _REFUSALS if hasattr(errno, name))
+#: What ``O_DIRECT`` needs aligned (buffer address, file offset, length): a page covers the
+#: logical block sizes in use (512 B, 4 KiB).
+DIRECT_ALIGN = 4096
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
+#: errno values saying a file system takes no ``O_DIRECT`` (tmpfs, some FUSE file systems).
+_NO_DIRECT = frozenset({errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP})
+
+
+class DirectRefused(Exception):
+    """The file system refused an ``O_DIRECT`` write: write through the page cache instead."""
 
 
 class SourceEnded(Exception):
@@ -164,11 +179,38 @@ def _pread_full(fd: int, view: memoryview) -> None:
         filled += n
 
 
-def hash_and_pwrite(view: memoryview, fd: int, offset: int) -> int:
-    """CRC64NVME of ``view``, written at ``offset`` and queued for writeback."""
+def open_direct(path: Path) -> int:
+    """A write-only ``O_DIRECT`` descriptor on ``path``; -1 where the file system takes none."""
+    if not _O_DIRECT:
+        return -1
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CLOEXEC | _O_DIRECT)
+    except OSError as exc:
+        if exc.errno in _NO_DIRECT:
+            return -1
+        raise
+
+
+def hash_and_pwrite(view: memoryview, fd: int, offset: int, direct_fd: int = -1) -> int:
+    """CRC64NVME of ``view``, written at ``offset``.
+
+    With ``direct_fd`` (from ``open_direct``; ``view`` page-aligned) the aligned part goes
+    through it and only the tail through ``fd``, queued for writeback. Raises DirectRefused
+    when the file system refuses the direct write (nothing was written through the cache).
+    """
     crc = int(checksums.crc64nvme(view, 0))
-    _pwrite_all(fd, view, offset)
-    start_writeback(fd, offset, len(view))
+    head = 0
+    if direct_fd >= 0 and offset % DIRECT_ALIGN == 0:
+        head = len(view) - len(view) % DIRECT_ALIGN
+        try:
+            _pwrite_all(direct_fd, view[:head], offset)
+        except OSError as exc:
+            if exc.errno in _NO_DIRECT:
+                raise DirectRefused from exc
+            raise
+    if head < len(view):
+        _pwrite_all(fd, view[head:], offset + head)
+        start_writeback(fd, offset + head, len(view) - head)
     return crc
 
 

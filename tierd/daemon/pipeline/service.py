@@ -71,6 +71,7 @@ class PipelineService:
         self._stopping = False
         self._loop: asyncio.Task[None] | None = None
         self._janitor: Janitor | None = None
+        self._budget: ByteBudget | None = None  # the backends' shared one, when this service made them
 
     async def start(self) -> None:
         """Requeue this node's orphaned jobs, open the backends, start the loops."""
@@ -82,8 +83,8 @@ class PipelineService:
         if self._given_backends is not None:
             self.backends = dict(self._given_backends)
         else:
-            budget = ByteBudget(self.options.memory_budget)
-            self.backends = {t.name: make_backend(t, budget=budget) for t in self.tiers}
+            self._budget = ByteBudget(self.options.memory_budget)
+            self.backends = {t.name: make_backend(t, budget=self._budget) for t in self.tiers}
         self._janitor = Janitor(
             db,
             self.backends,
@@ -152,6 +153,8 @@ class PipelineService:
 
     def _finished(self, job_id: int, task: asyncio.Task[Outcome]) -> None:
         self._running.pop(job_id, None)
+        if not self._running and self._budget is not None:
+            self._budget.drop_idle()  # an idle daemon keeps no transfer buffers
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("job_crashed", job=job_id, error=repr(exc))
         if not self._stopping:
