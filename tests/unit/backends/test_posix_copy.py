@@ -43,7 +43,14 @@ def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     return calls
 
 
-async def test_a_local_file_is_copied_in_the_kernel(
+@pytest.fixture
+def no_direct_io(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A destination file system that takes no O_DIRECT (tmpfs before Linux 6.6, some FUSE)."""
+    monkeypatch.setattr(posixcopy, "open_direct", lambda path: -1)
+
+
+@pytest.mark.usefixtures("no_direct_io")
+async def test_a_local_file_is_copied_in_the_kernel_where_direct_io_is_refused(
     tmp_path: Path, kernel_calls: list[tuple[int, int]]
 ) -> None:
     src, dst = backend_at(tmp_path / "src"), backend_at(tmp_path / "dst")
@@ -57,6 +64,7 @@ async def test_a_local_file_is_copied_in_the_kernel(
     assert leftovers(dst.root) == []
 
 
+@pytest.mark.usefixtures("no_direct_io")
 async def test_a_refused_kernel_copy_falls_back_to_buffers_and_is_remembered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -78,6 +86,21 @@ async def test_a_refused_kernel_copy_falls_back_to_buffers_and_is_remembered(
     assert leftovers(dst.root) == []
 
 
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="no O_DIRECT on this platform")
+async def test_a_local_file_goes_to_disk_directly_rather_than_through_the_kernel_copy(
+    tmp_path: Path, kernel_calls: list[tuple[int, int]], direct_writes: list[tuple[int, int]]
+) -> None:
+    _skip_without_direct_io(tmp_path)
+    src, dst = backend_at(tmp_path / "src"), backend_at(tmp_path / "dst")
+    data = os.urandom(3 * MIB + 5)
+    (src.root / "x.bin").write_bytes(data)
+    info = await copy_object(src, "x.bin", dst, "x.bin", crc(data))
+    assert (dst.root / "x.bin").read_bytes() == data
+    assert info.verified_by == "stream"
+    assert kernel_calls == []
+    assert sorted(direct_writes) == [(0, MIB), (MIB, MIB), (2 * MIB, MIB)]
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/dev/shm is Linux's tmpfs")
 async def test_a_file_on_another_file_system_is_copied(tmp_path: Path) -> None:
     shm = Path("/dev/shm")
@@ -96,9 +119,12 @@ async def test_a_file_on_another_file_system_is_copied(tmp_path: Path) -> None:
         other.rmdir()
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "kernel"])
 async def test_a_source_changed_since_first_sight_is_refused(
-    tmp_path: Path, kernel_calls: list[tuple[int, int]]
+    tmp_path: Path, kernel_calls: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch, direct: bool
 ) -> None:
+    if not direct:
+        monkeypatch.setattr(posixcopy, "open_direct", lambda path: -1)
     src, dst = backend_at(tmp_path / "src"), backend_at(tmp_path / "dst")
     data = bytearray(os.urandom(40 * MIB))
     expected = crc(bytes(data))
@@ -106,7 +132,7 @@ async def test_a_source_changed_since_first_sight_is_refused(
     (src.root / "x.bin").write_bytes(data)
     with pytest.raises(IntegrityError, match="source CRC64NVME"):
         await copy_object(src, "x.bin", dst, "x.bin", expected)
-    assert kernel_calls
+    assert bool(kernel_calls) == (not dst._direct)
     assert not (dst.root / "x.bin").exists()
     assert leftovers(dst.root) == []
 

@@ -8,13 +8,17 @@ temporary names. How the temporary file is filled (``posixcopy``):
 
 - a file of one chunk or less: read, hashed and placed in one trip to the I/O pool, and
   nothing is created when its bytes do not match;
-- from a local file (a ``PosixReader``): ``copy_file_range`` per chunk, in parallel, each
-  chunk read back from the destination and hashed; where the kernel refuses (different
-  file systems) the backend remembers it for that source device and uses buffers;
-- otherwise: parallel chunks read into budgeted buffers, hashed and ``pwrite``-n.
+- where the tier's file system takes ``O_DIRECT`` (most do: ext4, XFS, Lustre, GPFS, NFS):
+  parallel chunks read into reused page-aligned buffers, hashed, and written to the disk
+  directly, never copied into the page cache (the unaligned tail of a file goes through
+  it). On this project's VMs that halved the CPU of a 4 GiB hop and beat ``cp`` + ``sync``;
+- otherwise, from a local file (a ``PosixReader``): ``copy_file_range`` per chunk, in
+  parallel, each chunk read back from the destination and hashed; where the kernel refuses
+  (different file systems) the backend remembers it for that source device;
+- otherwise: parallel chunks read into buffers, hashed and ``pwrite``-n through the cache.
 
-Every chunk is queued for writeback as soon as it is written, so the final fsync has
-little left to do.
+What goes through the page cache is queued for writeback as soon as it is written, so the
+final fsync has little left to do.
 
 ``write`` first removes what killed writes of the same name left behind (a restarted
 daemon rewriting the file it was killed in), and ``abort_stale_uploads`` sweeps old
@@ -324,15 +328,27 @@ class PosixBackend(Backend):
     async def _fill(
         self, temp: TempFile, reader: RangeReader, where: str, expected: str, progress: Progress | None
     ) -> None:
-        """Fill the temp file, in the kernel from a local file where it can; check the checksum."""
-        if isinstance(reader, PosixReader) and reader.device not in self._no_kernel_copy:
-            try:
-                await self._fill_in_kernel(temp, reader, where, expected, progress)
-                return
-            except _KernelCopyRefused:
-                self._no_kernel_copy.add(reader.device)
-                log.info("kernel_copy_unavailable", tier=self.name, path=where)
-        await self._fill_buffered(temp, reader, where, expected, progress)
+        """Fill the temp file and check the checksum (IntegrityError on a mismatch).
+
+        With ``O_DIRECT`` where the tier takes it, else in the kernel from a local file where
+        it can, else through the page cache.
+        """
+        with os_errors("write", where):
+            direct = await blocking(posixcopy.open_direct, temp.path) if self._direct else -1
+        if direct < 0:
+            self._direct = False
+        try:
+            if direct < 0 and isinstance(reader, PosixReader) and reader.device not in self._no_kernel_copy:
+                try:
+                    await self._fill_in_kernel(temp, reader, where, expected, progress)
+                    return
+                except _KernelCopyRefused:
+                    self._no_kernel_copy.add(reader.device)
+                    log.info("kernel_copy_unavailable", tier=self.name, path=where)
+            await self._fill_buffered(temp, reader, where, expected, progress, direct)
+        finally:
+            if direct >= 0:
+                await asyncio.shield(blocking(os.close, direct))
 
     async def _fill_in_kernel(
         self, temp: TempFile, reader: PosixReader, where: str, expected: str, progress: Progress | None
@@ -362,16 +378,18 @@ class PosixBackend(Backend):
         await self._by_chunks(reader.size, KERNEL_CHUNK_SIZE, copy_chunk, where, expected, progress)
 
     async def _fill_buffered(
-        self, temp: TempFile, reader: RangeReader, where: str, expected: str, progress: Progress | None
+        self,
+        temp: TempFile,
+        reader: RangeReader,
+        where: str,
+        expected: str,
+        progress: Progress | None,
+        direct: int,
     ) -> None:
-        """Read every chunk into a buffer, hash and pwrite it, in parallel; IntegrityError on a mismatch.
+        """Read every chunk into a buffer, hash and pwrite it (through ``direct`` if >= 0), in parallel.
 
-        Chunks go to the disk with ``O_DIRECT`` until the tier's file system refuses it once.
+        Raises IntegrityError on a mismatch.
         """
-        with os_errors("write", where):
-            direct = await blocking(posixcopy.open_direct, temp.path) if self._direct else -1
-        if direct < 0:
-            self._direct = False
 
         async def copy_chunk(offset: int, length: int) -> int:
             async with self.budget.aligned(self.chunk_size) as whole:
@@ -380,11 +398,7 @@ class PosixBackend(Backend):
                     with os_errors("write", where):
                         return await self._write_chunk(view, temp.fd, direct, offset)
 
-        try:
-            await self._by_chunks(reader.size, self.chunk_size, copy_chunk, where, expected, progress)
-        finally:
-            if direct >= 0:
-                await asyncio.shield(blocking(os.close, direct))
+        await self._by_chunks(reader.size, self.chunk_size, copy_chunk, where, expected, progress)
 
     async def _write_chunk(self, view: memoryview, fd: int, direct: int, offset: int) -> int:
         """``hash_and_pwrite`` on the I/O pool, through the page cache once ``O_DIRECT`` was refused."""
