@@ -19,8 +19,10 @@ inside the process, from the first request to the last commit. The baseline is `
 's3://BUCKET/job/step_1/*' DST/``, which neither checks a checksum nor fsyncs; ``sync``
 after it is timed separately and reported.
 
-Cache: before each run, ``sync`` and evict the source (the checkpoint for uploads, rclone's
-object files for downloads) from the page cache. Sides alternate; medians are reported
+Before the download rounds, one untimed s5cmd download (the first download after the
+uploads ran about 1.5x slower, whichever side went first). Cache: before each run, ``sync``
+and evict the source (the checkpoint for uploads, rclone's object files for downloads) from
+the page cache. Sides alternate; medians are reported
 (two rounds for the big checkpoint, one for the small: its per-file costs average over
 5,000 files, and `make bench` must stay under ten minutes).
 Goals: ratio <= 1.0 both ways, peak RSS of tierd's process under 200 MB.
@@ -185,6 +187,10 @@ def _download(base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings, 
     env = s3.s5cmd_env(base)
     target = base / "restore"
     sources = s3.object_paths(bucket)
+    # Untimed: the first download after the uploads ran ~1.5x slower, whichever side went first.
+    target.mkdir()
+    timed(_s5cmd(s3, f"s3://{bucket}/{STEP_DIR}/*", f"{target / STEP_DIR}/"), env)
+    shutil.rmtree(target)
     for round_ in range(settings.rounds):
         order = ["tierd", "baseline"] if round_ % 2 == 0 else ["baseline", "tierd"]
         for side in order:
