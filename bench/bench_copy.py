@@ -116,8 +116,9 @@ def _tierd_path() -> str:
     budget = PipelineOptions().memory_budget // MIB
     return (
         f"python -m tierd run: PipelineService hop nvme -> pfs (posix, concurrency {pfs.concurrency} files "
-        f"x {CHUNKS_PER_FILE} chunks, verify {pfs.verify}, {budget} MiB buffer budget; copy_file_range "
-        f"where the kernel allows, small files committed in batches of up to {posixbatch.MAX_FILES})"
+        f"x {CHUNKS_PER_FILE} chunks, verify {pfs.verify}, {budget} MiB buffer budget; big files in "
+        "reused aligned buffers written with O_DIRECT (copy_file_range where the tier refuses O_DIRECT), "
+        f"small files committed in batches of up to {posixbatch.MAX_FILES})"
     )
 
 
