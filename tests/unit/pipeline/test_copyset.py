@@ -12,7 +12,7 @@ import errno
 import os
 import random
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import pytest
 from tests.conformance.harness import crc
 from tests.fixtures.s3servers import S3Server
 from tierd.config import PosixTier
+from tierd.daemon.aio import blocking
 from tierd.daemon.backends import (
     Backend,
     BytesReader,
@@ -34,7 +35,8 @@ from tierd.daemon.backends import (
 )
 from tierd.daemon.backends.base import Progress, RangeReader, ResumeStore
 from tierd.daemon.backends.posix import is_temp_name
-from tierd.daemon.pipeline.copyset import copy_checkpoint_files
+from tierd.daemon.pipeline import copyset
+from tierd.daemon.pipeline.copyset import copy_checkpoint_files, marker_last
 from tierd.daemon.pipeline.records import FileSpec
 from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.pipeline.throttle import PriorityPool
@@ -340,3 +342,42 @@ async def test_copies_a_checkpoint_from_each_kind_of_source(
     }
     assert visible(dst.root) == files
     assert temps(dst.root) == []
+
+
+class HintedPosix(PosixBackend):
+    """A POSIX source that records every prefetch hint, in order."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hints: list[list[str]] = []
+
+    async def prefetch(self, relpaths: Sequence[str]) -> None:
+        self.hints.append(list(relpaths))
+        await super().prefetch(relpaths)
+
+
+async def test_the_source_hears_of_small_files_a_window_ahead(
+    tmp_path: Path, dst: PosixBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(copyset, "READ_AHEAD_FILES", 4)
+    monkeypatch.setattr(copyset, "READ_AHEAD_MAX_SIZE", 105)  # f5 and up count as big: never hinted
+    (tmp_path / "src").mkdir()
+    src = HintedPosix(PosixTier(name="src", kind="posix", path=tmp_path / "src"), chunk_size=CHUNK)
+    files = await put_files(src, 10)
+    batch = RecordingBatch(dst)
+    specs = specs_of(files)
+    await copy_checkpoint_files(copier_for(src, dst, batch, concurrency=2), batch, specs, concurrency=2)
+    data = [f.relpath for f in marker_last(specs)[:-1]]  # the order the lanes take them in
+    small = {relpath for relpath in data if len(files[relpath]) <= 105}
+    expected = [
+        [r for r in data[0:8] if r in small],  # at the start: the first two windows
+        [r for r in data[8:12] if r in small],  # at the second window: the one after it
+    ]
+    assert src.hints == [hint for hint in expected if hint]
+    assert MARKER not in {r for hint in src.hints for r in hint}
+    assert visible(dst.root) == files
+
+
+async def test_read_ahead_skips_what_it_cannot_open(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"x" * 5000)
+    await blocking(posixcopy.read_ahead, [tmp_path / "missing", tmp_path / "a", tmp_path])

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
@@ -238,6 +238,10 @@ class Backend(ABC):
     def batch(self) -> WriteBatch:
         """A WriteBatch for the writes of one hop (by default each write stands alone)."""
         return WriteBatch(self)
+
+    async def prefetch(self, relpaths: Sequence[str]) -> None:
+        """Hint that these objects will be read soon (by default nothing); never raises."""
+        return None
 
     def can_copy_from(self, src: Backend) -> bool:
         """Whether ``copy_from(src, ...)`` can copy without streaming the bytes."""

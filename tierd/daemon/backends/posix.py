@@ -41,7 +41,7 @@ import functools
 import os
 import stat as stat_mod
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -295,6 +295,15 @@ class PosixBackend(Backend):
     def batch(self) -> WriteBatch:
         """Files of one chunk are staged and made durable together (``PosixBatch``)."""
         return PosixBatch(self)
+
+    async def prefetch(self, relpaths: Sequence[str]) -> None:
+        """Start reading these files into the page cache (``POSIX_FADV_WILLNEED``); never raises.
+
+        Small files are read one after another by a few lanes: with their reads already
+        queued, a cold cache costs one deep disk queue instead of a wait per file.
+        """
+        paths = [self._path(relpath) for relpath in relpaths]
+        await blocking(posixcopy.read_ahead, paths)
 
     async def _remove_leftovers(self, final: Path) -> None:
         """Remove abandoned temporary files of ``final``'s name (best effort, never raises)."""

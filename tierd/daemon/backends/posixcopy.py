@@ -45,6 +45,7 @@ __all__ = [
     "kernel_copy",
     "open_direct",
     "place_whole",
+    "read_ahead",
     "stage_whole",
 ]
 
@@ -168,6 +169,23 @@ def commit_staged(root: Path, staged: Sequence[tuple[TempFile, Path]]) -> None:
         directories[final.parent] = None
     for directory in directories:
         sync_directory(directory)
+
+
+def read_ahead(paths: Sequence[Path]) -> None:
+    """Ask the kernel to read these files into the page cache in the background (best effort)."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue  # the copy itself will report it
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def _pread_full(fd: int, view: memoryview) -> None:
