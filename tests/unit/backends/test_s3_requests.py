@@ -228,6 +228,7 @@ def test_endpoint_rules_never_read_the_key() -> None:
 def test_the_pool_covers_parts_of_every_file() -> None:
     assert pool_size(1) == 10
     assert pool_size(4) == 20
+    assert pool_size(20) == 20 * (16 + 1)  # parts of one file stop at REQUESTS_PER_FILE
     assert pool_size(256) == 512
 
 

@@ -86,12 +86,19 @@ MAX_POOL = 512
 MD5_LIMIT = 256 * 1024
 
 
-def pool_size(concurrency: int) -> int:
-    """Connections for ``concurrency`` files at once, each with up to ``concurrency`` requests.
+#: Requests of one object in flight (parts, read-back ranges): past this, more parts only
+#: wait for the buffer budget, holding a connection a store may time out.
+REQUESTS_PER_FILE = 16
 
-    Parts, read-back ranges and a reader's chunks all run ``concurrency`` at a time per file.
-    """
-    return min(MAX_POOL, max(10, concurrency * (concurrency + 1)))
+
+def requests_per_file(concurrency: int) -> int:
+    """Parts and read-back ranges of one object run this many at a time."""
+    return min(concurrency, REQUESTS_PER_FILE)
+
+
+def pool_size(concurrency: int) -> int:
+    """Connections for ``concurrency`` files at once, each with ``requests_per_file`` requests."""
+    return min(MAX_POOL, max(10, concurrency * (requests_per_file(concurrency) + 1)))
 
 
 class S3Reader:
@@ -145,7 +152,7 @@ class S3Backend(Backend):
         self.bucket, self.prefix = tier.bucket, tier.prefix
         self.settings = TransferSettings(
             part_size=int(tier.part_size),
-            concurrency=tier.concurrency,
+            concurrency=requests_per_file(tier.concurrency),
             budget=budget or default_budget(),
             buffered_part_limit=buffered_part_limit,
             chunk_size=chunk_size,

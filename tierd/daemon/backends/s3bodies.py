@@ -39,7 +39,7 @@ class TransferSettings:
     """How an S3 backend moves bytes."""
 
     part_size: int
-    concurrency: int
+    concurrency: int  # requests of one object in flight (parts, read-back ranges)
     budget: ByteBudget
     buffered_part_limit: int
     chunk_size: int
