@@ -13,7 +13,7 @@ import pytest
 from tests.conformance.harness import crc
 from tierd.config import PosixTier
 from tierd.daemon.backends import BytesReader, PosixBackend, copy_object, posixcopy, writeback
-from tierd.daemon.backends.posix import is_temp_name
+from tierd.daemon.backends.posix import WHOLE_READ_LIMIT, PosixReader, is_temp_name
 from tierd.errors import IntegrityError, TransientBackendError
 
 MIB = 1024 * 1024
@@ -176,7 +176,7 @@ async def test_a_small_file_that_does_not_match_creates_nothing(tmp_path: Path, 
 
 async def test_a_small_file_from_a_source_that_shrank_is_refused(tmp_path: Path) -> None:
     src, dst = backend_at(tmp_path / "src"), backend_at(tmp_path / "dst")
-    data = os.urandom(4096)
+    data = os.urandom(WHOLE_READ_LIMIT + 4096)  # one chunk, but too big to be read at open
     (src.root / "x.bin").write_bytes(data)
     reader = await src.open_reader("x.bin")
     os.truncate(src.root / "x.bin", 100)
@@ -185,6 +185,37 @@ async def test_a_small_file_from_a_source_that_shrank_is_refused(tmp_path: Path)
             await dst.write("x.bin", reader, expected_checksum=crc(data))
     finally:
         await reader.close()
+    assert list(dst.root.iterdir()) == []
+
+
+async def test_a_tiny_file_is_read_whole_and_closed_when_opened(tmp_path: Path) -> None:
+    src, dst = backend_at(tmp_path / "src"), backend_at(tmp_path / "dst")
+    data = os.urandom(WHOLE_READ_LIMIT)
+    (src.root / "x.bin").write_bytes(data)
+    reader = await src.open_reader("x.bin")
+    assert reader.size == len(data)
+    assert isinstance(reader, PosixReader)
+    assert reader.fileno() == -1  # nothing left open
+    os.unlink(src.root / "x.bin")  # the bytes were read with the open
+    info = await dst.write("x.bin", reader, expected_checksum=crc(data))
+    assert info.verified_by == "stream"
+    assert (dst.root / "x.bin").read_bytes() == data
+    await reader.close()
+
+
+async def test_a_tiny_file_that_shrank_while_opened_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src, dst = backend_at(tmp_path / "src"), backend_at(tmp_path / "dst")
+    data = os.urandom(4096)
+    (src.root / "x.bin").write_bytes(data)
+    real_pread = os.pread
+    monkeypatch.setattr(
+        os, "pread", lambda fd, n, offset: real_pread(fd, n, offset)[:100]
+    )  # truncated meanwhile
+    reader = await src.open_reader("x.bin")
+    with pytest.raises(IntegrityError, match="did the file shrink"):
+        await dst.write("x.bin", reader, expected_checksum=crc(data))
     assert list(dst.root.iterdir()) == []
 
 
