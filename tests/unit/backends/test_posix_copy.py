@@ -227,23 +227,31 @@ async def test_a_small_file_on_a_missing_root_is_transient(tmp_path: Path) -> No
 
 
 @pytest.fixture
-def direct_writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """(offset, length) of every pwrite through an O_DIRECT descriptor, passed on to the real one."""
-    direct_fds: set[int] = set()
-    writes: list[tuple[int, int]] = []
-    real_open, real_pwrite = posixcopy.open_direct, os.pwrite
+def direct_fds(monkeypatch: pytest.MonkeyPatch) -> set[int]:
+    """Every descriptor the real ``posixcopy.open_direct`` hands out."""
+    fds: set[int] = set()
+    real_open = posixcopy.open_direct
 
     def open_direct(path: Path) -> int:
         fd = real_open(path)
-        direct_fds.add(fd)
+        fds.add(fd)
         return fd
+
+    monkeypatch.setattr(posixcopy, "open_direct", open_direct)
+    return fds
+
+
+@pytest.fixture
+def direct_writes(monkeypatch: pytest.MonkeyPatch, direct_fds: set[int]) -> list[tuple[int, int]]:
+    """(offset, length) of every pwrite through an O_DIRECT descriptor, passed on to the real one."""
+    writes: list[tuple[int, int]] = []
+    real_pwrite = os.pwrite
 
     def pwrite(fd: int, data: memoryview, offset: int) -> int:
         if fd in direct_fds:
             writes.append((offset, len(data)))
         return real_pwrite(fd, data, offset)
 
-    monkeypatch.setattr(posixcopy, "open_direct", open_direct)
     monkeypatch.setattr(os, "pwrite", pwrite)
     return writes
 
@@ -301,23 +309,16 @@ async def test_a_file_system_refusing_direct_io_is_written_through_the_cache(
 
 @pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="no O_DIRECT on this platform")
 async def test_a_direct_write_refused_by_the_file_system_is_done_through_the_cache(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, direct_fds: set[int]
 ) -> None:
     _skip_without_direct_io(tmp_path)
-    real_open, real_pwrite = posixcopy.open_direct, os.pwrite
-    direct_fds: set[int] = set()
-
-    def open_direct(path: Path) -> int:
-        fd = real_open(path)
-        direct_fds.add(fd)
-        return fd
+    real_pwrite = os.pwrite
 
     def refusing_pwrite(fd: int, data: memoryview, offset: int) -> int:
         if fd in direct_fds:
             raise OSError(errno.EINVAL, "Invalid argument")
         return real_pwrite(fd, data, offset)
 
-    monkeypatch.setattr(posixcopy, "open_direct", open_direct)
     monkeypatch.setattr(os, "pwrite", refusing_pwrite)
     dst = backend_at(tmp_path / "dst")
     data = os.urandom(3 * MIB + 7)
