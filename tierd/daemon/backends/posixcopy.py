@@ -11,9 +11,9 @@ Two ways to fill a chunk of the temporary file:
   file system offers one), then the chunk is read back from the destination and hashed,
   so the checksum covers what the destination file holds, not what was meant to go in.
 
-Both queue what went through the page cache for writeback at once (``writeback.start_writeback``), so the
-fsync that ends the write has little left to flush. Every function here blocks: call
-them through ``tierd.daemon.aio.blocking``.
+Both queue what went through the page cache for writeback at once
+(``writeback.start_writeback``), so the fsync that ends the write has little left to
+flush. Every function here blocks: call them through ``tierd.daemon.aio.blocking``.
 """
 
 from __future__ import annotations
