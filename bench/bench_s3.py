@@ -23,7 +23,7 @@ Before the download rounds, one untimed s5cmd download (the first download after
 uploads ran about 1.5x slower, whichever side went first). Cache: before each run, ``sync``
 and evict the source (the checkpoint for uploads, rclone's object files for downloads) from
 the page cache. Sides alternate; medians are reported
-(two rounds for the big upload, four for the big download, three each way for the small
+(two rounds for the big upload, four for the big download, five each way for the small
 checkpoint; `make bench` must stay under ten minutes). A single round is worth little here:
 the same s5cmd command took anywhere from 3.3 s to 8.6 s on the small checkpoint within the
 hour this was written.
@@ -73,7 +73,7 @@ from tierd.daemon.pipeline.options import PipelineOptions
 RSS_GOAL = 200_000_000
 ROUNDS = 2  # the big upload: ~30 s a side, rclone-bound
 DOWNLOAD_ROUNDS_FACTOR = 2  # the big download: ~6 s a side, and as noisy as the disk
-SMALL_ROUNDS = 3
+SMALL_ROUNDS = 5
 S5CMD_DEFAULTS = "s5cmd defaults: --numworkers 256, --concurrency 5 parts per file, --part-size 50 MiB"
 
 
