@@ -33,6 +33,7 @@ from bench.harness import (
     Runs,
     Settings,
     Timed,
+    Trash,
     make_big,
     make_small,
     prepare_cache,
@@ -59,28 +60,28 @@ def _tiers(base: Path) -> list[dict[str, Any]]:
     ]
 
 
-def _tierd_run(base: Path, dataset: Dataset, settings: Settings, label: str) -> HopResult:
-    """One hop by the daemon; checks the destination holds every file, then removes it."""
+def _tierd_run(base: Path, dataset: Dataset, settings: Settings, label: str, trash: Trash) -> HopResult:
+    """One hop by the daemon; checks the destination holds every file, then discards it."""
     profile = settings.profile_dir / f"{label}.prof" if settings.profile_dir else None
     hop = run_hop(base / "daemon" / label, dataset, _tiers(base), profile=profile)
     copied = sum(p.is_file() for p in (base / "pfs" / STEP_DIR).rglob("*"))
     if copied != len(dataset.files):
         raise RuntimeError(f"{label}: the destination holds {copied} files, not {len(dataset.files)}")
-    shutil.rmtree(base / "pfs" / "job")
-    shutil.rmtree(base / "daemon" / label)
+    trash.discard(base / "pfs" / "job")
+    trash.discard(base / "daemon" / label)
     return hop
 
 
-def _baseline_run(base: Path, dataset: Dataset) -> Timed:
-    """``cp -r`` then ``sync``; removes the copy afterwards."""
+def _baseline_run(base: Path, dataset: Dataset, trash: Trash) -> Timed:
+    """``cp -r`` then ``sync``; discards the copy afterwards."""
     target = base / "cp" / "job"
     target.mkdir(parents=True)
     run = timed(["sh", "-c", 'cp -r "$0" "$1" && sync', str(dataset.source), str(target / "step_1")])
-    shutil.rmtree(base / "cp")
+    trash.discard(base / "cp")
     return run
 
 
-def _bench(base: Path, dataset: Dataset, settings: Settings) -> None:
+def _bench(base: Path, dataset: Dataset, settings: Settings, trash: Trash) -> None:
     runs = Runs(TIME_GOAL, RSS_GOAL)
     runner: list[float] = []
     for round_ in range(settings.rounds):
@@ -89,12 +90,12 @@ def _bench(base: Path, dataset: Dataset, settings: Settings) -> None:
             sync()
             prepare_cache(dataset.paths, settings.cache)
             if side == "tierd":
-                hop = _tierd_run(base, dataset, settings, f"{dataset.kind}-{round_}")
+                hop = _tierd_run(base, dataset, settings, f"{dataset.kind}-{round_}", trash)
                 runs.add_tierd(hop.seconds, hop.cpu, hop.peak_rss_bytes)
                 runner.append(hop.runner_seconds)
                 note(f"copy {dataset.kind} round {round_}: tierd {hop.seconds:.2f}s")
             else:
-                run = _baseline_run(base, dataset)
+                run = _baseline_run(base, dataset, trash)
                 runs.add_baseline(run)
                 note(f"copy {dataset.kind} round {round_}: cp+sync {run.seconds:.2f}s")
     t, b = runs.medians
@@ -139,7 +140,9 @@ def main() -> None:
                 default = SMALL_ROUNDS if settings.rounds > 1 else 1  # one for a smoke run
                 rounds = env_int("TIERD_BENCH_COPY_SMALL_ROUNDS", default)
             (base / "pfs").mkdir(exist_ok=True)
-            _bench(base, dataset, replace(settings, rounds=rounds))
+            trash = Trash(base / "trash", keep=kind == "small")
+            _bench(base, dataset, replace(settings, rounds=rounds), trash)
+            trash.empty()
             shutil.rmtree(tier0)
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -55,6 +55,7 @@ from bench.harness import (
     Runs,
     S3Endpoint,
     Settings,
+    Trash,
     make_big,
     make_small,
     prepare_cache,
@@ -130,7 +131,7 @@ def _tierd_upload(base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settin
     return hop
 
 
-def _upload(base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings) -> str:
+def _upload(base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings, trash: Trash) -> str:
     """Compare uploads; returns the bucket of tierd's last upload (kept for the downloads)."""
     runs = Runs(1.0, RSS_GOAL)
     baseline_peaks: list[int] = []
@@ -155,10 +156,10 @@ def _upload(base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings) ->
             if (count := _object_count(s3, bucket)) != len(dataset.files):
                 raise RuntimeError(f"{side} upload left {count} objects, not {len(dataset.files)}")
             if side == "baseline":
-                s3.remove_bucket_data(bucket)
+                trash.discard(s3.bucket_dir(bucket))
             else:
                 if kept:
-                    s3.remove_bucket_data(kept)
+                    trash.discard(s3.bucket_dir(kept))
                 kept = bucket
     how = "the store's CRC64NVME (HeadObject)"
     if not _store_checksum(s3, kept, dataset):
@@ -182,7 +183,9 @@ def _upload(base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings) ->
     return kept
 
 
-def _download(base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings, bucket: str) -> None:
+def _download(
+    base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings, bucket: str, trash: Trash
+) -> None:
     runs = Runs(1.0, RSS_GOAL)
     flushes: list[float] = []
     baseline_peaks: list[int] = []
@@ -193,7 +196,7 @@ def _download(base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings, 
     # Untimed: the first download after the uploads ran ~1.5x slower, whichever side went first.
     target.mkdir()
     timed(_s5cmd(s3, f"s3://{bucket}/{STEP_DIR}/*", f"{target / STEP_DIR}/"), env)
-    shutil.rmtree(target)
+    trash.discard(target)
     for round_ in range(settings.rounds):
         order = ["tierd", "baseline"] if round_ % 2 == 0 else ["baseline", "tierd"]
         for side in order:
@@ -217,7 +220,7 @@ def _download(base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings, 
             copied = sum(p.is_file() for p in target.rglob("*"))
             if copied != len(dataset.files):
                 raise RuntimeError(f"{side} download wrote {copied} files, not {len(dataset.files)}")
-            shutil.rmtree(target)
+            trash.discard(target)
     t, b = runs.medians
     with_sync = statistics.median([x + y for x, y in zip(runs.baseline, flushes, strict=True)])
     emit(
@@ -350,9 +353,11 @@ def main() -> None:
                     dataset = make_small(tier0, settings.small_files)
                     default = SMALL_ROUNDS if settings.rounds > 1 else 1
                     up = down = env_int("TIERD_BENCH_S3_SMALL_ROUNDS", default)
-                bucket = _upload(base, s3, dataset, replace(settings, rounds=up))
-                _download(base, s3, dataset, replace(settings, rounds=down), bucket)
-                s3.remove_bucket_data(bucket)
+                trash = Trash(base / "trash", keep=kind == "small")
+                bucket = _upload(base, s3, dataset, replace(settings, rounds=up), trash)
+                _download(base, s3, dataset, replace(settings, rounds=down), bucket, trash)
+                trash.discard(s3.bucket_dir(bucket))
+                trash.empty()
                 shutil.rmtree(tier0)
     finally:
         shutil.rmtree(base, ignore_errors=True)
