@@ -21,11 +21,10 @@ from __future__ import annotations
 import shutil
 import statistics
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.common import bench_root, emit, env_int, note
+from bench.common import bench_root, emit, note
 from bench.harness import (
     STEP_DIR,
     Dataset,
@@ -50,7 +49,7 @@ from tierd.daemon.pipeline.options import PipelineOptions
 TIME_GOAL = 1.1
 RSS_GOAL = 200_000_000
 ROUNDS = 3  # the big checkpoint: ~25 s a side
-SMALL_ROUNDS = 5  # the small one: ~4 s a side, and as noisy as the disk's journal
+SMALL_ROUNDS = 5  # the small one: a few seconds a side, and noisier
 
 
 def _tiers(base: Path) -> list[dict[str, Any]]:
@@ -133,15 +132,13 @@ def main() -> None:
         for kind in settings.kinds:
             tier0 = base / "nvme"
             if kind == "big":
-                dataset = make_big(tier0, settings.big_bytes, settings.big_shards)
-                rounds = settings.rounds
+                dataset, run_settings = make_big(tier0, settings.big_bytes, settings.big_shards), settings
             else:
                 dataset = make_small(tier0, settings.small_files)
-                default = SMALL_ROUNDS if settings.rounds > 1 else 1  # one for a smoke run
-                rounds = env_int("TIERD_BENCH_COPY_SMALL_ROUNDS", default)
+                run_settings = settings.small_rounds("TIERD_BENCH_COPY_SMALL_ROUNDS", SMALL_ROUNDS)
             (base / "pfs").mkdir(exist_ok=True)
             trash = Trash(base / "trash", keep=kind == "small")
-            _bench(base, dataset, replace(settings, rounds=rounds), trash)
+            _bench(base, dataset, run_settings, trash)
             trash.empty()
             shutil.rmtree(tier0)
     finally:

@@ -25,8 +25,8 @@ and evict the source (the checkpoint for uploads, rclone's object files for down
 the page cache. Sides alternate; medians are reported
 (two rounds for the big upload, four for the big download, five each way for the small
 checkpoint; `make bench` must stay under ten minutes). A single round is worth little here:
-the same s5cmd command took anywhere from 3.3 s to 8.6 s on the small checkpoint within the
-hour this was written.
+the same s5cmd command took anywhere from 3.3 s to 8.6 s on the small checkpoint within one
+hour, much of it because each run followed the deletion of the last (see ``harness.Trash``).
 Goals: ratio <= 1.0 both ways, peak RSS of tierd's process under 200 MB.
 """
 
@@ -46,7 +46,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, bench_root, emit, env_int, note, vm_hwm_bytes
+from bench.common import REPO, bench_root, emit, note, vm_hwm_bytes
 from bench.harness import (
     STEP_DIR,
     Cpu,
@@ -351,8 +351,7 @@ def main() -> None:
                     down = up * DOWNLOAD_ROUNDS_FACTOR if up > 1 else 1  # one for a smoke run
                 else:
                     dataset = make_small(tier0, settings.small_files)
-                    default = SMALL_ROUNDS if settings.rounds > 1 else 1
-                    up = down = env_int("TIERD_BENCH_S3_SMALL_ROUNDS", default)
+                    up = down = settings.small_rounds("TIERD_BENCH_S3_SMALL_ROUNDS", SMALL_ROUNDS).rounds
                 trash = Trash(base / "trash", keep=kind == "small")
                 bucket = _upload(base, s3, dataset, replace(settings, rounds=up), trash)
                 _download(base, s3, dataset, replace(settings, rounds=down), bucket, trash)

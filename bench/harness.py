@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -112,6 +112,10 @@ class Settings:
             profile_dir=Path(profile).resolve() if profile else None,
             kinds=_kinds(os.environ.get("TIERD_BENCH_KINDS", "big,small")),
         )
+
+    def small_rounds(self, variable: str, default: int) -> Settings:
+        """These settings with the small checkpoint's rounds: ``$variable``, else ``default`` (1 if quick)."""
+        return replace(self, rounds=env_int(variable, default if self.rounds > 1 else 1))
 
     @property
     def cache_note(self) -> str:
@@ -384,7 +388,7 @@ class Trash:
     This project's VMs run ext4 without a journal. There, for a minute or more after
     thousands of files are deleted, every file created pays for a scan past the recently
     deleted inodes (ext4's ``recently_deleted``): ``cp`` + ``sync`` of the 5,000 small files
-    took 1.1 s on a fresh disk and 4 s right after the previous copy was deleted, and
+    took 0.8 s on a fresh disk and 2 to 4 s right after the previous copy was deleted, and
     rclone's CPU per PutObject grew likewise. So with ``keep`` (a checkpoint of many files)
     a finished tree is renamed aside, which frees no inode, and deleted by ``empty``; without
     it (a few big files, whose space is needed) it is deleted at once.
