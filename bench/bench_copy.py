@@ -21,6 +21,7 @@ from __future__ import annotations
 import shutil
 import statistics
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -132,13 +133,14 @@ def main() -> None:
         for kind in settings.kinds:
             tier0 = base / "nvme"
             if kind == "big":
-                dataset, run_settings = make_big(tier0, settings.big_bytes, settings.big_shards), settings
+                dataset = make_big(tier0, settings.big_bytes, settings.big_shards)
+                rounds = settings.rounds
             else:
                 dataset = make_small(tier0, settings.small_files)
-                run_settings = settings.small_rounds("TIERD_BENCH_COPY_SMALL_ROUNDS", SMALL_ROUNDS)
+                rounds = settings.small_rounds("TIERD_BENCH_COPY_SMALL_ROUNDS", SMALL_ROUNDS)
             (base / "pfs").mkdir(exist_ok=True)
             trash = Trash(base / "trash", keep=kind == "small")
-            _bench(base, dataset, run_settings, trash)
+            _bench(base, dataset, replace(settings, rounds=rounds), trash)
             trash.empty()
             shutil.rmtree(tier0)
     finally:

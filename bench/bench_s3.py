@@ -351,7 +351,7 @@ def main() -> None:
                     down = up * DOWNLOAD_ROUNDS_FACTOR if up > 1 else 1  # one for a smoke run
                 else:
                     dataset = make_small(tier0, settings.small_files)
-                    up = down = settings.small_rounds("TIERD_BENCH_S3_SMALL_ROUNDS", SMALL_ROUNDS).rounds
+                    up = down = settings.small_rounds("TIERD_BENCH_S3_SMALL_ROUNDS", SMALL_ROUNDS)
                 trash = Trash(base / "trash", keep=kind == "small")
                 bucket = _upload(base, s3, dataset, replace(settings, rounds=up), trash)
                 _download(base, s3, dataset, replace(settings, rounds=down), bucket, trash)

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -113,9 +113,9 @@ class Settings:
             kinds=_kinds(os.environ.get("TIERD_BENCH_KINDS", "big,small")),
         )
 
-    def small_rounds(self, variable: str, default: int) -> Settings:
-        """These settings with the small checkpoint's rounds: ``$variable``, else ``default`` (1 if quick)."""
-        return replace(self, rounds=env_int(variable, default if self.rounds > 1 else 1))
+    def small_rounds(self, variable: str, default: int) -> int:
+        """Rounds for the small checkpoint: ``$variable``, else ``default`` (1 for a smoke run)."""
+        return env_int(variable, default if self.rounds > 1 else 1)
 
     @property
     def cache_note(self) -> str:
