@@ -33,7 +33,7 @@ from tierd.daemon.backends import (
     posixbatch,
     posixcopy,
 )
-from tierd.daemon.backends.base import Progress, RangeReader, ResumeStore
+from tierd.daemon.backends.base import Progress, RangeReader, ResumeStore, SmallFile
 from tierd.daemon.backends.posix import is_temp_name
 from tierd.daemon.pipeline import copyset
 from tierd.daemon.pipeline.copyset import copy_checkpoint_files, marker_last
@@ -41,7 +41,7 @@ from tierd.daemon.pipeline.records import FileSpec
 from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.pipeline.throttle import PriorityPool
 from tierd.daemon.pipeline.transfer import FileCopier
-from tierd.errors import IntegrityError, TransientBackendError
+from tierd.errors import IntegrityError, TierdError, TransientBackendError
 
 CHUNK = 16 * 1024
 MARKER = "step/.metadata"  # sorts first by name: only its mtime makes it last
@@ -72,6 +72,12 @@ class RecordingBatch(posixbatch.PosixBatch):
         if self.holds(relpath):
             self.staged_ever.add(relpath)
         return info
+
+    async def write_whole(self, files: Sequence[SmallFile]) -> Sequence[ObjectInfo | TierdError]:
+        self.events.extend(("write", file.relpath) for file in files)
+        results = await super().write_whole(files)
+        self.staged_ever.update(file.relpath for file in files if self.holds(file.relpath))
+        return results
 
     async def commit(self) -> list[str]:
         committed = await super().commit()
@@ -104,10 +110,12 @@ class GatedCopier(FileCopier):
     before: dict[str, Callable[[], Awaitable[object]]] = field(default_factory=dict)
     after: dict[str, Callable[[], Awaitable[object]]] = field(default_factory=dict)
 
-    async def copy(self, spec: FileSpec, progress: Callable[[int | None], None]) -> ObjectInfo:
+    async def copy(
+        self, spec: FileSpec, progress: Callable[[int | None], None], *, failed: TierdError | None = None
+    ) -> ObjectInfo:
         if (before := self.before.get(spec.relpath)) is not None:
             await before()
-        info = await super().copy(spec, progress)
+        info = await super().copy(spec, progress, failed=failed)
         if (after := self.after.get(spec.relpath)) is not None:
             await after()
         return info
@@ -174,6 +182,7 @@ async def test_the_marker_is_copied_alone_once_the_data_is_committed(
     posix_src: PosixBackend, dst: PosixBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(posixbatch, "MAX_FILES", 3)  # several commits while the data is copied
+    monkeypatch.setattr(copyset, "GROUP_FILES", 2)
     files = await put_files(posix_src, 10)
     batch = RecordingBatch(dst)
     done = Done(batch)
@@ -199,6 +208,7 @@ async def test_a_file_is_done_only_once_the_commit_that_took_it_returns(
 ) -> None:
     """A file whose copy returns while another lane's commit of it is still running waits for it."""
     monkeypatch.setattr(posixbatch, "MAX_FILES", 2)
+    monkeypatch.setattr(copyset, "GROUP_FILE_LIMIT", 0)  # file by file, each gated on its own
     files = await put_files(posix_src, 2)
     first, second = "step/d0/f0.bin", "step/d1/f1.bin"
     first_staged, first_may_return = asyncio.Event(), asyncio.Event()
@@ -360,6 +370,7 @@ async def test_the_source_hears_of_small_files_a_window_ahead(
     tmp_path: Path, dst: PosixBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(copyset, "READ_AHEAD_FILES", 4)
+    monkeypatch.setattr(copyset, "GROUP_FILES", 2)
     monkeypatch.setattr(copyset, "READ_AHEAD_MAX_SIZE", 105)  # f5 and up count as big: never hinted
     (tmp_path / "src").mkdir()
     src = HintedPosix(PosixTier(name="src", kind="posix", path=tmp_path / "src"), chunk_size=CHUNK)

@@ -17,6 +17,12 @@ itself, ``"readback"`` when every byte was read back and hashed, ``"stream"`` wh
 tier with ``verify: native`` hashed every byte on its way to ``pwrite`` and ``fsync``
 succeeded (the kernel took exactly the bytes recorded at first sight). ``stat`` reports the
 store's own checksum when it has one, ``list`` never does; for both ``verified_by`` is None.
+
+Small files in groups: ``Backend.read_whole`` reads a group of small objects whole and
+``WriteBatch.write_whole`` writes a group of them, each answering per object (its bytes, or
+its error) so one bad file does not fail the others. A POSIX tier does either in one trip
+to the I/O pool; by default they go one object after another. A checkpoint of thousands of
+small files costs trips to the thread pool and event-loop work per file, not bytes.
 """
 
 from __future__ import annotations
@@ -25,9 +31,12 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from tierd.errors import IntegrityError
+from tierd.errors import IntegrityError, TierdError
+
+if TYPE_CHECKING:
+    from tierd.daemon.backends.transfer import ByteBudget
 
 __all__ = [
     "Backend",
@@ -39,12 +48,14 @@ __all__ = [
     "Progress",
     "RangeReader",
     "ResumeStore",
+    "SmallFile",
     "UploadState",
     "Verification",
     "WriteBatch",
     "check_prefix",
     "check_relpath",
     "copy_object",
+    "read_full",
 ]
 
 Verification = Literal["store", "readback", "stream"]
@@ -151,10 +162,20 @@ class MemoryResumeStore:
         self.states.pop(relpath, None)
 
 
+@dataclass(frozen=True)
+class SmallFile:
+    """A small file's bytes, read whole, with the checksum recorded at first sight."""
+
+    relpath: str
+    data: bytes | bytearray
+    checksum: str  # CRC64NVME expected, base64
+
+
 class BytesReader:
-    """A RangeReader over bytes in memory (tests, small metadata files)."""
+    """A RangeReader over bytes already in memory (a small file read whole, tests)."""
 
     def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        self.data = data  # what a writer may send as it is, without copying it into a buffer
         self._data = memoryview(data).cast("B")
         self.size = len(self._data)
 
@@ -173,6 +194,7 @@ class Backend(ABC):
 
     name: str
     features: Features
+    budget: ByteBudget  # bounds the bytes its transfers hold in memory (shared by every tier)
 
     @abstractmethod
     def location(self, relpath: str) -> str:
@@ -239,6 +261,28 @@ class Backend(ABC):
         """A WriteBatch for the writes of one hop (by default each write stands alone)."""
         return WriteBatch(self)
 
+    async def read_whole(self, relpaths: Sequence[str]) -> Sequence[bytes | bytearray | TierdError]:
+        """Each object's bytes, in order; an object that could not be read is its error.
+
+        For small objects (a group of them is read at once): NotFound when missing, else
+        Transient/PermanentBackendError. By default one after another, through
+        ``open_reader``.
+        """
+        results: list[bytes | bytearray | TierdError] = []
+        for relpath in relpaths:
+            try:
+                reader = await self.open_reader(relpath)
+                try:
+                    data = bytearray(reader.size)
+                    await read_full(reader, 0, memoryview(data), where=self.location(relpath))
+                finally:
+                    await asyncio.shield(reader.close())
+            except TierdError as exc:
+                results.append(exc)
+            else:
+                results.append(data)
+        return results
+
     async def prefetch(self, relpaths: Sequence[str]) -> None:
         """Hint that these objects will be read soon (by default nothing); never raises."""
         return None
@@ -292,6 +336,22 @@ class WriteBatch:
             relpath, reader, expected_checksum=expected_checksum, resume=resume, progress=progress
         )
 
+    async def write_whole(self, files: Sequence[SmallFile]) -> Sequence[ObjectInfo | TierdError]:
+        """``write`` each small file (or stage it), in order; a file that failed is its error.
+
+        The caller holds the files' bytes within the budget: writing them must not wait
+        for more of it. By default one ``write`` after another.
+        """
+        results: list[ObjectInfo | TierdError] = []
+        for file in files:
+            try:
+                info = await self.write(file.relpath, BytesReader(file.data), expected_checksum=file.checksum)
+            except TierdError as exc:
+                results.append(exc)
+            else:
+                results.append(info)
+        return results
+
     async def commit(self) -> list[str]:
         """Make every staged file durable and visible; returns their relpaths."""
         return []
@@ -332,6 +392,19 @@ async def copy_object(
         )
     finally:
         await asyncio.shield(reader.close())
+
+
+async def read_full(reader: RangeReader, offset: int, view: memoryview, *, where: str) -> None:
+    """Fill ``view`` from ``offset``; IntegrityError if the source ends early."""
+    filled = 0
+    while filled < len(view):
+        n = await reader.read_into(offset + filled, view[filled:])
+        if n <= 0:
+            raise IntegrityError(
+                f"{where}: source ended at byte {offset + filled}, expected {len(view)} "
+                f"bytes from offset {offset} (did the file shrink?)"
+            )
+        filled += n
 
 
 def check_relpath(relpath: str) -> str:

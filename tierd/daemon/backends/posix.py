@@ -56,6 +56,7 @@ from tierd.daemon.backends.base import (
     Progress,
     RangeReader,
     ResumeStore,
+    SmallFile,
     Verification,
     WriteBatch,
     check_prefix,
@@ -87,6 +88,7 @@ from tierd.daemon.backends.transfer import (
 from tierd.errors import (
     IntegrityError,
     NotFound,
+    TierdError,
     TransientBackendError,
 )
 from tierd.logs import get_logger
@@ -216,6 +218,15 @@ class PosixBackend(Backend):
             fd, size, device, contents = await blocking(_open_regular, path)
         return PosixReader(fd, size, str(path), device, contents)
 
+    async def read_whole(self, relpaths: Sequence[str]) -> Sequence[bytes | bytearray | TierdError]:
+        """Each file whole, all in one trip to the I/O pool; NotFound for a missing one."""
+        paths = [self._path(relpath) for relpath in relpaths]
+        results = await blocking(posixcopy.read_files, paths)
+        return [
+            translate_oserror(result, "read", str(path)) if isinstance(result, OSError) else result
+            for path, result in zip(paths, results, strict=True)
+        ]
+
     async def write(
         self,
         relpath: str,
@@ -276,6 +287,32 @@ class PosixBackend(Backend):
         await self._remove_leftovers(final)
         fill = functools.partial(posixcopy.stage_whole, root=self.root, final=final, expected=expected)
         return await self._whole(final, reader, expected, progress, fill), final
+
+    async def stage_many(self, files: Sequence[SmallFile]) -> Sequence[tuple[TempFile, Path] | TierdError]:
+        """``stage`` for each file, all in one trip to the I/O pool; each file's staging or error.
+
+        A file whose bytes do not match is IntegrityError (nothing created for it).
+        """
+        finals = [self._path(file.relpath) for file in files]
+        for final in finals:
+            await self._remove_leftovers(final)
+        items = [(final, file.data, file.checksum) for final, file in zip(finals, files, strict=True)]
+        results = await uninterrupted(blocking(posixcopy.stage_files, self.root, items), undo=_discard_staged)
+        return [
+            self._staged_or_error(file, final, result)
+            for file, final, result in zip(files, finals, results, strict=True)
+        ]
+
+    def _staged_or_error(
+        self, file: SmallFile, final: Path, result: TempFile | posixcopy.Mismatch | OSError | None
+    ) -> tuple[TempFile, Path] | TierdError:
+        if isinstance(result, TempFile):
+            return result, final
+        if result is None:
+            return self._root_missing()
+        if isinstance(result, posixcopy.Mismatch):
+            return mismatch(str(final), file.checksum, result.actual, result.how)
+        return translate_oserror(result, "write", str(final))
 
     async def _whole(
         self,
@@ -540,6 +577,16 @@ def _open_regular(path: Path) -> tuple[int, int, int, bytes | None]:
         raise
     os.close(fd)
     return -1, st.st_size, st.st_dev, contents
+
+
+async def _discard_staged(results: Sequence[TempFile | Exception | None]) -> None:
+    """Remove what a staging trip created for a caller that was cancelled meanwhile."""
+    await blocking(_discard_temps, [result for result in results if isinstance(result, TempFile)])
+
+
+def _discard_temps(temps: Sequence[TempFile]) -> None:
+    for temp in temps:
+        temp.discard()
 
 
 def _pread(buf: memoryview, fd: int, offset: int) -> int:

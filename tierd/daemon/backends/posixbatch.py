@@ -4,7 +4,8 @@ An fsync per file costs a journal commit each, and a checkpoint of thousands of 
 files spends most of its hop waiting for them. A PosixBatch stages every file of one
 chunk or less (hashed and written under its temporary name, so nothing partial is ever
 visible) and commits them together: one ``syncfs`` of the tier's file system, then the
-renames, then one fsync per directory. Bigger files are written at once, as by
+renames, then one fsync per directory. ``write_whole`` stages a group of small files in one
+trip to the I/O pool. Bigger files are written at once, as by
 ``PosixBackend.write``. A batch is ``full`` at ``MAX_FILES`` files or ``MAX_BYTES``
 bytes, so a crash never loses more than that much copying.
 """
@@ -12,14 +13,16 @@ bytes, so a crash never loses more than that much copying.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends import posixcopy
-from tierd.daemon.backends.base import ObjectInfo, Progress, RangeReader, ResumeStore, WriteBatch
+from tierd.daemon.backends.base import ObjectInfo, Progress, RangeReader, ResumeStore, SmallFile, WriteBatch
 from tierd.daemon.backends.posixerrors import os_errors
 from tierd.daemon.backends.posixtemp import TempFile
+from tierd.errors import TierdError
 
 if TYPE_CHECKING:
     from tierd.daemon.backends.posix import PosixBackend
@@ -70,6 +73,32 @@ class PosixBatch(WriteBatch):
         self._staged[relpath] = (temp, final)
         self._bytes += reader.size
         return ObjectInfo(relpath, reader.size, expected_checksum, None, "stream")
+
+    async def write_whole(self, files: Sequence[SmallFile]) -> Sequence[ObjectInfo | TierdError]:
+        """Stage every file of one chunk in one trip (``PosixBackend.stage_many``).
+
+        On a ``readback`` tier, a file bigger than a chunk, or one staged already, goes
+        through ``write`` on its own.
+        """
+        backend = self.backend
+        if backend.readback:
+            return await super().write_whole(files)
+        together: list[SmallFile] = []
+        alone: list[SmallFile] = []
+        for file in files:
+            big = len(file.data) > backend.chunk_size
+            (alone if big or file.relpath in self._staged else together).append(file)
+        results: dict[str, ObjectInfo | TierdError] = {}
+        for file, staged in zip(together, await backend.stage_many(together), strict=True):
+            if isinstance(staged, TierdError):
+                results[file.relpath] = staged
+                continue
+            self._staged[file.relpath] = staged
+            self._bytes += len(file.data)
+            results[file.relpath] = ObjectInfo(file.relpath, len(file.data), file.checksum, None, "stream")
+        for file, result in zip(alone, await super().write_whole(alone), strict=True):
+            results[file.relpath] = result
+        return [results[file.relpath] for file in files]
 
     async def commit(self) -> list[str]:
         """syncfs, rename, fsync each directory; on failure the files are dropped and it raises."""

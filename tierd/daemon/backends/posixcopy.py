@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,6 +47,8 @@ __all__ = [
     "open_direct",
     "place_whole",
     "read_ahead",
+    "read_files",
+    "stage_files",
     "stage_whole",
 ]
 
@@ -148,6 +151,47 @@ def stage_whole(
     if temp is not None:
         temp.park()
     return temp
+
+
+def stage_files(
+    root: Path, files: Sequence[tuple[Path, bytes | bytearray, str]]
+) -> list[TempFile | Mismatch | OSError | None]:
+    """``stage_whole`` for each ``(final, bytes, expected)``, in order; each file's result or error.
+
+    None where the tier root is missing. A file that fails leaves nothing behind.
+    """
+    results: list[TempFile | Mismatch | OSError | None] = []
+    for final, data, expected in files:
+        try:
+            results.append(stage_whole(memoryview(data), None, root, final, expected))
+        except (Mismatch, OSError) as exc:
+            results.append(exc)
+    return results
+
+
+def read_files(paths: Sequence[Path]) -> list[bytes | OSError]:
+    """Each regular file whole, in order; the OSError of one that could not be read.
+
+    A file that is not regular reads as missing (ENOENT).
+    """
+    results: list[bytes | OSError] = []
+    for path in paths:
+        try:
+            results.append(_read_file(path))
+        except OSError as exc:
+            results.append(exc)
+    return results
+
+
+def _read_file(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileNotFoundError(errno.ENOENT, "not a regular file", str(path))
+        return os.pread(fd, st.st_size, 0)  # shorter if it shrank: the copy will say so
+    finally:
+        os.close(fd)
 
 
 def commit_staged(root: Path, staged: Sequence[tuple[TempFile, Path]]) -> None:

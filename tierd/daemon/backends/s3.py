@@ -48,6 +48,7 @@ from tierd.config import S3Tier
 from tierd.daemon import checksum
 from tierd.daemon.backends.base import (
     Backend,
+    BytesReader,
     Features,
     ObjectInfo,
     Progress,
@@ -150,10 +151,11 @@ class S3Backend(Backend):
     ) -> None:
         self.name, self.tier = tier.name, tier
         self.bucket, self.prefix = tier.bucket, tier.prefix
+        self.budget = budget or default_budget()
         self.settings = TransferSettings(
             part_size=int(tier.part_size),
             concurrency=requests_per_file(tier.concurrency),
-            budget=budget or default_budget(),
+            budget=self.budget,
             buffered_part_limit=buffered_part_limit,
             chunk_size=chunk_size,
             copy_part_size=copy_part_size,
@@ -336,16 +338,26 @@ class S3Backend(Backend):
         return await self._verify_written(relpath, expected_checksum, size)
 
     async def _put_small(self, key: str, reader: RangeReader, expected: str) -> PutAnswer:
-        """PutObject with the CRC64NVME (and Content-MD5 up to ``MD5_LIMIT``); what the answer vouches for."""
-        location = self.location_of_key(key)
+        """PutObject with the CRC64NVME (and Content-MD5 up to ``MD5_LIMIT``); what the answer vouches for.
+
+        A BytesReader's bytes go as they are: in memory already, and charged to the budget
+        by whoever read them.
+        """
+        if isinstance(reader, BytesReader):
+            return await self._put_buffer(key, memoryview(reader.data), expected)
         async with self.settings.budget.buffer(reader.size) as view:
-            await read_full(reader, 0, view, where=location)
-            actual = checksum.encode(await crc64(view))
-            if actual != expected:
-                raise mismatch(location, expected, actual, "source")
-            md5 = hashlib.md5(view, usedforsecurity=False).digest() if len(view) <= MD5_LIMIT else None
-            with s3_errors("put", location):
-                answer = await self._put(key, view, actual, md5)
+            await read_full(reader, 0, view, where=self.location_of_key(key))
+            return await self._put_buffer(key, view, expected)
+
+    async def _put_buffer(self, key: str, view: memoryview, expected: str) -> PutAnswer:
+        """PutObject of ``view`` once its CRC64NVME is the expected one (IntegrityError if not)."""
+        location = self.location_of_key(key)
+        actual = checksum.encode(await crc64(view))
+        if actual != expected:
+            raise mismatch(location, expected, actual, "source")
+        md5 = hashlib.md5(view, usedforsecurity=False).digest() if len(view) <= MD5_LIMIT else None
+        with s3_errors("put", location):
+            answer = await self._put(key, view, actual, md5)
         etag = str(answer.get("ETag", "")).strip('"')
         return PutAnswer(answer.get("ChecksumCRC64NVME"), md5 is not None and etag == md5.hex())
 

@@ -21,8 +21,7 @@ from awscrt import checksums
 
 from tierd.daemon import checksum
 from tierd.daemon.aio import blocking
-from tierd.daemon.backends.base import RangeReader
-from tierd.errors import IntegrityError
+from tierd.daemon.backends.base import read_full
 
 __all__ = [
     "DEFAULT_BUDGET_BYTES",
@@ -188,31 +187,21 @@ async def for_each(items: Iterable[T], fn: Callable[[T], Awaitable[None]], concu
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def read_full(reader: RangeReader, offset: int, view: memoryview, *, where: str) -> None:
-    """Fill ``view`` from ``offset``; IntegrityError if the source ends early."""
-    filled = 0
-    while filled < len(view):
-        n = await reader.read_into(offset + filled, view[filled:])
-        if n <= 0:
-            raise IntegrityError(
-                f"{where}: source ended at byte {offset + filled}, expected {len(view)} "
-                f"bytes from offset {offset} (did the file shrink?)"
-            )
-        filled += n
-
-
-async def uninterrupted(aw: Awaitable[T]) -> T:
+async def uninterrupted(aw: Awaitable[T], *, undo: Callable[[T], Awaitable[None]] | None = None) -> T:
     """Await ``aw``; if cancelled meanwhile, let it finish first, then re-raise.
 
     A thread doing ``pwrite`` on a file descriptor cannot be stopped; returning early
     would let the caller close the descriptor while the thread still writes to it (and
-    a reused descriptor number could point at another file).
+    a reused descriptor number could point at another file). ``undo(result)`` cleans up
+    after work that finished for a caller that was cancelled meanwhile.
     """
     task = asyncio.ensure_future(aw)
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         await asyncio.wait([task])
+        if undo is not None and not task.cancelled() and task.exception() is None:
+            await asyncio.shield(undo(task.result()))
         raise
 
 

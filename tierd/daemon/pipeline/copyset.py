@@ -9,7 +9,11 @@ durable if the batch staged it. Whatever is still staged when the copy fails or 
 cancelled is discarded (written again next time). A hop between tiers copies this way,
 and so will a restore.
 
-Ahead of the copy lanes, the source is told which small files come next
+Files up to ``GROUP_FILE_LIMIT`` go in groups of consecutive files
+(``FileCopier.copy_group``: read whole together, written or staged together, one lane and
+one tier slot per group), because a small file's cost is trips to the I/O pool and
+event-loop work, not bytes; a file its group could not copy is copied again on its own,
+with the retries. Ahead of the copy lanes, the source is told which small files come next
 (``Backend.prefetch``), so that from a cold page cache their reads queue up together rather
 than one lane's wait at a time.
 """
@@ -23,8 +27,28 @@ from tierd.daemon.backends.base import Backend, ObjectInfo, WriteBatch
 from tierd.daemon.backends.transfer import for_each
 from tierd.daemon.pipeline.records import FileSpec
 from tierd.daemon.pipeline.transfer import FileCopier
+from tierd.errors import TierdError
+from tierd.logs import get_logger
 
-__all__ = ["FileDone", "FileProgress", "Skip", "copy_checkpoint_files", "marker_last"]
+__all__ = [
+    "GROUP_BYTES",
+    "GROUP_FILES",
+    "GROUP_FILE_LIMIT",
+    "FileDone",
+    "FileProgress",
+    "Skip",
+    "copy_checkpoint_files",
+    "in_groups",
+    "marker_last",
+]
+
+log = get_logger(__name__)
+
+#: Files up to this size are copied in groups; a group holds at most ``GROUP_FILES`` files
+#: and ``GROUP_BYTES`` bytes (in memory at once, within the buffer budget).
+GROUP_FILE_LIMIT = 1024 * 1024
+GROUP_FILES = 64
+GROUP_BYTES = 4 * 1024 * 1024
 
 #: Files hinted to the source ahead of the copy lanes, a window at a time.
 READ_AHEAD_FILES = 128
@@ -72,24 +96,42 @@ async def copy_checkpoint_files(
             if (held := awaiting.pop(relpath, None)) is not None:
                 report(*held)
 
-    async def one(spec: FileSpec) -> None:
-        if skip is not None and await skip(spec):
-            report(spec, None)
-            return
-        info = await copier.copy(spec, counter(spec))
-        if not batch.holds(spec.relpath):
+    def settle(spec: FileSpec, info: ObjectInfo) -> None:
+        if batch.holds(spec.relpath):
+            awaiting[spec.relpath] = (spec, info)
+        else:
             report(spec, info)
+
+    async def one(spec: FileSpec, failed: TierdError | None = None) -> None:
+        if failed is None and skip is not None and await _skipped(skip, spec, report):
             return
-        awaiting[spec.relpath] = (spec, info)
+        settle(spec, await copier.copy(spec, counter(spec), failed=failed))
+
+    async def group(specs: Sequence[FileSpec]) -> None:
+        if skip is not None:
+            specs = [spec for spec in specs if not await _skipped(skip, spec, report)]
+        failures: list[tuple[FileSpec, TierdError]] = []
+        for spec, result in zip(specs, await copier.copy_group(specs), strict=True):
+            if isinstance(result, TierdError):
+                failures.append((spec, result))
+            else:
+                counter(spec)(spec.size)
+                settle(spec, result)
+        for spec, error in failures:  # tried again on its own
+            await one(spec, error)
+
+    async def unit(work: FileSpec | Sequence[FileSpec]) -> None:
+        await (one(work) if isinstance(work, FileSpec) else group(work))
         if batch.full:
             await commit()
 
     ordered = marker_last(files)
+    data = in_groups(ordered[:-1]) if copier.groups_small_files else ordered[:-1]
     hints: list[asyncio.Task[None]] = []
     try:
-        await for_each(_read_ahead(copier.src, ordered[:-1], hints), one, concurrency)
+        await for_each(_read_ahead(copier.src, data, hints), unit, concurrency)
         await commit()
-        await for_each(ordered[-1:], one, 1)  # the completion marker, once the data is durable
+        await for_each(ordered[-1:], unit, 1)  # the completion marker, once the data is durable
         await commit()
     finally:
         for hint in hints:
@@ -97,21 +139,54 @@ async def copy_checkpoint_files(
         await asyncio.shield(batch.discard())  # staged and never committed: written again next time
 
 
+def in_groups(files: Sequence[FileSpec]) -> list[FileSpec | tuple[FileSpec, ...]]:
+    """``files`` in order, runs of small ones gathered into groups (see ``GROUP_FILES``)."""
+    units: list[FileSpec | tuple[FileSpec, ...]] = []
+    current: list[FileSpec] = []
+    size = 0
+    for spec in files:
+        if spec.size > GROUP_FILE_LIMIT:
+            units.append(spec)
+            continue
+        if len(current) == GROUP_FILES or size + spec.size > GROUP_BYTES:
+            units.append(tuple(current))
+            current, size = [], 0
+        current.append(spec)
+        size += spec.size
+    if current:
+        units.append(tuple(current))
+    return units
+
+
+async def _skipped(skip: Skip, spec: FileSpec, report: FileDone) -> bool:
+    """Whether the destination holds ``spec`` already (then reported done, with no write)."""
+    if await skip(spec):
+        report(spec, None)
+        return True
+    return False
+
+
 def _read_ahead(
-    src: Backend, files: Sequence[FileSpec], hints: list[asyncio.Task[None]]
-) -> Iterator[FileSpec]:
-    """``files`` in order; at each window's start the source hears of the window after it."""
-    for index, spec in enumerate(files):
-        if index % READ_AHEAD_FILES == 0:
-            start = index + READ_AHEAD_FILES if index else 0
-            small = [
-                f.relpath
-                for f in files[start : index + 2 * READ_AHEAD_FILES]
-                if f.size <= READ_AHEAD_MAX_SIZE
-            ]
-            if small:
+    src: Backend, units: Sequence[FileSpec | Sequence[FileSpec]], hints: list[asyncio.Task[None]]
+) -> Iterator[FileSpec | Sequence[FileSpec]]:
+    """``units`` in order, the source told of the small files two windows ahead of the lanes.
+
+    It hears whenever a window or less of hinted files is left ahead of them.
+    """
+    files = [spec for work in units for spec in _specs(work)]
+    hinted = handed = 0  # files hinted to the source, files handed to the lanes
+    for work in units:
+        if hinted < len(files) and handed + READ_AHEAD_FILES >= hinted:  # a window or less left
+            window = files[hinted : handed + 2 * READ_AHEAD_FILES]
+            hinted += len(window)
+            if small := [f.relpath for f in window if f.size <= READ_AHEAD_MAX_SIZE]:
                 hints.append(asyncio.create_task(src.prefetch(small)))
-        yield spec
+        handed += len(_specs(work))
+        yield work
+
+
+def _specs(work: FileSpec | Sequence[FileSpec]) -> Sequence[FileSpec]:
+    return (work,) if isinstance(work, FileSpec) else work
 
 
 def _ignore(spec: FileSpec, info: ObjectInfo | None) -> None:

@@ -10,14 +10,22 @@ backoff for retryable errors.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tierd.daemon.backends.base import Backend, ObjectInfo, Progress, RangeReader, ResumeStore, WriteBatch
+from tierd.daemon.backends.base import (
+    Backend,
+    ObjectInfo,
+    Progress,
+    RangeReader,
+    ResumeStore,
+    SmallFile,
+    WriteBatch,
+)
 from tierd.daemon.pipeline.records import FileSpec
 from tierd.daemon.pipeline.retry import Backoff, should_retry
 from tierd.daemon.pipeline.throttle import PriorityPool, TokenBucket
-from tierd.errors import IntegrityError, NotFound
+from tierd.errors import IntegrityError, NotFound, TierdError
 from tierd.logs import get_logger
 
 __all__ = ["FileCopier", "ThrottledReader", "already_there", "confirm", "copy_file"]
@@ -75,9 +83,7 @@ async def copy_file(
         reader = await src.open_reader(spec.relpath)
         try:
             if reader.size != spec.size:
-                raise IntegrityError(
-                    f"{src.location(spec.relpath)}: size {reader.size} != {spec.size} recorded at first sight"
-                )
+                raise _size_changed(src, spec, reader.size)
             # Unwrapped without a cap, so a backend can see its own reader (a kernel-side copy).
             source = reader if bucket is None else ThrottledReader(reader, bucket, priority)
             writer = dst if batch is None else batch
@@ -145,13 +151,20 @@ class FileCopier:
     integrity_attempts: int
     batch: WriteBatch | None = None
 
-    async def copy(self, spec: FileSpec, progress: Callable[[int | None], None]) -> ObjectInfo:
+    async def copy(
+        self, spec: FileSpec, progress: Callable[[int | None], None], *, failed: TierdError | None = None
+    ) -> ObjectInfo:
         """Copy ``spec``; ``progress(n)`` counts bytes, ``progress(None)`` restarts the count.
 
-        Returns the verified write (staged until ``batch.commit()`` where ``batch.holds`` it).
-        Raises the last error once retries are exhausted or the error is not retryable.
+        ``failed`` is the error of the attempt a group made at this file: it counts as the
+        first try. Returns the verified write (staged until ``batch.commit()`` where
+        ``batch.holds`` it). Raises the last error once retries are exhausted or the error
+        is not retryable.
         """
         tries = integrity = 0
+        if failed is not None:
+            tries, integrity = 1, int(isinstance(failed, IntegrityError))
+            await self._retry_after(spec, failed, tries, integrity)
         while True:
             tries += 1
             progress(None)
@@ -170,12 +183,66 @@ class FileCopier:
                     )
             except Exception as exc:
                 integrity += isinstance(exc, IntegrityError)
-                if not should_retry(
-                    exc, tries, integrity, attempts=self.attempts, integrity=self.integrity_attempts
-                ):
-                    raise
-                delay = self.backoff.delay(tries - 1)
-                log.warning(
-                    "file_retry", tier=self.dst.name, relpath=spec.relpath, error=str(exc), delay=delay
+                await self._retry_after(spec, exc, tries, integrity)
+
+    async def _retry_after(self, spec: FileSpec, exc: Exception, tries: int, integrity: int) -> None:
+        """Wait out the backoff before the next try; raises ``exc`` when there is none."""
+        if not should_retry(exc, tries, integrity, attempts=self.attempts, integrity=self.integrity_attempts):
+            raise exc
+        delay = self.backoff.delay(tries - 1)
+        log.warning("file_retry", tier=self.dst.name, relpath=spec.relpath, error=str(exc), delay=delay)
+        await asyncio.sleep(delay)
+
+    @property
+    def groups_small_files(self) -> bool:
+        """Whether ``copy_group`` applies: not into a ``readback`` tier, nor server-side."""
+        return not self.readback and not (
+            self.dst.features.server_side_copy and self.dst.can_copy_from(self.src)
+        )
+
+    async def copy_group(self, specs: Sequence[FileSpec]) -> list[ObjectInfo | TierdError]:
+        """One attempt at copying small files together; each file's verified write or error.
+
+        Holds one tier slot, and the files' bytes in the budget, from the read to the
+        write. Returns in the order of ``specs``; a write may be staged as by ``copy``.
+        """
+        async with self.slots.hold(1, self.priority):
+            taken = await self.dst.budget.acquire(sum(spec.size for spec in specs))
+            try:
+                results = await self._read_and_write(specs)
+            finally:
+                self.dst.budget.release(taken)
+        for index, (spec, result) in enumerate(zip(specs, results, strict=True)):
+            if isinstance(result, ObjectInfo):
+                try:
+                    results[index] = await confirm(self.dst, spec, result, self.readback)
+                except TierdError as exc:
+                    results[index] = exc
+        log.debug("files_copied", tier=self.dst.name, files=len(specs), method="group")
+        return results
+
+    async def _read_and_write(self, specs: Sequence[FileSpec]) -> list[ObjectInfo | TierdError]:
+        """Read ``specs`` whole from the source and write them through the batch."""
+        read = await self.src.read_whole([spec.relpath for spec in specs])
+        results: list[ObjectInfo | TierdError | None] = []  # None: to be written
+        files: list[SmallFile] = []
+        for spec, data in zip(specs, read, strict=True):
+            if isinstance(data, TierdError):
+                results.append(data)
+            elif len(data) != spec.size:
+                where = self.src.location(spec.relpath)
+                results.append(
+                    IntegrityError(f"{where}: size {len(data)} != {spec.size} recorded at first sight")
                 )
-                await asyncio.sleep(delay)
+            else:
+                results.append(None)
+                files.append(SmallFile(spec.relpath, data, spec.checksum))
+        if self.bucket is not None and files:
+            await self.bucket.take(sum(len(file.data) for file in files), self.priority)
+        writer = self.batch if self.batch is not None else WriteBatch(self.dst)
+        written = iter(await writer.write_whole(files))
+        return [next(written) if result is None else result for result in results]
+
+
+def _size_changed(src: Backend, spec: FileSpec, size: int) -> IntegrityError:
+    return IntegrityError(f"{src.location(spec.relpath)}: size {size} != {spec.size} recorded at first sight")
