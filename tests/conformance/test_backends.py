@@ -8,7 +8,7 @@ import os
 import pytest
 
 from tests.conformance.harness import PART, CountingReader, Harness, crc, listed, read_back
-from tierd.daemon.backends import Backend, BytesReader, MemoryResumeStore, ObjectInfo, copy_object
+from tierd.daemon.backends import Backend, BytesReader, MemoryResumeStore, ObjectInfo, SmallFile, copy_object
 from tierd.errors import IntegrityError, NotFound, TransientBackendError
 
 MIB = 1024 * 1024
@@ -392,3 +392,42 @@ async def test_native_posix_write_is_verified_in_flight(harness: Harness) -> Non
     info = await write_bytes(backend, "s/t.bin", data)
     assert (info.verified_by, info.checksum) == ("stream", crc(data))
     assert await read_back(backend, "s/t.bin") == data
+
+
+async def test_read_whole_reads_each_file_or_says_why_not(backend: Backend) -> None:
+    files = {f"step/d{n % 2}/f{n}.bin": os.urandom(1000 * n) for n in range(5)}  # f0 is empty
+    for relpath, data in files.items():
+        await write_bytes(backend, relpath, data)
+    asked = [*files, "step/missing.bin", "step/d1/f1.bin"]
+    sizes = [*(len(data) for data in files.values()), 10, 999]  # the last one's size is wrong
+    buffer = bytearray(sum(sizes))
+    views, offset = [], 0
+    for size in sizes:
+        views.append(memoryview(buffer)[offset : offset + size])
+        offset += size
+    results = await backend.read_whole(asked, views)
+    assert results[: len(files)] == [None] * len(files)
+    assert [bytes(view) for view in views[: len(files)]] == list(files.values())
+    assert isinstance(results[-2], NotFound)
+    assert isinstance(results[-1], IntegrityError)
+    assert "999" in str(results[-1])
+
+
+async def test_write_whole_writes_each_file_and_refuses_a_bad_one(backend: Backend) -> None:
+    good = {f"step/d{n % 2}/f{n}.bin": os.urandom(500 * n) for n in range(4)}
+    bad = SmallFile("step/d0/bad.bin", os.urandom(700), crc(b"other bytes"))
+    files = [SmallFile(relpath, data, crc(data)) for relpath, data in good.items()]
+    files.insert(2, bad)
+    batch = backend.batch()
+    results = await batch.write_whole(files)
+    await batch.commit()
+    assert isinstance(results[2], IntegrityError)
+    written = [result for n, result in enumerate(results) if n != 2]
+    assert all(isinstance(info, ObjectInfo) and info.verified_by for info in written)
+    assert [info.checksum for info in written if isinstance(info, ObjectInfo)] == [
+        crc(data) for data in good.values()
+    ]
+    assert await listed(backend) == sorted(good)
+    for relpath, data in good.items():
+        assert await read_back(backend, relpath) == data
+    assert await backend.abort_stale_uploads(0) == 0  # no temp file or upload left for the bad one

@@ -167,7 +167,7 @@ class SmallFile:
     """A small file's bytes, read whole, with the checksum recorded at first sight."""
 
     relpath: str
-    data: bytes | bytearray
+    data: bytes | bytearray | memoryview
     checksum: str  # CRC64NVME expected, base64
 
 
@@ -261,27 +261,34 @@ class Backend(ABC):
         """A WriteBatch for the writes of one hop (by default each write stands alone)."""
         return WriteBatch(self)
 
-    async def read_whole(self, relpaths: Sequence[str]) -> Sequence[bytes | bytearray | TierdError]:
-        """Each object's bytes, in order; an object that could not be read is its error.
+    async def read_whole(
+        self, relpaths: Sequence[str], views: Sequence[memoryview]
+    ) -> Sequence[TierdError | None]:
+        """Read each small object whole into its view, which is exactly the size it should be.
 
-        For small objects (a group of them is read at once): NotFound when missing, else
-        Transient/PermanentBackendError. By default one after another, through
-        ``open_reader``.
+        Returns, in order, None for an object read or the error that stopped it:
+        IntegrityError when its size is not its view's, NotFound when missing, else
+        Transient/PermanentBackendError. By default one after another, through ``open_reader``.
         """
-        results: list[bytes | bytearray | TierdError] = []
-        for relpath in relpaths:
+        results: list[TierdError | None] = []
+        for relpath, view in zip(relpaths, views, strict=True):
             try:
-                reader = await self.open_reader(relpath)
-                try:
-                    data = bytearray(reader.size)
-                    await read_full(reader, 0, memoryview(data), where=self.location(relpath))
-                finally:
-                    await asyncio.shield(reader.close())
+                await self._read_into(relpath, view)
             except TierdError as exc:
                 results.append(exc)
             else:
-                results.append(data)
+                results.append(None)
         return results
+
+    async def _read_into(self, relpath: str, view: memoryview) -> None:
+        where = self.location(relpath)
+        reader = await self.open_reader(relpath)
+        try:
+            if reader.size != len(view):
+                raise IntegrityError(f"{where}: holds {reader.size} bytes, expected {len(view)}")
+            await read_full(reader, 0, view, where=where)
+        finally:
+            await asyncio.shield(reader.close())
 
     async def prefetch(self, relpaths: Sequence[str]) -> None:
         """Hint that these objects will be read soon (by default nothing); never raises."""

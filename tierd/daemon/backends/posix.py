@@ -218,13 +218,15 @@ class PosixBackend(Backend):
             fd, size, device, contents = await blocking(_open_regular, path)
         return PosixReader(fd, size, str(path), device, contents)
 
-    async def read_whole(self, relpaths: Sequence[str]) -> Sequence[bytes | bytearray | TierdError]:
-        """Each file whole, all in one trip to the I/O pool; NotFound for a missing one."""
+    async def read_whole(
+        self, relpaths: Sequence[str], views: Sequence[memoryview]
+    ) -> Sequence[TierdError | None]:
+        """Each file whole into its view, all in one trip to the I/O pool (see ``Backend``)."""
         paths = [self._path(relpath) for relpath in relpaths]
-        results = await blocking(posixcopy.read_files, paths)
+        sizes = await uninterrupted(blocking(posixcopy.read_files, paths, views))
         return [
-            translate_oserror(result, "read", str(path)) if isinstance(result, OSError) else result
-            for path, result in zip(paths, results, strict=True)
+            _read_error(str(path), size, len(view))
+            for path, size, view in zip(paths, sizes, views, strict=True)
         ]
 
     async def write(
@@ -577,6 +579,15 @@ def _open_regular(path: Path) -> tuple[int, int, int, bytes | None]:
         raise
     os.close(fd)
     return -1, st.st_size, st.st_dev, contents
+
+
+def _read_error(where: str, size: int | OSError, expected: int) -> TierdError | None:
+    """What ``posixcopy.read_files`` said of one file, as the error ``read_whole`` reports."""
+    if isinstance(size, OSError):
+        return translate_oserror(size, "read", where)
+    if size != expected:
+        return IntegrityError(f"{where}: holds {size} bytes, expected {expected}")
+    return None
 
 
 async def _discard_staged(results: Sequence[TempFile | Exception | None]) -> None:

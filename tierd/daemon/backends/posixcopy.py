@@ -154,7 +154,7 @@ def stage_whole(
 
 
 def stage_files(
-    root: Path, files: Sequence[tuple[Path, bytes | bytearray, str]]
+    root: Path, files: Sequence[tuple[Path, bytes | bytearray | memoryview, str]]
 ) -> list[TempFile | Mismatch | OSError | None]:
     """``stage_whole`` for each ``(final, bytes, expected)``, in order; each file's result or error.
 
@@ -169,27 +169,35 @@ def stage_files(
     return results
 
 
-def read_files(paths: Sequence[Path]) -> list[bytes | OSError]:
-    """Each regular file whole, in order; the OSError of one that could not be read.
+def read_files(paths: Sequence[Path], views: Sequence[memoryview]) -> list[int | OSError]:
+    """Read each regular file into its view, in order; each file's size, or its OSError.
 
-    A file that is not regular reads as missing (ENOENT).
+    A file is read only when its size is its view's (and a size that differs is returned);
+    one that ends before its view is full returns how far it got. A file that is not
+    regular reads as missing (ENOENT).
     """
-    results: list[bytes | OSError] = []
-    for path in paths:
+    results: list[int | OSError] = []
+    for path, view in zip(paths, views, strict=True):
         try:
-            results.append(_read_file(path))
+            results.append(_read_file(path, view))
         except OSError as exc:
             results.append(exc)
     return results
 
 
-def _read_file(path: Path) -> bytes:
+def _read_file(path: Path, view: memoryview) -> int:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise FileNotFoundError(errno.ENOENT, "not a regular file", str(path))
-        return os.pread(fd, st.st_size, 0)  # shorter if it shrank: the copy will say so
+        if st.st_size != len(view):
+            return st.st_size
+        try:
+            _pread_full(fd, view)
+        except SourceEnded as exc:
+            return exc.offset
+        return len(view)
     finally:
         os.close(fd)
 

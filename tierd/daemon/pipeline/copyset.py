@@ -48,7 +48,7 @@ log = get_logger(__name__)
 #: and ``GROUP_BYTES`` bytes (in memory at once, within the buffer budget).
 GROUP_FILE_LIMIT = 1024 * 1024
 GROUP_FILES = 64
-GROUP_BYTES = 4 * 1024 * 1024
+GROUP_BYTES = 2 * 1024 * 1024
 
 #: Files hinted to the source ahead of the copy lanes, a window at a time.
 READ_AHEAD_FILES = 128

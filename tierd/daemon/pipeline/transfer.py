@@ -203,15 +203,12 @@ class FileCopier:
     async def copy_group(self, specs: Sequence[FileSpec]) -> list[ObjectInfo | TierdError]:
         """One attempt at copying small files together; each file's verified write or error.
 
-        Holds one tier slot, and the files' bytes in the budget, from the read to the
-        write. Returns in the order of ``specs``; a write may be staged as by ``copy``.
+        Holds one tier slot, and a budgeted buffer with the files' bytes, from the read to
+        the write. Returns in the order of ``specs``; a write may be staged as by ``copy``.
         """
-        async with self.slots.hold(1, self.priority):
-            taken = await self.dst.budget.acquire(sum(spec.size for spec in specs))
-            try:
-                results = await self._read_and_write(specs)
-            finally:
-                self.dst.budget.release(taken)
+        size = _group_buffer_size(sum(spec.size for spec in specs))
+        async with self.slots.hold(1, self.priority), self.dst.budget.aligned(size) as buffer:
+            results = await self._read_and_write(specs, buffer)
         for index, (spec, result) in enumerate(zip(specs, results, strict=True)):
             if isinstance(result, ObjectInfo):
                 try:
@@ -221,27 +218,32 @@ class FileCopier:
         log.debug("files_copied", tier=self.dst.name, files=len(specs), method="group")
         return results
 
-    async def _read_and_write(self, specs: Sequence[FileSpec]) -> list[ObjectInfo | TierdError]:
-        """Read ``specs`` whole from the source and write them through the batch."""
-        read = await self.src.read_whole([spec.relpath for spec in specs])
-        results: list[ObjectInfo | TierdError | None] = []  # None: to be written
-        files: list[SmallFile] = []
-        for spec, data in zip(specs, read, strict=True):
-            if isinstance(data, TierdError):
-                results.append(data)
-            elif len(data) != spec.size:
-                where = self.src.location(spec.relpath)
-                results.append(
-                    IntegrityError(f"{where}: size {len(data)} != {spec.size} recorded at first sight")
-                )
-            else:
-                results.append(None)
-                files.append(SmallFile(spec.relpath, data, spec.checksum))
+    async def _read_and_write(
+        self, specs: Sequence[FileSpec], buffer: memoryview
+    ) -> list[ObjectInfo | TierdError]:
+        """Read ``specs`` whole into ``buffer``, one after another, and write them through the batch."""
+        views: list[memoryview] = []
+        offset = 0
+        for spec in specs:
+            views.append(buffer[offset : offset + spec.size])
+            offset += spec.size
+        read = await self.src.read_whole([spec.relpath for spec in specs], views)
+        results: list[ObjectInfo | TierdError | None] = list(read)  # None: to be written
+        files = [
+            SmallFile(spec.relpath, view, spec.checksum)
+            for spec, view, error in zip(specs, views, read, strict=True)
+            if error is None
+        ]
         if self.bucket is not None and files:
             await self.bucket.take(sum(len(file.data) for file in files), self.priority)
         writer = self.batch if self.batch is not None else WriteBatch(self.dst)
         written = iter(await writer.write_whole(files))
         return [next(written) if result is None else result for result in results]
+
+
+def _group_buffer_size(nbytes: int) -> int:
+    """A power of two of at least 64 KiB, so that groups' buffers are reused."""
+    return max(64 * 1024, 1 << max(0, nbytes - 1).bit_length())
 
 
 def _size_changed(src: Backend, spec: FileSpec, size: int) -> IntegrityError:
