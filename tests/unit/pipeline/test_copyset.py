@@ -370,7 +370,7 @@ async def test_the_source_hears_of_small_files_a_window_ahead(
     tmp_path: Path, dst: PosixBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(copyset, "READ_AHEAD_FILES", 4)
-    monkeypatch.setattr(copyset, "GROUP_FILES", 2)
+    monkeypatch.setattr(copyset, "GROUP_FILE_LIMIT", 0)  # groups are never hinted
     monkeypatch.setattr(copyset, "READ_AHEAD_MAX_SIZE", 105)  # f5 and up count as big: never hinted
     (tmp_path / "src").mkdir()
     src = HintedPosix(PosixTier(name="src", kind="posix", path=tmp_path / "src"), chunk_size=CHUNK)
@@ -386,6 +386,16 @@ async def test_the_source_hears_of_small_files_a_window_ahead(
     ]
     assert src.hints == [hint for hint in expected if hint]
     assert MARKER not in {r for hint in src.hints for r in hint}
+    assert visible(dst.root) == files
+
+
+async def test_grouped_files_are_not_hinted(tmp_path: Path, dst: PosixBackend) -> None:
+    (tmp_path / "src").mkdir()
+    src = HintedPosix(PosixTier(name="src", kind="posix", path=tmp_path / "src"), chunk_size=CHUNK)
+    files = await put_files(src, 10)
+    batch = RecordingBatch(dst)
+    await copy_checkpoint_files(copier_for(src, dst, batch), batch, specs_of(files), concurrency=2)
+    assert src.hints == []
     assert visible(dst.root) == files
 
 

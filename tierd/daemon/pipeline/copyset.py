@@ -13,9 +13,9 @@ Files up to ``GROUP_FILE_LIMIT`` go in groups of consecutive files
 (``FileCopier.copy_group``: read whole together, written or staged together, one lane and
 one tier slot per group), because a small file's cost is trips to the I/O pool and
 event-loop work, not bytes; a file its group could not copy is copied again on its own,
-with the retries. Ahead of the copy lanes, the source is told which small files come next
-(``Backend.prefetch``), so that from a cold page cache their reads queue up together rather
-than one lane's wait at a time.
+with the retries. Ahead of the copy lanes, the source is told which other small files come
+next (``Backend.prefetch``), so that from a cold page cache their reads queue up together
+rather than one lane's wait at a time.
 """
 
 from __future__ import annotations
@@ -169,24 +169,22 @@ async def _skipped(skip: Skip, spec: FileSpec, report: FileDone) -> bool:
 def _read_ahead(
     src: Backend, units: Sequence[FileSpec | Sequence[FileSpec]], hints: list[asyncio.Task[None]]
 ) -> Iterator[FileSpec | Sequence[FileSpec]]:
-    """``units`` in order, the source told of the small files two windows ahead of the lanes.
+    """``units`` in order, the source told of the small lone files two windows ahead of the lanes.
 
-    It hears whenever a window or less of hinted files is left ahead of them.
+    It hears whenever a window or less of hinted files is left ahead of them. Groups are
+    not hinted: a group reads its files in one trip, and hinting them cost more than it
+    saved (an extra open per file).
     """
-    files = [spec for work in units for spec in _specs(work)]
-    hinted = handed = 0  # files hinted to the source, files handed to the lanes
+    files = [work for work in units if isinstance(work, FileSpec)]
+    hinted = handed = 0  # lone files hinted to the source, and handed to the lanes
     for work in units:
         if hinted < len(files) and handed + READ_AHEAD_FILES >= hinted:  # a window or less left
             window = files[hinted : handed + 2 * READ_AHEAD_FILES]
             hinted += len(window)
             if small := [f.relpath for f in window if f.size <= READ_AHEAD_MAX_SIZE]:
                 hints.append(asyncio.create_task(src.prefetch(small)))
-        handed += len(_specs(work))
+        handed += isinstance(work, FileSpec)
         yield work
-
-
-def _specs(work: FileSpec | Sequence[FileSpec]) -> Sequence[FileSpec]:
-    return (work,) if isinstance(work, FileSpec) else work
 
 
 def _ignore(spec: FileSpec, info: ObjectInfo | None) -> None:
