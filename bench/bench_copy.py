@@ -45,6 +45,7 @@ from tierd.config import PosixTier
 from tierd.daemon.backends import posixbatch
 from tierd.daemon.backends.posix import CHUNKS_PER_FILE
 from tierd.daemon.backends.transfer import MIB
+from tierd.daemon.pipeline import copyset
 from tierd.daemon.pipeline.options import PipelineOptions
 
 TIME_GOAL = 1.1
@@ -121,7 +122,9 @@ def _tierd_path() -> str:
         f"python -m tierd run: PipelineService hop nvme -> pfs (posix, concurrency {pfs.concurrency} files "
         f"x {CHUNKS_PER_FILE} chunks, verify {pfs.verify}, {budget} MiB buffer budget; big files in "
         "reused aligned buffers written with O_DIRECT (copy_file_range where the tier refuses O_DIRECT), "
-        f"small files committed in batches of up to {posixbatch.MAX_FILES})"
+        f"files up to {copyset.GROUP_FILE_LIMIT // MIB} MiB in groups of up to {copyset.GROUP_FILES} files "
+        f"(read in one trip, staged in one trip), small files committed in batches of up to "
+        f"{posixbatch.MAX_FILES})"
     )
 
 

@@ -68,6 +68,7 @@ from tierd.daemon.backends.posixerrors import os_errors, translate_oserror
 from tierd.daemon.backends.posixtemp import (
     TEMP_MARK,
     TempFile,
+    discard_all,
     fsync_dir,
     is_temp_name,
     remove_abandoned,
@@ -592,12 +593,7 @@ def _read_error(where: str, size: int | OSError, expected: int) -> TierdError | 
 
 async def _discard_staged(results: Sequence[TempFile | Exception | None]) -> None:
     """Remove what a staging trip created for a caller that was cancelled meanwhile."""
-    await blocking(_discard_temps, [result for result in results if isinstance(result, TempFile)])
-
-
-def _discard_temps(temps: Sequence[TempFile]) -> None:
-    for temp in temps:
-        temp.discard()
+    await blocking(discard_all, [result for result in results if isinstance(result, TempFile)])
 
 
 def _pread(buf: memoryview, fd: int, offset: int) -> int:

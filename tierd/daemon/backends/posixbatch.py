@@ -21,7 +21,7 @@ from tierd.daemon.aio import blocking
 from tierd.daemon.backends import posixcopy
 from tierd.daemon.backends.base import ObjectInfo, Progress, RangeReader, ResumeStore, SmallFile, WriteBatch
 from tierd.daemon.backends.posixerrors import os_errors
-from tierd.daemon.backends.posixtemp import TempFile
+from tierd.daemon.backends.posixtemp import TempFile, discard_all
 from tierd.errors import TierdError
 
 if TYPE_CHECKING:
@@ -78,7 +78,9 @@ class PosixBatch(WriteBatch):
         """Stage every file of one chunk in one trip (``PosixBackend.stage_many``).
 
         On a ``readback`` tier, a file bigger than a chunk, or one staged already, goes
-        through ``write`` on its own.
+        through ``write`` on its own, which takes buffers from the budget: the pipeline's
+        groups never send those (no groups into ``readback`` tiers; grouped files are at
+        most 1 MiB, a chunk 8 MiB).
         """
         backend = self.backend
         if backend.readback:
@@ -111,7 +113,7 @@ class PosixBatch(WriteBatch):
                 with os_errors("commit staged files under", str(self.backend.root)):
                     await blocking(posixcopy.commit_staged, self.backend.root, list(staged.values()))
             except BaseException:
-                await asyncio.shield(blocking(_discard, list(staged.values())))
+                await asyncio.shield(blocking(discard_all, [temp for temp, _ in staged.values()]))
                 raise
             finally:
                 self._committing = {}
@@ -121,9 +123,4 @@ class PosixBatch(WriteBatch):
         """Remove every staged temporary file."""
         staged, self._staged, self._bytes = self._staged, {}, 0
         if staged:
-            await blocking(_discard, list(staged.values()))
-
-
-def _discard(staged: list[tuple[TempFile, Path]]) -> None:
-    for temp, _ in staged:
-        temp.discard()
+            await blocking(discard_all, [temp for temp, _ in staged.values()])

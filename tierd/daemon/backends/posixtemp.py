@@ -21,7 +21,7 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from contextlib import suppress
 from pathlib import Path
 
@@ -31,6 +31,7 @@ __all__ = [
     "ABANDONED_UNLOCKED",
     "TEMP_MARK",
     "TempFile",
+    "discard_all",
     "fsync_dir",
     "is_temp_name",
     "remove_abandoned",
@@ -140,6 +141,12 @@ class TempFile:
         self._forget()
         with suppress(OSError):
             self._close()
+
+
+def discard_all(temps: Iterable[TempFile]) -> None:
+    """``TempFile.discard`` each one (best effort)."""
+    for temp in temps:
+        temp.discard()
 
 
 def _try_lock(fd: int) -> bool | None:
