@@ -54,6 +54,7 @@ __all__ = [
     "WriteBatch",
     "check_prefix",
     "check_relpath",
+    "copies_server_side",
     "copy_object",
     "read_full",
 ]
@@ -367,6 +368,11 @@ class WriteBatch:
         """Drop every staged file (best effort, never raises)."""
 
 
+def copies_server_side(src: Backend, dst: Backend) -> bool:
+    """Whether a copy from ``src`` into ``dst`` goes server-side (``dst.copy_from``)."""
+    return dst.features.server_side_copy and dst.can_copy_from(src)
+
+
 async def copy_object(
     src: Backend,
     src_relpath: str,
@@ -383,7 +389,7 @@ async def copy_object(
     match ``expected_checksum`` (nothing is left under the destination name), and the
     backends' Transient/PermanentBackendError.
     """
-    if dst.features.server_side_copy and dst.can_copy_from(src):
+    if copies_server_side(src, dst):
         info = await dst.copy_from(src, src_relpath, dst_relpath, expected_checksum)
         if progress is not None:
             progress(info.size)

@@ -21,6 +21,7 @@ from tierd.daemon.backends.base import (
     ResumeStore,
     SmallFile,
     WriteBatch,
+    copies_server_side,
 )
 from tierd.daemon.pipeline.records import FileSpec
 from tierd.daemon.pipeline.retry import Backoff, should_retry
@@ -74,7 +75,7 @@ async def copy_file(
     changed or a store corrupted them), NotFound when the source is missing, and the
     backends' Transient/PermanentBackendError.
     """
-    if dst.features.server_side_copy and dst.can_copy_from(src):
+    if copies_server_side(src, dst):
         method = "server-side"
         info = await dst.copy_from(src, spec.relpath, spec.relpath, spec.checksum)
         progress(info.size)
@@ -83,7 +84,9 @@ async def copy_file(
         reader = await src.open_reader(spec.relpath)
         try:
             if reader.size != spec.size:
-                raise _size_changed(src, spec, reader.size)
+                raise IntegrityError(
+                    f"{src.location(spec.relpath)}: size {reader.size} != {spec.size} recorded at first sight"
+                )
             # Unwrapped without a cap, so a backend can see its own reader (a kernel-side copy).
             source = reader if bucket is None else ThrottledReader(reader, bucket, priority)
             writer = dst if batch is None else batch
@@ -196,9 +199,7 @@ class FileCopier:
     @property
     def groups_small_files(self) -> bool:
         """Whether ``copy_group`` applies: not into a ``readback`` tier, nor server-side."""
-        return not self.readback and not (
-            self.dst.features.server_side_copy and self.dst.can_copy_from(self.src)
-        )
+        return not self.readback and not copies_server_side(self.src, self.dst)
 
     async def copy_group(self, specs: Sequence[FileSpec]) -> list[ObjectInfo | TierdError]:
         """One attempt at copying small files together; each file's verified write or error.
@@ -244,7 +245,3 @@ class FileCopier:
 def _group_buffer_size(nbytes: int) -> int:
     """A power of two of at least 64 KiB, so that groups' buffers are reused."""
     return max(64 * 1024, 1 << max(0, nbytes - 1).bit_length())
-
-
-def _size_changed(src: Backend, spec: FileSpec, size: int) -> IntegrityError:
-    return IntegrityError(f"{src.location(spec.relpath)}: size {size} != {spec.size} recorded at first sight")
