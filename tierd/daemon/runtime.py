@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -61,6 +62,10 @@ class Daemon:
             for service in self.services:
                 await service.start()
                 self._started.append(service)
+            # What start-up made (modules, the app, settings) lives as long as the process. Out
+            # of the collector's sight, a full collection no longer walks its 150,000 objects
+            # while every I/O thread waits for the GIL (two took 0.18 s of a 1.3 s hop).
+            gc.freeze()
             sdnotify.notify(f"READY=1\nSTATUS=serving on {self.config.api.host}:{self.api.port}")
             log.info("ready", version=__version__, node=self.config.node, port=self.api.port)
             async with _watchdog():
