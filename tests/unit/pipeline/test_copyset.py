@@ -34,6 +34,7 @@ from tierd.daemon.backends import (
     posixcopy,
 )
 from tierd.daemon.backends.base import Progress, RangeReader, ResumeStore, SmallFile
+from tierd.daemon.backends.fstype import is_local
 from tierd.daemon.backends.posix import is_temp_name
 from tierd.daemon.pipeline import copyset
 from tierd.daemon.pipeline.copyset import copy_checkpoint_files, marker_last
@@ -389,14 +390,73 @@ async def test_the_source_hears_of_small_files_a_window_ahead(
     assert visible(dst.root) == files
 
 
-async def test_grouped_files_are_not_hinted(tmp_path: Path, dst: PosixBackend) -> None:
+async def test_grouped_files_are_not_hinted_while_groups_have_every_lane(
+    tmp_path: Path, dst: PosixBackend
+) -> None:
     (tmp_path / "src").mkdir()
     src = HintedPosix(PosixTier(name="src", kind="posix", path=tmp_path / "src"), chunk_size=CHUNK)
     files = await put_files(src, 10)
     batch = RecordingBatch(dst)
+    assert copyset.LOCAL_GROUP_LANES >= 2  # so two lanes are every lane even between local tiers
     await copy_checkpoint_files(copier_for(src, dst, batch), batch, specs_of(files), concurrency=2)
     assert src.hints == []
     assert visible(dst.root) == files
+
+
+class LocalHintedPosix(HintedPosix):
+    async def local_disk(self) -> bool:
+        return True
+
+
+class CountingPosix(PosixBackend):
+    """A POSIX destination that counts the groups it is staging at once."""
+
+    def __init__(self, *args: Any, local: bool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.local = local
+        self.staging = self.most = 0
+
+    async def local_disk(self) -> bool:
+        return self.local
+
+    async def stage_many(self, files: Sequence[SmallFile]) -> Sequence[tuple[Any, Path] | TierdError]:
+        self.staging += 1
+        self.most = max(self.most, self.staging)
+        try:
+            await asyncio.sleep(0.01)  # long enough for every lane to arrive
+            return await super().stage_many(files)
+        finally:
+            self.staging -= 1
+
+
+@pytest.mark.parametrize("local", [True, False])
+async def test_groups_between_local_tiers_run_on_a_few_lanes_with_their_reads_hinted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local: bool
+) -> None:
+    monkeypatch.setattr(copyset, "GROUP_FILES", 2)
+    monkeypatch.setattr(copyset, "LOCAL_GROUP_LANES", 2)
+    (tmp_path / "src").mkdir()
+    src = LocalHintedPosix(PosixTier(name="src", kind="posix", path=tmp_path / "src"), chunk_size=CHUNK)
+    dst = CountingPosix(
+        PosixTier(name="dst", kind="posix", path=tmp_path / "dst"), chunk_size=CHUNK, local=local
+    )
+    (tmp_path / "dst").mkdir()
+    files = await put_files(src, 40)
+    batch = RecordingBatch(dst)
+    specs = specs_of(files)
+    await copy_checkpoint_files(copier_for(src, dst, batch, concurrency=8), batch, specs, concurrency=8)
+    hinted = [relpath for hint in src.hints for relpath in hint]
+    if local:
+        assert dst.most == 2
+        assert sorted(hinted) == sorted(set(files) - {MARKER})  # each data file once, the marker never
+    else:  # an object store or a parallel file system: lanes hide round trips
+        assert dst.most == 8
+        assert hinted == []
+    assert visible(dst.root) == files
+
+
+async def test_a_posix_tier_knows_whether_its_file_system_is_local(dst: PosixBackend) -> None:
+    assert await dst.local_disk() == is_local(dst.root)
 
 
 async def test_read_ahead_skips_what_it_cannot_open(tmp_path: Path) -> None:

@@ -295,6 +295,13 @@ class Backend(ABC):
         """Hint that these objects will be read soon (by default nothing); never raises."""
         return None
 
+    async def local_disk(self) -> bool:
+        """Whether the tier is a file system of this node's own disks (by default not); never raises.
+
+        Small files cost such a tier CPU rather than round trips (see ``copyset``).
+        """
+        return False
+
     def can_copy_from(self, src: Backend) -> bool:
         """Whether ``copy_from(src, ...)`` can copy without streaming the bytes."""
         return False

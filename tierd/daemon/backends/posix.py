@@ -48,7 +48,7 @@ from typing import TypeVar
 from tierd.config import PosixTier
 from tierd.daemon import checksum
 from tierd.daemon.aio import blocking
-from tierd.daemon.backends import posixcopy
+from tierd.daemon.backends import fstype, posixcopy
 from tierd.daemon.backends.base import (
     Backend,
     Features,
@@ -360,6 +360,14 @@ class PosixBackend(Backend):
         """
         paths = [self._path(relpath) for relpath in relpaths]
         await blocking(posixcopy.read_ahead, paths)
+
+    async def local_disk(self) -> bool:
+        """Whether the root is on one of this node's own file systems (``fstype``).
+
+        Looked up each time (a stat and ``/proc/self/mountinfo``): a root that is not mounted
+        yet shows the file system beneath it.
+        """
+        return await blocking(fstype.is_local, self.root)
 
     async def _remove_leftovers(self, final: Path) -> None:
         """Remove abandoned temporary files of ``final``'s name (best effort, never raises)."""
