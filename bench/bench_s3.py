@@ -33,6 +33,7 @@ Goals: ratio <= 1.0 both ways, peak RSS of tierd's process under 200 MB.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import shutil
@@ -310,6 +311,7 @@ async def _restore(spec: dict[str, Any]) -> dict[str, Any]:
             raise RuntimeError(f"{file.relpath}: not verified ({info})")
         verified[info.verified_by] += 1
 
+    gc.freeze()  # as the daemon does once it has started (tierd.daemon.runtime)
     started, before = time.perf_counter(), os.times()
     await copy_checkpoint_files(copier, batch, files, concurrency=posix_tier.concurrency, done=done)
     seconds, after = time.perf_counter() - started, os.times()
