@@ -433,7 +433,8 @@ def check_relpath(relpath: str) -> str:
         raise ValueError(f"not a relative path: {relpath!r}")
     if relpath.startswith("/") or "\x00" in relpath:
         raise ValueError(f"not a relative path: {relpath!r}")
-    if any(part in ("", ".", "..") for part in relpath.split("/")):
+    parts = relpath.split("/")
+    if "" in parts or "." in parts or ".." in parts:
         raise ValueError(f"path has empty, '.' or '..' components: {relpath!r}")
     return relpath
 
