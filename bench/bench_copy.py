@@ -123,8 +123,9 @@ def _tierd_path() -> str:
         f"x {CHUNKS_PER_FILE} chunks, verify {pfs.verify}, {budget} MiB buffer budget; big files in "
         "reused aligned buffers written with O_DIRECT (copy_file_range where the tier refuses O_DIRECT), "
         f"files up to {copyset.GROUP_FILE_LIMIT // MIB} MiB in groups of up to {copyset.GROUP_FILES} files "
-        f"(read in one trip, staged in one trip), small files committed in batches of up to "
-        f"{posixbatch.MAX_FILES})"
+        f"(read in one trip, staged in one trip; between local file systems at most "
+        f"{copyset.LOCAL_GROUP_LANES} groups at once, their reads announced ahead with POSIX_FADV_WILLNEED), "
+        f"small files committed in batches of up to {posixbatch.MAX_FILES})"
     )
 
 
