@@ -66,6 +66,18 @@ async def test_a_small_object_is_read_with_one_get(backend: S3Backend) -> None:
     assert calls.take() == Counter({"GetObject": 1})
 
 
+async def test_a_group_of_small_objects_is_read_with_one_get_each(backend: S3Backend) -> None:
+    files = {f"g/f{n}.bin": os.urandom(2000 + n) for n in range(4)}
+    files["g/big.bin"] = os.urandom(OPEN_RANGE + 10)  # past what one lean GET takes: a reader
+    for relpath, data in files.items():
+        await backend.write(relpath, BytesReader(data), expected_checksum=crc(data))
+    views = [memoryview(bytearray(len(data))) for data in files.values()]
+    calls = await counted(backend)
+    assert await backend.read_whole(list(files), views) == [None] * len(files)
+    assert [bytes(view) for view in views] == list(files.values())
+    assert calls.take() == Counter({"GetObject": len(files) + 1})  # the big one: opening GET + the rest
+
+
 async def test_reads_use_the_opening_get_and_range_the_rest(backend: S3Backend) -> None:
     data = os.urandom(3 * MIB + 17)
     await backend.write("big.bin", BytesReader(data), expected_checksum=crc(data))
