@@ -282,6 +282,7 @@ class Backend(ABC):
         return results
 
     async def _read_into(self, relpath: str, view: memoryview) -> None:
+        """One object of ``read_whole`` into its view, through ``open_reader`` (a store may go faster)."""
         where = self.location(relpath)
         reader = await self.open_reader(relpath)
         try:

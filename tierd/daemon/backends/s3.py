@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -301,24 +301,14 @@ class S3Backend(Backend):
             body.close()
         return self._opened(client, relpath, response, first if got == len(first) else first[:got])
 
-    async def read_whole(
-        self, relpaths: Sequence[str], views: Sequence[memoryview]
-    ) -> Sequence[TierdError | None]:
-        """Each small object into its view with one GET, no reader in between (see ``Backend``).
+    async def _read_into(self, relpath: str, view: memoryview) -> None:
+        """One small object of ``read_whole`` into its view with one GET, no reader in between.
 
-        Objects the lean path cannot fetch (a bucket botocore has not shown yet, an empty or a
-        big object, an answer it hands back) go through ``open_reader``, one after another.
+        An object the lean path cannot fetch (a bucket botocore has not shown yet, an empty
+        or a big object, an answer it hands back) goes through ``open_reader``.
         """
-        results: list[TierdError | None] = []
-        for relpath, view in zip(relpaths, views, strict=True):
-            try:
-                if not await self._get_whole(relpath, view):
-                    await self._read_into(relpath, view)
-            except TierdError as exc:
-                results.append(exc)
-            else:
-                results.append(None)
-        return results
+        if not await self._get_whole(relpath, view):
+            await super()._read_into(relpath, view)
 
     async def _get_whole(self, relpath: str, view: memoryview) -> bool:
         """One lean GET of the object into ``view``; False where it must be read another way.
