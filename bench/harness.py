@@ -593,7 +593,8 @@ def _process_cpu(pid: int) -> Cpu:
 
 
 #: The daemon's log events that start, finish and fail a hop, as they appear in its JSON lines.
-_HOP_EVENTS = (b'"hop_started"', b'"replica_verified"', b'"replica_failed"')
+_STARTED, _VERIFIED, _FAILED = b'"hop_started"', b'"replica_verified"', b'"replica_failed"'
+_HOP_EVENTS = (_STARTED, _VERIFIED, _FAILED)
 
 
 def _wait_verified(
@@ -612,15 +613,17 @@ def _wait_verified(
     with log.open("rb") as lines:
         while True:
             *complete, partial = (partial + lines.read()).split(b"\n")
-            events.update(event for line in complete for event in _HOP_EVENTS if event in line)
-            if cpu_start is None and _HOP_EVENTS[0] in events:
+            events.update(
+                event for line in complete for event in (_STARTED, _VERIFIED, _FAILED) if event in line
+            )
+            if cpu_start is None and _STARTED in events:
                 cpu_start = _process_cpu(proc.pid)
-            if _HOP_EVENTS[1] in events and _state(db, checkpoint_id, tier)[0] == "verified":
+            if _VERIFIED in events and _state(db, checkpoint_id, tier)[0] == "verified":
                 cpu_end = _process_cpu(proc.pid)
                 peak = vm_hwm_bytes(proc.pid)
                 assert peak is not None, "the daemon exited before its peak RSS was read"
                 return peak, None if cpu_start is None else cpu_end - cpu_start
-            if _HOP_EVENTS[2] in events or proc.poll() is not None or time.monotonic() > deadline:
+            if _FAILED in events or proc.poll() is not None or time.monotonic() > deadline:
                 state, error = _state(db, checkpoint_id, tier)
                 tail = log.read_text(errors="replace")[-3000:]
                 raise RuntimeError(f"hop to {tier} ended {state} ({error}); daemon log:\n{tail}")

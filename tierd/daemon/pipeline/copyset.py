@@ -61,9 +61,10 @@ GROUP_FILE_LIMIT = 1024 * 1024
 GROUP_FILES = 64
 GROUP_BYTES = 2 * 1024 * 1024
 
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
 #: Groups in flight at once between two local file systems: one more than the cores, and
 #: never more than 4 (the GIL runs the Python half of every file one thread at a time).
-LOCAL_GROUP_LANES = min(4, len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else 3)
+LOCAL_GROUP_LANES = min(4, _CORES + 1)
 
 #: Files hinted to the source ahead of the copy lanes, a window at a time.
 READ_AHEAD_FILES = 128
@@ -154,7 +155,7 @@ async def copy_checkpoint_files(
 
     async def run(stream: tuple[Sequence[FileSpec | Sequence[FileSpec]], int, bool]) -> None:
         units, lanes, hinted = stream
-        await for_each(_read_ahead(copier.src, units, hints, hinted), unit, lanes)
+        await for_each(_read_ahead(copier.src, units, hints) if hinted else units, unit, lanes)
 
     try:
         await for_each(streams, run, len(streams))
@@ -202,20 +203,14 @@ async def _group_lanes(copier: FileCopier, concurrency: int) -> int:
 
 
 def _read_ahead(
-    src: Backend,
-    units: Sequence[FileSpec | Sequence[FileSpec]],
-    hints: list[asyncio.Task[None]],
-    hinted: bool = True,
+    src: Backend, units: Sequence[FileSpec | Sequence[FileSpec]], hints: list[asyncio.Task[None]]
 ) -> Iterator[FileSpec | Sequence[FileSpec]]:
-    """``units`` in order; if ``hinted``, the source told of their small files two windows ahead.
+    """``units`` in order, the source told of their small files two windows ahead of the lanes.
 
     It hears whenever a window or less of hinted files is left ahead of the lanes. A group
     reads its files in one trip, and with all its lanes hinting its files cost more than it
     saved (an extra open per file); on a few lanes the hints are what queues reads up.
     """
-    if not hinted:
-        yield from units
-        return
     files = [spec for work in units for spec in _files_of(work)]
     told = handed = 0  # files hinted to the source, and handed to the lanes
     for work in units:
