@@ -4,7 +4,8 @@ Reads open with one GET and no HeadObject. A small upload is verified by the Put
 answer: the checksum where the store reports it there (moto), else an ETag that is the
 MD5 of the bytes sent with their Content-MD5 (rclone); past ``MD5_LIMIT``, or with an ETag
 that is not the MD5, by a HeadObject. A read-back hashes ranges in parallel, pinned to
-one ETag. Counts include the lean requests of ``s3lean``.
+one ETag. Counts include the lean requests of ``s3lean`` and the pipelined GETs of
+``s3pipeline``.
 """
 
 from __future__ import annotations
@@ -71,10 +72,12 @@ async def test_a_group_of_small_objects_is_read_with_one_get_each(backend: S3Bac
     files["g/big.bin"] = os.urandom(OPEN_RANGE + 10)  # past what one lean GET takes: a reader
     for relpath, data in files.items():
         await backend.write(relpath, BytesReader(data), expected_checksum=crc(data))
-    views = [memoryview(bytearray(len(data))) for data in files.values()]
     calls = await counted(backend)
-    assert await backend.read_whole(list(files), views) == [None] * len(files)
-    assert [bytes(view) for view in views] == list(files.values())
+    for _ in range(2):  # moto's first group finds that it cannot be pipelined (test_s3_pipeline)
+        calls.take()
+        views = [memoryview(bytearray(len(data))) for data in files.values()]
+        assert await backend.read_whole(list(files), views) == [None] * len(files)
+        assert [bytes(view) for view in views] == list(files.values())
     assert calls.take() == Counter({"GetObject": len(files) + 1})  # the big one: opening GET + the rest
 
 

@@ -271,15 +271,15 @@ class Backend(ABC):
         IntegrityError when its size is not its view's, NotFound when missing, else
         Transient/PermanentBackendError. By default one after another, through ``open_reader``.
         """
-        results: list[TierdError | None] = []
-        for relpath, view in zip(relpaths, views, strict=True):
-            try:
-                await self._read_into(relpath, view)
-            except TierdError as exc:
-                results.append(exc)
-            else:
-                results.append(None)
-        return results
+        return [await self._read_one(relpath, view) for relpath, view in zip(relpaths, views, strict=True)]
+
+    async def _read_one(self, relpath: str, view: memoryview) -> TierdError | None:
+        """``_read_into``, its error returned instead of raised."""
+        try:
+            await self._read_into(relpath, view)
+        except TierdError as exc:
+            return exc
+        return None
 
     async def _read_into(self, relpath: str, view: memoryview) -> None:
         """One object of ``read_whole`` into its view, through ``open_reader`` (a store may go faster)."""

@@ -26,7 +26,8 @@ back. AWS validates the checksums we send; a store that merely echoes them (moto
 bytes sent -- choose ``verify: readback`` for such stores.
 
 Small objects' PutObject, HeadObject and opening GET skip botocore's per-request work
-once the bucket's endpoint is known (``s3lean``).
+once the bucket's endpoint is known (``s3lean``), and a group of small objects is read
+with its GETs pipelined on one connection (``s3pipeline``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -63,6 +64,7 @@ from tierd.daemon.backends.s3client import USER_AGENT, cache_endpoints, fast_ses
 from tierd.daemon.backends.s3errors import range_not_satisfiable, s3_errors
 from tierd.daemon.backends.s3lean import LeanRequests
 from tierd.daemon.backends.s3multipart import MAX_PART, Multipart
+from tierd.daemon.backends.s3pipeline import PipelinedGets
 from tierd.daemon.backends.s3reads import BodyReader, RangeGet, content_range_total, hash_ranges
 from tierd.daemon.backends.transfer import MIB, ByteBudget, crc64, default_budget, read_full
 from tierd.errors import IntegrityError, NotFound, TierdError, TransientBackendError
@@ -83,6 +85,8 @@ HASH_CHUNK = 1 * MIB
 # What open_reader's GET asks for: a small object whole; held in memory while the reader is open.
 OPEN_RANGE = 256 * 1024
 MAX_POOL = 512
+CONNECT_TIMEOUT = 10
+READ_TIMEOUT = 120
 # Up to this size a PutObject carries a Content-MD5: MD5 costs less than the HeadObject it spares.
 MD5_LIMIT = 256 * 1024
 
@@ -172,6 +176,7 @@ class S3Backend(Backend):
         self._stack: AsyncExitStack | None = None
         self._client: S3Client | None = None
         self._lean: LeanRequests | None = None
+        self._pipeline: PipelinedGets | None = None
         self._client_lock = asyncio.Lock()
         self._active_uploads: set[str] = set()  # UploadIds this backend is writing to now
 
@@ -183,8 +188,8 @@ class S3Backend(Backend):
             response_checksum_validation="when_required",
             retries={"mode": "standard", "max_attempts": 3},
             max_pool_connections=pool_size(self.tier.concurrency),
-            connect_timeout=10,
-            read_timeout=120,
+            connect_timeout=CONNECT_TIMEOUT,
+            read_timeout=READ_TIMEOUT,
             tcp_keepalive=True,
             user_agent=USER_AGENT,
         )
@@ -199,12 +204,17 @@ class S3Backend(Backend):
                         self._session.client(
                             "s3",
                             endpoint_url=self.tier.endpoint_url,
-                            verify=self.tier.verify_tls,
+                            # None, not True: botocore then honours AWS_CA_BUNDLE and ca_bundle
+                            verify=None if self.tier.verify_tls else False,
                             config=self._boto_config(),
                         )
                     )
                 cache_endpoints(self._client)
                 self._lean = LeanRequests.attach(self._client)
+                if self._lean is not None:
+                    self._pipeline = PipelinedGets(
+                        self._lean, connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT
+                    )
                 self._stack = stack
             return self._client
 
@@ -214,6 +224,11 @@ class S3Backend(Backend):
         client.meta.events.register("before-call.s3", lambda model, **_: callback(model.name))
         if self._lean is not None:
             self._lean.observers.append(callback)
+
+    @property
+    def pipeline(self) -> PipelinedGets | None:
+        """Pipelined GETs of small objects, once the client is open and allows them."""
+        return self._pipeline
 
     def _lean_for(self) -> LeanRequests | None:
         """The lean way to this bucket, once botocore has shown where it is."""
@@ -300,6 +315,35 @@ class S3Backend(Backend):
         finally:
             body.close()
         return self._opened(client, relpath, response, first if got == len(first) else first[:got])
+
+    async def read_whole(
+        self, relpaths: Sequence[str], views: Sequence[memoryview]
+    ) -> Sequence[TierdError | None]:
+        """Small objects with their GETs pipelined (``s3pipeline``); what that leaves, one by one."""
+        filled = await self._pipelined(relpaths, views)
+        return [
+            None if done else await self._read_one(relpath, view)
+            for relpath, view, done in zip(relpaths, views, filled, strict=True)
+        ]
+
+    async def _pipelined(self, relpaths: Sequence[str], views: Sequence[memoryview]) -> Sequence[bool]:
+        """Which objects a pipelined read filled: those of 1 byte to ``OPEN_RANGE``, two or more."""
+        filled = [False] * len(views)
+        pipeline = self._pipeline if self._lean_for() is not None else None
+        wanted = [index for index, view in enumerate(views) if 0 < len(view) <= OPEN_RANGE]
+        if pipeline is None or len(wanted) < 2:
+            return filled
+        try:
+            with s3_errors("read", self.location(relpaths[wanted[0]])):
+                got = await pipeline.get(
+                    self.bucket, [self._key(relpaths[i]) for i in wanted], [views[i] for i in wanted]
+                )
+        except TierdError as exc:  # e.g. no credentials: each object's own read reports it
+            log.debug("pipelined_read_failed", tier=self.name, error=str(exc))
+            return filled
+        for index, done in zip(wanted, got, strict=True):
+            filled[index] = done
+        return filled
 
     async def _read_into(self, relpath: str, view: memoryview) -> None:
         """One small object of ``read_whole`` into its view with one GET, no reader in between.
@@ -545,6 +589,9 @@ class S3Backend(Backend):
     async def close(self) -> None:
         """Close the client's connections."""
         stack, self._stack, self._client = self._stack, None, None
+        if self._pipeline is not None:
+            self._pipeline.close()
+            self._pipeline = None
         if stack is not None:
             await stack.aclose()
 

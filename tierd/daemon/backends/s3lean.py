@@ -43,7 +43,7 @@ from tierd.daemon.backends.s3errors import translate
 from tierd.errors import TransientBackendError
 from tierd.logs import get_logger
 
-__all__ = ["LeanRequests", "Route", "object_path"]
+__all__ = ["LeanRequests", "Prepared", "Route", "object_path"]
 
 log = get_logger(__name__)
 
@@ -110,6 +110,15 @@ def sign(
 
 
 @dataclass(frozen=True)
+class Prepared:
+    """A signed request: where it goes and its headers."""
+
+    origin: str  # scheme://netloc
+    path: str  # encoded, as signed
+    headers: list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
 class Answer:
     """A store's answer: status, headers (case-insensitive) and body."""
 
@@ -128,6 +137,11 @@ class LeanRequests:
         self._outputs = {name: model.operation_model(name).output_shape for name in OPERATIONS}
         self._routes: dict[str, Route] = {}
         self.observers: list[Callable[[str], None]] = []
+
+    @property
+    def http_session(self) -> Any:
+        """The client's aiobotocore HTTP session."""
+        return self._http
 
     @classmethod
     def attach(cls, client: Any) -> LeanRequests | None:
@@ -203,6 +217,26 @@ class LeanRequests:
         fields["ContentLength"] = len(answer.body)
         return fields, answer.body
 
+    async def prepare(
+        self, operation: str, bucket: str, key: str, method: str, headers: list[tuple[str, str]]
+    ) -> Prepared | None:
+        """The signed request; None while the bucket's route is unknown (its sender calls ``sent``)."""
+        route = self._routes.get(bucket)
+        if route is None:
+            return None
+        path = route.base_path + object_path(key)
+        credentials = await self._credentials.get_frozen_credentials()
+        signed = sign(method, route, path, headers, credentials)
+        if route.user_agent:
+            signed.append(("User-Agent", route.user_agent))  # never signed, as botocore does not
+        return Prepared(route.origin, path, signed)
+
+    def sent(self, operation: str, count: int = 1) -> None:
+        """Tell the observers that ``count`` requests of ``operation`` are on their way."""
+        for observe in self.observers:
+            for _ in range(count):
+                observe(operation)
+
     async def _send(
         self,
         operation: str,
@@ -221,18 +255,12 @@ class LeanRequests:
         longer than ``limit`` (a store ignoring a Range). Raises the ClientError botocore
         would raise for a definite 4xx.
         """
-        route = self._routes.get(bucket)
-        if route is None:
+        request = await self.prepare(operation, bucket, key, method, headers)
+        if request is None:
             return None
-        path = route.base_path + object_path(key)
-        credentials = await self._credentials.get_frozen_credentials()
-        signed = sign(method, route, path, headers, credentials)
-        if route.user_agent:
-            signed.append(("User-Agent", route.user_agent))  # never signed, as botocore does not
-        for observe in self.observers:
-            observe(operation)
+        self.sent(operation)
         try:
-            answer = await self._exchange(method, route.origin + path, signed, body, limit)
+            answer = await self._exchange(method, request.origin + request.path, request.headers, body, limit)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:  # botocore's retries take over
             log.debug("lean_request_failed", operation=operation, bucket=bucket, error=repr(exc))
             return None
