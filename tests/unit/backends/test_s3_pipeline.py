@@ -342,6 +342,27 @@ async def test_a_stalled_store_hands_everything_back_without_retrying(store: Sto
     pipeline.close()
 
 
+async def test_a_slow_store_that_keeps_answering_is_waited_for(store: Store) -> None:
+    async def slowly(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(4):
+            await reader.readuntil(b"\r\n\r\n")
+        for key in ("k0", "k1", "k2", "k3"):
+            await asyncio.sleep(0.1)  # each answer well within the timeout, all of them past it
+            writer.write(answer(store.objects[key]))
+        await reader.read()
+        writer.close()
+
+    server = await asyncio.start_server(slowly, "127.0.0.1", 0)
+    async with server:
+        slow = Store(store.objects, origin=f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        pipeline, _ = pipeline_to(slow, read_timeout=0.25)
+        filled, got = await get_all(pipeline, slow, ["k0", "k1", "k2", "k3"])
+        assert filled == [True] * 4
+        assert got == [store.objects[key] for key in ("k0", "k1", "k2", "k3")]
+        pipeline.close()
+        server.close()
+
+
 async def test_a_store_that_closes_after_every_answer_is_not_pipelined_to_again(store: Store) -> None:
     store.script = lambda key, nth, connection: answer(store.objects[key], extra="Connection: close\r\n")
     pipeline, lean = pipeline_to(store)

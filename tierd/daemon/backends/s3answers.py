@@ -65,7 +65,7 @@ class AnswerParser:
         self._direct = False
         if self._start == self._end:
             self._start = self._end = 0
-        elif self._end == len(self._scratch):
+        elif len(self._scratch) - self._end < DIRECT:  # little room left: move the unread bytes down
             kept = self._end - self._start
             self._scratch[:kept] = self._scratch[self._start : self._end]
             self._start, self._end = 0, kept

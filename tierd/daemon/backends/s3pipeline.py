@@ -53,6 +53,8 @@ class _Link(asyncio.BufferedProtocol):
         self._read_timeout = read_timeout
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._heard = 0.0  # when bytes last came
+        self._loop = asyncio.get_running_loop()
         self._idle = memoryview(bytearray(1))
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -68,11 +70,9 @@ class _Link(asyncio.BufferedProtocol):
             self._drop()  # unasked-for bytes: the connection cannot be trusted
             return
         parser.feed(nbytes)
+        self._heard = self._loop.time()
         if parser.done:
             self._wake()
-        elif self._timer is not None:
-            self._timer.cancel()
-            self._timer = self._arm()
 
     def eof_received(self) -> bool:
         self._drop()
@@ -88,8 +88,9 @@ class _Link(asyncio.BufferedProtocol):
         if self.lost:
             return
         self.parser = parser
-        self._waiter = asyncio.get_running_loop().create_future()
-        self._timer = self._arm()
+        self._waiter = self._loop.create_future()
+        self._heard = self._loop.time()
+        self._timer = self._loop.call_later(self._read_timeout, self._check)
         try:
             self.transport.write(requests)
             await self._waiter
@@ -103,12 +104,14 @@ class _Link(asyncio.BufferedProtocol):
         """Close the connection."""
         self._drop()
 
-    def _arm(self) -> asyncio.TimerHandle:
-        return asyncio.get_running_loop().call_later(self._read_timeout, self._stalled)
-
-    def _stalled(self) -> None:
-        self._timer = None
-        self._drop()
+    def _check(self) -> None:
+        """Drop the connection if nothing came for ``read_timeout``, else look again then."""
+        quiet = self._loop.time() - self._heard
+        if quiet >= self._read_timeout:
+            self._timer = None
+            self._drop()
+        else:
+            self._timer = self._loop.call_later(self._read_timeout - quiet, self._check)
 
     def _stop_timer(self) -> None:
         if self._timer is not None:
