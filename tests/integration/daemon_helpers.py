@@ -26,6 +26,7 @@ from tierd.daemon.catalog.models import (
     Checkpoint,
     File,
     Job,
+    JobFileDone,
     Replica,
     ReplicaState,
     Run,
@@ -99,6 +100,13 @@ def states(db: Database, checkpoint_id: int) -> dict[str, str]:
 def all_jobs(db: Database) -> list[Job]:
     with db.read_session() as s:
         return list(s.scalars(select(Job).order_by(Job.id)))
+
+
+def done_files(db: Database, job_id: int) -> set[str]:
+    """The files a job has recorded as finished."""
+    query = select(File.relpath).join(JobFileDone, JobFileDone.file_id == File.id)
+    with db.read_session() as s:
+        return set(s.scalars(query.where(JobFileDone.job_id == job_id)))
 
 
 def audit(db: Database) -> list[AuditEvent]:

@@ -23,6 +23,7 @@ from tests.integration.daemon_helpers import (
     all_jobs,
     audit,
     config_dict,
+    done_files,
     record_checkpoint,
     replicas,
     states,
@@ -208,7 +209,7 @@ def test_kill_9_while_small_files_are_staged(tmp_path: Path) -> None:
         shown = _posix_files(tmp_path / "pfs")[0]
         assert all(expected.get(k) == v for k, v in shown.items()), "partial file visible"
         [job] = all_jobs(db)
-        recorded_done = set((job.detail or {}).get("done", []))
+        recorded_done = done_files(db, job.id)
         assert recorded_done <= set(shown), "a file recorded done before its batch was committed"
         assert 0 < len(recorded_done) <= len(shown) < len(expected)
         daemon.start()
@@ -221,4 +222,4 @@ def test_kill_9_while_small_files_are_staged(tmp_path: Path) -> None:
 
 def _some_done(db: Database) -> bool:
     """The running job has recorded finished files (and is not finished)."""
-    return any(job.state == "running" and (job.detail or {}).get("done") for job in all_jobs(db))
+    return any(job.state == "running" and done_files(db, job.id) for job in all_jobs(db))

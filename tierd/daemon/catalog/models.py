@@ -33,6 +33,7 @@ __all__ = [
     "CheckpointState",
     "File",
     "Job",
+    "JobFileDone",
     "Upload",
     "UploadPart",
     "JobKind",
@@ -221,6 +222,21 @@ class Job(Base):
     detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+
+class JobFileDone(Base):
+    """A file a copy job has finished: committed on its destination, never to be copied again.
+
+    A row per file, added as files finish, so that recording progress costs what is new,
+    not the whole list again. Removed with the job's end, or with the file's row.
+    """
+
+    __tablename__ = "job_files_done"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    file_id: Mapped[int] = mapped_column(
+        ForeignKey("files.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
 
 
 class AuditEvent(Base):

@@ -7,12 +7,13 @@ False or None and the worker stops.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.db import Database
@@ -21,6 +22,7 @@ from tierd.daemon.catalog.models import (
     Checkpoint,
     File,
     Job,
+    JobFileDone,
     JobState,
     Replica,
     ReplicaState,
@@ -63,6 +65,7 @@ class HopPlan:
     path: str
     files: tuple[FileSpec, ...]
     done: frozenset[str]
+    file_ids: Mapping[str, int] = field(default_factory=dict)  # the catalog's row of each file
 
     @property
     def total_bytes(self) -> int:
@@ -96,6 +99,7 @@ def start_hop(db: Database, claim: Claim, owner: str, tiers: Sequence[str]) -> H
             return None
         if ckpt is None:
             _close(job, JobState.CANCELLED, "checkpoint is gone")
+            _forget_done(session, job)
             return None
         rows = {r.tier: r for r in session.scalars(select(Replica).where(Replica.checkpoint_id == ckpt.id))}
         states = [rows[t].state if t in rows else None for t in tiers]
@@ -103,13 +107,22 @@ def start_hop(db: Database, claim: Claim, owner: str, tiers: Sequence[str]) -> H
         src = choose_source(states, tiers.index(claim.dst_tier)) if claim.dst_tier in tiers else None
         if src is None or dst is None or dst.state == ReplicaState.VERIFIED.value or dst.state in GONE:
             _close(job, JobState.CANCELLED, "no verified source tier, or nothing left to copy")
+            _forget_done(session, job)
             return None
         job.src_tier = tiers[src]
         dst.state, dst.error = ReplicaState.COPYING.value, None
-        files = session.scalars(select(File).where(File.checkpoint_id == ckpt.id).order_by(File.relpath))
+        query = select(File).where(File.checkpoint_id == ckpt.id).order_by(File.relpath)
+        files = list(session.scalars(query))
         specs = tuple(FileSpec(f.relpath, f.size, f.checksum, f.mtime_ns) for f in files)
-        done = frozenset((job.detail or {}).get("done", []))
-        return HopPlan(claim, tiers[src], ckpt.path, specs, done)
+        ids = {f.relpath: f.id for f in files}
+        return HopPlan(claim, tiers[src], ckpt.path, specs, _done(session, job, ids), ids)
+
+
+def _done(session: Session, job: Job, ids: Mapping[str, int]) -> frozenset[str]:
+    """The files an earlier attempt of ``job`` finished."""
+    recorded = set(session.scalars(select(JobFileDone.file_id).where(JobFileDone.job_id == job.id)))
+    legacy = (job.detail or {}).get("done", [])  # recorded before catalog revision 0003
+    return frozenset(relpath for relpath, file_id in ids.items() if file_id in recorded).union(legacy)
 
 
 def save_progress(
@@ -117,22 +130,42 @@ def save_progress(
     claim: Claim,
     owner: str,
     bytes_done: int,
-    done: Sequence[str],
+    finished: Sequence[int],
     *,
     lease_seconds: float | None = None,
 ) -> bool:
-    """Record bytes copied and files finished, renewing the lease when asked; False if lost."""
+    """Record bytes copied and the files (by id) finished since, renewing the lease when asked.
+
+    Files already recorded are ignored. False if the lease is lost.
+    """
     with db.session() as session:
         job = _owned(session, claim, owner)
         if job is None:
             return False
-        job.detail = {**(job.detail or {}), "done": sorted(done)}
+        if finished:
+            rows = [{"job_id": job.id, "file_id": file_id} for file_id in finished]
+            session.execute(_insert_ignoring_known(session), rows)
+        if not (job.detail or {}).get("resumable"):
+            job.detail = {**(job.detail or {}), "resumable": True}  # a later attempt looks before copying
         if lease_seconds is not None:
             job.lease_expires_at = utcnow() + timedelta(seconds=lease_seconds)
         replica = _replica(session, claim.checkpoint_id, claim.dst_tier)
         if replica is not None and replica.state == ReplicaState.COPYING.value:
             replica.bytes_done = bytes_done
         return True
+
+
+def _insert_ignoring_known(session: Session) -> Any:
+    """INSERT into ``job_files_done`` that skips rows already there."""
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    return dialect.insert(JobFileDone).on_conflict_do_nothing()
+
+
+def _forget_done(session: Session, job: Job) -> None:
+    """Drop the job's record of finished files (it will not run again)."""
+    session.execute(delete(JobFileDone).where(JobFileDone.job_id == job.id))
+    if "done" in (job.detail or {}):
+        job.detail = {k: v for k, v in job.detail.items() if k != "done"}
 
 
 def mark_verified(db: Database, plan: HopPlan, owner: str, location: str, seconds: float) -> bool:
@@ -147,6 +180,7 @@ def mark_verified(db: Database, plan: HopPlan, owner: str, location: str, second
         replica.state, replica.error, replica.verified_at = ReplicaState.VERIFIED.value, None, now
         replica.location, replica.bytes_done = location, plan.total_bytes
         _close(job, JobState.DONE, None)
+        _forget_done(session, job)
         forget_uploads(session, claim.checkpoint_id, claim.dst_tier)
         detail = {
             "source": plan.src_tier,
@@ -193,6 +227,7 @@ def cancel(db: Database, claim: Claim, owner: str, why: str) -> bool:
         if job is None:
             return False
         _close(job, JobState.CANCELLED, why)
+        _forget_done(session, job)
         return True
 
 

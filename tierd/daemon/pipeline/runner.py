@@ -67,6 +67,8 @@ class _Progress:
         self.finished = 0
         self.inflight: dict[str, int] = {}
         self.done: set[str] = set()
+        self.order: list[str] = []  # ``done`` in the order files finished
+        self.saved = 0  # how many of ``order`` the catalog has
 
     def counter(self, relpath: str, size: int) -> Callable[[int | None], None]:
         def count(nbytes: int | None) -> None:
@@ -83,6 +85,7 @@ class _Progress:
         self.inflight.pop(spec.relpath, None)
         self.finished += spec.size
         self.done.add(spec.relpath)
+        self.order.append(spec.relpath)
 
     @property
     def total(self) -> int:
@@ -108,6 +111,7 @@ class HopRunner:
         self.limits, self.options, self.owner, self.claim = limits, options, owner, claim
         self.metrics = metrics
         self.progress = _Progress()
+        self.file_ids: Mapping[str, int] = {}
         self.lost = False
 
     @property
@@ -121,6 +125,7 @@ class HopRunner:
         plan = await blocking(records.start_hop, self.db, self.claim, self.owner, names)
         if plan is None:
             return "cancelled"
+        self.file_ids = plan.file_ids
         log.info(
             "hop_started", checkpoint=self.claim.checkpoint_id, src=plan.src_tier, dst=self.claim.dst_tier
         )
@@ -165,7 +170,8 @@ class HopRunner:
             integrity_attempts=self.options.integrity_attempts,
             batch=batch,
         )
-        resumed = "done" in self.claim.detail or bool(plan.done)
+        detail = self.claim.detail
+        resumed = bool(detail.get("resumable")) or "done" in detail or bool(plan.done)
 
         async def skip(spec: FileSpec) -> bool:
             return await already_there(dst, spec, spec.relpath in plan.done)
@@ -208,15 +214,22 @@ class HopRunner:
                 last_renew = time.monotonic()
 
     async def _save(self, *, lease: bool) -> bool:
-        return await blocking(
+        """Record progress: the bytes, and the files finished since the last save."""
+        progress = self.progress
+        upto = len(progress.order)
+        finished = [self.file_ids[r] for r in progress.order[progress.saved : upto] if r in self.file_ids]
+        saved = await blocking(
             records.save_progress,
             self.db,
             self.claim,
             self.owner,
-            self.progress.total,
-            sorted(self.progress.done),
+            progress.total,
+            finished,
             lease_seconds=self.options.lease_seconds if lease else None,
         )
+        if saved:
+            progress.saved = max(progress.saved, upto)
+        return saved
 
     async def _release(self) -> None:
         """Shutdown: keep what was done, hand the job back to the queue."""
