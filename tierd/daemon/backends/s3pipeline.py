@@ -5,19 +5,18 @@ bytes. Even on ``s3lean``'s path, each GET costs the event loop a send system ca
 wake-up of the store and aiohttp's handling of one answer. ``PipelinedGets`` signs a
 group's GETs (``LeanRequests.prepare``) and writes them in one go on one keep-alive
 connection. HTTP/1.1 returns the answers in request order, so they can be read in big
-reads straight into the objects' views (``s3answers``). On loopback against rclone this
-takes a quarter of the CPU and half the time of one lean GET after another.
-
-An object comes back unfilled, for the caller to read the lean or botocore way (which also
-reports its error), when:
-
-- its answer is not plain (an error, another size, a body that cannot be framed);
-- its connection dropped, stalled or closed before answering, twice.
+reads straight into the objects' views (``s3answers``). On loopback against rclone, 3,000
+objects of 34 KiB on 16 lanes took 0.17 s of CPU and 0.34 s, against 0.68 s and 0.79 s
+with one lean GET after another.
 
 GETs are idempotent, so the requests a dropped connection left unanswered are sent again
-on a new one (RFC 9112, 9.3.2). A connection that answered nothing is not tried again.
-The caller checks every object's bytes against its recorded checksum, so even a store that
-mixed up answers could not have a wrong copy accepted.
+on a new one (RFC 9112, 9.3.2), up to ``CONNECTIONS_PER_GROUP`` connections a group, and
+only while each new connection answers something. An object comes back unfilled, for the
+caller to read the lean or botocore way (which also reports its error), when its answer
+is not plain (an error, another size, a body that cannot be framed) or no connection
+answered it. A store whose first answer on a new connection says ``Connection: close``
+is not pipelined to again. The caller checks every object's bytes against its recorded
+checksum, so even a store that mixed up answers could not have a wrong copy accepted.
 
 Connections are this module's own (with the TLS context of the client's aiohttp
 connector): up to ``IDLE_LIMIT`` are kept open between groups.
