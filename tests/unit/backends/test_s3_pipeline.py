@@ -22,7 +22,7 @@ import trustme
 from tests.conformance.harness import crc
 from tests.fixtures.net import free_port
 from tests.fixtures.s3servers import S3Server, TlsFiles, start_rclone
-from tierd.daemon.backends import BytesReader, S3Backend
+from tierd.daemon.backends import BytesReader, S3Backend, s3pipeline
 from tierd.daemon.backends.s3answers import DIRECT, HEAD_LIMIT, SKIP_LIMIT, AnswerParser
 from tierd.daemon.backends.s3lean import LeanRequests, Prepared
 from tierd.daemon.backends.s3pipeline import PipelinedGets
@@ -339,6 +339,25 @@ async def test_a_stalled_store_hands_everything_back_without_retrying(store: Sto
     filled, _ = await asyncio.wait_for(get_all(pipeline, store, ["k0", "k1", "k2"]), 5)
     assert filled == [False, False, False]
     assert store.connections == 1
+    pipeline.close()
+
+
+async def test_a_store_that_takes_only_the_first_request_is_left_alone_for_a_while(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(s3pipeline, "STALL_PAUSE", 0.5)
+    store.script = lambda key, nth, connection: STALL if nth > 0 else b""  # a proxy that cannot pipeline
+    pipeline, lean = pipeline_to(store, read_timeout=0.2)
+    filled, got = await asyncio.wait_for(get_all(pipeline, store, ["k0", "k1", "k2"]), 5)
+    assert filled == [True, False, False]
+    assert got[0] == store.objects["k0"]
+    assert store.connections == 1  # no second connection for a store that stalls
+    sent = lean.sent_count
+    assert (await get_all(pipeline, store, ["k0", "k1"]))[0] == [False, False]
+    assert (lean.sent_count, store.connections) == (sent, 1)  # not even tried
+    await asyncio.sleep(0.6)
+    store.script = None
+    assert (await get_all(pipeline, store, ["k0", "k1"]))[0] == [True, True]  # the pause is over
     pipeline.close()
 
 

@@ -87,6 +87,8 @@ OPEN_RANGE = 256 * 1024
 MAX_POOL = 512
 CONNECT_TIMEOUT = 10
 READ_TIMEOUT = 120
+# A pipelined group with nothing coming back for this long is handed to single GETs.
+PIPELINE_STALL = 10
 # Up to this size a PutObject carries a Content-MD5: MD5 costs less than the HeadObject it spares.
 MD5_LIMIT = 256 * 1024
 
@@ -213,7 +215,7 @@ class S3Backend(Backend):
                 self._lean = LeanRequests.attach(self._client)
                 if self._lean is not None:
                     self._pipeline = PipelinedGets(
-                        self._lean, connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT
+                        self._lean, connect_timeout=CONNECT_TIMEOUT, read_timeout=PIPELINE_STALL
                     )
                 self._stack = stack
             return self._client

@@ -15,8 +15,11 @@ only while each new connection answers something. An object comes back unfilled,
 caller to read the lean or botocore way (which also reports its error), when its answer
 is not plain (an error, another size, a body that cannot be framed) or no connection
 answered it. A store whose first answer on a new connection says ``Connection: close``
-is not pipelined to again. The caller checks every object's bytes against its recorded
-checksum, so even a store that mixed up answers could not have a wrong copy accepted.
+is not pipelined to again; one that stops answering in the middle of a group (a proxy
+that takes only the first request) is not for ``STALL_PAUSE``. The stall timeout is
+short (``PIPELINE_STALL`` in ``s3``): a healthy store answers a group within moments.
+The caller checks every object's bytes against its recorded checksum, so even a store
+that mixed up answers could not have a wrong copy accepted.
 
 Connections are this module's own (with the TLS context of the client's aiohttp
 connector): up to ``IDLE_LIMIT`` are kept open between groups.
@@ -25,7 +28,9 @@ connector): up to ``IDLE_LIMIT`` are kept open between groups.
 from __future__ import annotations
 
 import asyncio
+import math
 import ssl
+import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -40,6 +45,9 @@ log = get_logger(__name__)
 
 IDLE_LIMIT = 16
 CONNECTIONS_PER_GROUP = 3
+#: A store that stops answering a pipelined group (as some proxies do after the first
+#: request) is read one GET at a time for this long.
+STALL_PAUSE = 600.0
 
 
 class _Link(asyncio.BufferedProtocol):
@@ -49,6 +57,7 @@ class _Link(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.parser: AnswerParser | None = None
         self.lost = False  # closed, or received what nothing asked for
+        self.stalled = False  # dropped because nothing came for ``read_timeout``
         self._read_timeout = read_timeout
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -108,6 +117,7 @@ class _Link(asyncio.BufferedProtocol):
         quiet = self._loop.time() - self._heard
         if quiet >= self._read_timeout:
             self._timer = None
+            self.stalled = True
             self._drop()
         else:
             self._timer = self._loop.call_later(self._read_timeout - quiet, self._check)
@@ -135,7 +145,7 @@ class PipelinedGets:
         self._lean = lean
         self._connect_timeout, self._read_timeout = connect_timeout, read_timeout
         self._idle: dict[str, list[_Link]] = {}
-        self._refused: set[str] = set()  # origins that close the connection after each answer
+        self._refused: dict[str, float] = {}  # origin -> until when it is not pipelined to
         self._tls: ssl.SSLContext | None = None
         self._tls_known = False
 
@@ -159,9 +169,11 @@ class PipelinedGets:
             if parser.reusable:
                 self._keep(origin, link)
             if not reused and parser.closed and parser.answered == 1 < len(pending):
-                self._refuse(origin)  # it closes after every answer: pipelining cannot help
+                self._refuse(origin, "the store closes the connection after each answer", math.inf)
+            elif link.stalled:
+                self._refuse(origin, "the store stopped answering a pipelined group", STALL_PAUSE)
             pending = pending[parser.answered :]
-            if not pending or origin in self._refused or (parser.answered == 0 and not reused):
+            if not pending or self._refusing(origin) or (parser.answered == 0 and not reused):
                 break
         if pending:
             log.debug("pipelined_gets_unanswered", bucket=bucket, objects=len(pending))
@@ -175,7 +187,7 @@ class PipelinedGets:
         for key, view in zip(keys, views, strict=True):
             whole = [("Range", f"bytes=0-{len(view) - 1}")]
             prepared = await self._lean.prepare("GetObject", bucket, key, "GET", whole)
-            if prepared is None or prepared.origin in self._refused:
+            if prepared is None or self._refusing(prepared.origin):
                 return None
             origin = prepared.origin
             requests.append(_encode(prepared))
@@ -225,9 +237,14 @@ class PipelinedGets:
             self._tls_known = True
         return self._tls
 
-    def _refuse(self, origin: str) -> None:
-        log.info("pipelining_off", origin=origin, reason="the store closes the connection after each answer")
-        self._refused.add(origin)
+    def _refuse(self, origin: str, reason: str, seconds: float) -> None:
+        log.info("pipelining_off", origin=origin, reason=reason, seconds=seconds)
+        self._refused[origin] = time.monotonic() + seconds
+
+    def _refusing(self, origin: str) -> bool:
+        """Whether ``origin`` is not to be pipelined to now."""
+        until = self._refused.get(origin)
+        return until is not None and time.monotonic() < until
 
     def _keep(self, origin: str, link: _Link) -> None:
         idle = self._idle.setdefault(origin, [])
