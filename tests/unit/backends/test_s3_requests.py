@@ -67,9 +67,11 @@ async def test_a_small_object_is_read_with_one_get(backend: S3Backend) -> None:
     assert calls.take() == Counter({"GetObject": 1})
 
 
-async def test_a_group_of_small_objects_is_read_with_one_get_each(backend: S3Backend) -> None:
+async def test_a_group_of_small_objects_is_read_with_one_get_each(
+    backend: S3Backend, s3_server: S3Server
+) -> None:
     files = {f"g/f{n}.bin": os.urandom(2000 + n) for n in range(4)}
-    files["g/big.bin"] = os.urandom(OPEN_RANGE + 10)  # past what one lean GET takes: a reader
+    files["g/big.bin"] = os.urandom(OPEN_RANGE + 10)  # past what one lean GET takes
     for relpath, data in files.items():
         await backend.write(relpath, BytesReader(data), expected_checksum=crc(data))
     calls = await counted(backend)
@@ -78,7 +80,10 @@ async def test_a_group_of_small_objects_is_read_with_one_get_each(backend: S3Bac
         views = [memoryview(bytearray(len(data))) for data in files.values()]
         assert await backend.read_whole(list(files), views) == [None] * len(files)
         assert [bytes(view) for view in views] == list(files.values())
-    assert calls.take() == Counter({"GetObject": len(files) + 1})  # the big one: opening GET + the rest
+    if s3_server.kind == "rclone":  # pipelined, the big one too
+        assert calls.take() == Counter({"GetObject": len(files)})
+    else:  # one by one: the big one through a reader (opening GET + the rest)
+        assert calls.take() == Counter({"GetObject": len(files) + 1})
 
 
 async def test_reads_use_the_opening_get_and_range_the_rest(backend: S3Backend) -> None:

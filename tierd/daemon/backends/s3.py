@@ -329,10 +329,10 @@ class S3Backend(Backend):
         ]
 
     async def _pipelined(self, relpaths: Sequence[str], views: Sequence[memoryview]) -> Sequence[bool]:
-        """Which objects a pipelined read filled: those of 1 byte to ``OPEN_RANGE``, two or more."""
+        """Which objects a pipelined read filled (empty ones are not asked; a GET cannot range them)."""
         filled = [False] * len(views)
         pipeline = self._pipeline if self._lean_for() is not None else None
-        wanted = [index for index, view in enumerate(views) if 0 < len(view) <= OPEN_RANGE]
+        wanted = [index for index, view in enumerate(views) if len(view) > 0]
         if pipeline is None or len(wanted) < 2:
             return filled
         try:

@@ -218,7 +218,7 @@ class LeanRequests:
         return fields, answer.body
 
     async def prepare(
-        self, operation: str, bucket: str, key: str, method: str, headers: list[tuple[str, str]]
+        self, bucket: str, key: str, method: str, headers: list[tuple[str, str]]
     ) -> Prepared | None:
         """The signed request; None while the bucket's route is unknown (its sender calls ``sent``)."""
         route = self._routes.get(bucket)
@@ -255,7 +255,7 @@ class LeanRequests:
         longer than ``limit`` (a store ignoring a Range). Raises the ClientError botocore
         would raise for a definite 4xx.
         """
-        request = await self.prepare(operation, bucket, key, method, headers)
+        request = await self.prepare(bucket, key, method, headers)
         if request is None:
             return None
         self.sent(operation)

@@ -186,7 +186,7 @@ class PipelinedGets:
         origin, requests = "", []
         for key, view in zip(keys, views, strict=True):
             whole = [("Range", f"bytes=0-{len(view) - 1}")]
-            prepared = await self._lean.prepare("GetObject", bucket, key, "GET", whole)
+            prepared = await self._lean.prepare(bucket, key, "GET", whole)
             if prepared is None or self._refusing(prepared.origin):
                 return None
             origin = prepared.origin
