@@ -98,16 +98,14 @@ def start_hop(db: Database, claim: Claim, owner: str, tiers: Sequence[str]) -> H
         if job is None:
             return None
         if ckpt is None:
-            _close(job, JobState.CANCELLED, "checkpoint is gone")
-            _forget_done(session, job)
+            _close(session, job, JobState.CANCELLED, "checkpoint is gone")
             return None
         rows = {r.tier: r for r in session.scalars(select(Replica).where(Replica.checkpoint_id == ckpt.id))}
         states = [rows[t].state if t in rows else None for t in tiers]
         dst = rows.get(claim.dst_tier)
         src = choose_source(states, tiers.index(claim.dst_tier)) if claim.dst_tier in tiers else None
         if src is None or dst is None or dst.state == ReplicaState.VERIFIED.value or dst.state in GONE:
-            _close(job, JobState.CANCELLED, "no verified source tier, or nothing left to copy")
-            _forget_done(session, job)
+            _close(session, job, JobState.CANCELLED, "no verified source tier, or nothing left to copy")
             return None
         job.src_tier = tiers[src]
         dst.state, dst.error = ReplicaState.COPYING.value, None
@@ -182,8 +180,7 @@ def mark_verified(db: Database, plan: HopPlan, owner: str, location: str, second
         now = utcnow()
         replica.state, replica.error, replica.verified_at = ReplicaState.VERIFIED.value, None, now
         replica.location, replica.bytes_done = location, plan.total_bytes
-        _close(job, JobState.DONE, None)
-        _forget_done(session, job)
+        _close(session, job, JobState.DONE, None)
         forget_uploads(session, claim.checkpoint_id, claim.dst_tier)
         detail = {
             "source": plan.src_tier,
@@ -212,10 +209,10 @@ def mark_failed(
         job.attempts += 1
         job.detail = {**(job.detail or {}), "reason": reason}
         if retry_at is None:
-            _close(job, JobState.FAILED, error)
+            _close(session, job, JobState.FAILED, error)
             forget_uploads(session, claim.checkpoint_id, claim.dst_tier)
         else:
-            _close(job, JobState.QUEUED, error)
+            _close(session, job, JobState.QUEUED, error)
             job.not_before = retry_at
         detail: dict[str, Any] = {"source": plan.src_tier, "reason": reason, "attempts": job.attempts}
         detail["retry_at"] = retry_at.isoformat() if retry_at is not None else None
@@ -229,12 +226,14 @@ def cancel(db: Database, claim: Claim, owner: str, why: str) -> bool:
         job = _owned(session, claim, owner)
         if job is None:
             return False
-        _close(job, JobState.CANCELLED, why)
-        _forget_done(session, job)
+        _close(session, job, JobState.CANCELLED, why)
         return True
 
 
-def _close(job: Job, state: JobState, error: str | None) -> None:
+def _close(session: Session, job: Job, state: JobState, error: str | None) -> None:
+    """End the job's run in ``state``; one that ends for good (done, cancelled) forgets its files."""
+    if state in (JobState.DONE, JobState.CANCELLED):
+        _forget_done(session, job)
     job.state = state.value
     job.lease_owner = None
     job.lease_expires_at = None
