@@ -56,7 +56,7 @@ class CheckpointOut(BaseModel):
     format: str
     node: str
     pinned: bool
-    hold: str | None
+    holds: list[str]
     total_bytes: int
     file_count: int
     created_at: datetime
@@ -100,7 +100,7 @@ def _checkpoint_fields(row: Checkpoint) -> dict[str, object]:
         "format": row.format,
         "node": row.node,
         "pinned": row.pinned,
-        "hold": row.hold,
+        "holds": [h.name for h in row.holds],
         "total_bytes": row.total_bytes,
         "file_count": row.file_count,
         "created_at": row.created_at,

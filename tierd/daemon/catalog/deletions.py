@@ -1,0 +1,248 @@
+"""Two-phase deletion of replicas: scheduled (``deleting`` + ``delete_after``), begun, done.
+
+A replica's life on the way out::
+
+    verified ──schedule──▶ deleting, delete_after=T ──begin (T passed)──▶ deleting, delete_after=None
+        ▲                         │                                              │
+        └──────── undelete ───────┘                               finish ──▶ deleted
+
+``begin`` is a conditional update, so an undelete and the deleter cannot both win; a
+deletion that has begun is finished after a crash (deleting is idempotent). Every step
+writes its audit event in the same transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from tierd.daemon.catalog.models import Checkpoint, CheckpointState, File, Replica, ReplicaState, Run
+from tierd.daemon.catalog.protection import audit, checkpoint_for_update
+from tierd.errors import Conflict
+
+__all__ = [
+    "DeletionContext",
+    "DueDeletion",
+    "abandon_deletion",
+    "begin_deletion",
+    "checkpoint_files",
+    "deletion_context",
+    "due_deletions",
+    "finish_deletion",
+    "mark_replica_failed",
+    "schedule_checkpoint_deletion",
+    "schedule_replica_deletion",
+    "undelete",
+]
+
+VERIFIED, DELETING, DELETED = (ReplicaState.VERIFIED.value, ReplicaState.DELETING.value, ReplicaState.DELETED.value)
+
+
+@dataclass(frozen=True)
+class DueDeletion:
+    """A replica whose deletion may run now (or has begun and must be finished)."""
+
+    replica_id: int
+    checkpoint_id: int
+    run: str
+    step: int
+    tier: str
+    path: str
+    format: str
+    reason: str
+    begun: bool
+
+
+def schedule_replica_deletion(
+    session: Session,
+    checkpoint_id: int,
+    tier: str,
+    *,
+    delete_after: datetime,
+    reason: str,
+    policy: str,
+    actor: str,
+) -> bool:
+    """Mark a verified (or failed) replica ``deleting`` until ``delete_after``; False if it changed meanwhile."""
+    result = session.execute(
+        update(Replica)
+        .where(
+            Replica.checkpoint_id == checkpoint_id,
+            Replica.tier == tier,
+            Replica.state.in_([VERIFIED, ReplicaState.FAILED.value]),
+        )
+        .values(state=DELETING, delete_after=delete_after, delete_reason=reason)
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        return False
+    audit(
+        session,
+        "deletion_scheduled",
+        actor=actor,
+        checkpoint_id=checkpoint_id,
+        tier=tier,
+        reason=reason,
+        policy=policy,
+        delete_after=delete_after.isoformat(),
+    )
+    return True
+
+
+def schedule_checkpoint_deletion(
+    session: Session, checkpoint_id: int, *, delays: Mapping[str, timedelta], now: datetime, actor: str, reason: str
+) -> list[str]:
+    """Schedule deletion on every tier holding a copy, each after its own delay; returns the tiers.
+
+    Raises NotFound, or Conflict when the checkpoint is pinned or held.
+    """
+    row = checkpoint_for_update(session, checkpoint_id)
+    if row.pinned:
+        raise Conflict(f"checkpoint {checkpoint_id} is pinned: unpin it first")
+    if row.holds:
+        names = ", ".join(h.name for h in row.holds)
+        raise Conflict(f"checkpoint {checkpoint_id} is under legal hold ({names})")
+    tiers = []
+    for replica in row.replicas:
+        if replica.state in (DELETING, DELETED):
+            continue
+        if replica.state != VERIFIED:
+            # A copy on its way (or failed) holds no data worth a delay: drop it at once.
+            replica.state, replica.delete_reason = DELETED, reason
+            continue
+        replica.state, replica.delete_reason = DELETING, reason
+        replica.delete_after = now + delays.get(replica.tier, timedelta(0))
+        tiers.append(replica.tier)
+    audit(session, "delete_requested", actor=actor, checkpoint_id=row.id, reason=reason, tiers=tiers)
+    return tiers
+
+
+def undelete(session: Session, checkpoint_id: int, *, actor: str, reason: str) -> list[str]:
+    """Cancel every deletion not yet begun and pin the checkpoint; returns the tiers given back.
+
+    Raises NotFound, or Conflict when no deletion could be cancelled.
+    """
+    row = checkpoint_for_update(session, checkpoint_id)
+    tiers = []
+    for replica in row.replicas:
+        if replica.state == DELETING and replica.delete_after is not None:
+            replica.state, replica.delete_after, replica.delete_reason = VERIFIED, None, None
+            tiers.append(replica.tier)
+    if not tiers:
+        raise Conflict(f"checkpoint {checkpoint_id} has no deletion left to cancel")
+    row.pinned = True
+    audit(session, "undelete", actor=actor, checkpoint_id=row.id, reason=reason, tiers=tiers, pinned=True)
+    return tiers
+
+
+def due_deletions(session: Session, now: datetime, tiers: Sequence[str]) -> list[DueDeletion]:
+    """Replicas on ``tiers`` being deleted whose time has come, or whose deletion has begun."""
+    query = (
+        select(Replica, Checkpoint.run_id, Checkpoint.step, Checkpoint.path, Checkpoint.format, Run.name)
+        .join(Checkpoint, Checkpoint.id == Replica.checkpoint_id)
+        .join(Run, Run.id == Checkpoint.run_id)
+        .where(Replica.state == DELETING, Replica.tier.in_(tiers))
+        .where((Replica.delete_after.is_(None)) | (Replica.delete_after <= now))
+        .order_by(Replica.delete_after.is_not(None), Replica.delete_after, Replica.id)
+    )
+    return [
+        DueDeletion(
+            replica_id=replica.id,
+            checkpoint_id=replica.checkpoint_id,
+            run=run,
+            step=step,
+            tier=replica.tier,
+            path=path,
+            format=fmt,
+            reason=replica.delete_reason or "",
+            begun=replica.delete_after is None,
+        )
+        for replica, _run_id, step, path, fmt, run in session.execute(query).tuples()
+    ]
+
+
+def begin_deletion(session: Session, replica_id: int, now: datetime) -> bool:
+    """Claim a due deletion (no undelete after this); False when it was cancelled meanwhile."""
+    result = session.execute(
+        update(Replica)
+        .where(Replica.id == replica_id, Replica.state == DELETING)
+        .where((Replica.delete_after.is_(None)) | (Replica.delete_after <= now))
+        .values(delete_after=None)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def finish_deletion(session: Session, replica_id: int, *, actor: str, action: str = "deleted") -> None:
+    """Mark the replica ``deleted``; the checkpoint too when no tier holds a copy any more."""
+    replica = session.get(Replica, replica_id)
+    if replica is None or replica.state != DELETING:
+        return
+    replica.state, replica.bytes_done, replica.verified_at = DELETED, 0, None
+    audit(
+        session, action, actor=actor, checkpoint_id=replica.checkpoint_id, tier=replica.tier,
+        reason=replica.delete_reason or "",
+    )
+    left = session.scalar(
+        select(Replica.id).where(
+            Replica.checkpoint_id == replica.checkpoint_id, Replica.state != DELETED, Replica.id != replica.id
+        )
+    )
+    if left is None:
+        checkpoint = session.get(Checkpoint, replica.checkpoint_id)
+        if checkpoint is not None:
+            checkpoint.state = CheckpointState.DELETED.value
+
+
+def mark_replica_failed(session: Session, checkpoint_id: int, tier: str, *, error: str, actor: str) -> None:
+    """A re-verification found bad bytes: the replica is ``failed`` (the scheduler copies it again)."""
+    session.execute(
+        update(Replica)
+        .where(Replica.checkpoint_id == checkpoint_id, Replica.tier == tier)
+        .values(state=ReplicaState.FAILED.value, error=error, verified_at=None, bytes_done=0)
+        .execution_options(synchronize_session=False)
+    )
+    audit(session, "reverify_failed", actor=actor, checkpoint_id=checkpoint_id, tier=tier, reason=error)
+
+
+def checkpoint_files(session: Session, checkpoint_id: int) -> list[tuple[str, int, str]]:
+    """Every file of the checkpoint: (relpath, size, checksum), by relpath."""
+    query = select(File.relpath, File.size, File.checksum).where(File.checkpoint_id == checkpoint_id)
+    return [(r, s, c) for r, s, c in session.execute(query.order_by(File.relpath)).tuples()]
+
+
+@dataclass(frozen=True)
+class DeletionContext:
+    """What a deletion must know right before it runs, read in one transaction."""
+
+    protected_by: str | None  # "pinned", "held by legal, audit", or None
+    states: dict[str, str]  # tier -> replica state
+    files: list[tuple[str, int, str]]  # (relpath, size, checksum)
+
+
+def deletion_context(session: Session, checkpoint_id: int) -> DeletionContext:
+    """The checkpoint's protection, replica states and files. Raises NotFound."""
+    row = checkpoint_for_update(session, checkpoint_id)
+    protected_by = None
+    if row.pinned:
+        protected_by = "pinned"
+    elif row.holds:
+        protected_by = "held by " + ", ".join(h.name for h in row.holds)
+    states = {r.tier: r.state for r in row.replicas}
+    return DeletionContext(protected_by, states, checkpoint_files(session, checkpoint_id))
+
+
+def abandon_deletion(session: Session, replica_id: int, *, reason: str, actor: str) -> None:
+    """A begun deletion that must not run: the replica is ``verified`` again, and the refusal audited."""
+    replica = session.get(Replica, replica_id)
+    if replica is None or replica.state != DELETING:
+        return
+    replica.state, replica.delete_after, replica.delete_reason = VERIFIED, None, None
+    audit(
+        session, "deletion_refused", actor=actor, checkpoint_id=replica.checkpoint_id, tier=replica.tier,
+        reason=reason,
+    )

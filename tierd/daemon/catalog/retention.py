@@ -1,0 +1,93 @@
+"""What a retention pass reads: every live checkpoint with its protections and replica states.
+
+Four queries, whatever the catalog's size (no per-checkpoint round trips, and the files
+table is never read): checkpoints with their run, replicas, holds, and the open jobs that
+read a checkpoint. 10,000 checkpoints load in well under a second (``bench/bench_retention``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from tierd.daemon.catalog.models import (
+    Checkpoint,
+    CheckpointState,
+    Hold,
+    Job,
+    JobState,
+    Replica,
+    ReplicaState,
+    Run,
+)
+
+__all__ = ["CheckpointRow", "load_retention_rows"]
+
+OPEN_JOBS = (JobState.QUEUED.value, JobState.RUNNING.value)
+
+
+@dataclass
+class CheckpointRow:
+    """One checkpoint as retention sees it."""
+
+    id: int
+    run: str
+    step: int
+    state: str
+    created_at: datetime
+    completed_at: datetime | None
+    total_bytes: int
+    metrics: dict[str, float]
+    pinned: bool
+    holds: list[str] = field(default_factory=list)
+    in_use: bool = False
+    #: tier name -> replica state
+    replicas: dict[str, str] = field(default_factory=dict)
+    #: tier name -> when the replica was verified (for the age of copies)
+    verified_at: dict[str, datetime] = field(default_factory=dict)
+
+
+def load_retention_rows(session: Session) -> list[CheckpointRow]:
+    """Every checkpoint not yet deleted, oldest first, with what protects it and where it is."""
+    rows: dict[int, CheckpointRow] = {}
+    query = (
+        select(
+            Checkpoint.id,
+            Run.name,
+            Checkpoint.step,
+            Checkpoint.state,
+            Checkpoint.created_at,
+            Checkpoint.completed_at,
+            Checkpoint.total_bytes,
+            Checkpoint.metrics,
+            Checkpoint.pinned,
+        )
+        .join(Run, Run.id == Checkpoint.run_id)
+        .where(Checkpoint.state != CheckpointState.DELETED.value)
+        .order_by(Checkpoint.created_at, Checkpoint.id)
+    )
+    for cid, run, step, state, created, completed, total, metrics, pinned in session.execute(query).tuples():
+        rows[cid] = CheckpointRow(cid, run, step, state, created, completed, total, dict(metrics or {}), pinned)
+    live = select(Checkpoint.id).where(Checkpoint.state != CheckpointState.DELETED.value)
+    replicas = select(Replica.checkpoint_id, Replica.tier, Replica.state, Replica.verified_at).where(
+        Replica.checkpoint_id.in_(live)
+    )
+    for cid, tier, state, verified_at in session.execute(replicas).tuples():
+        if (row := rows.get(cid)) is not None:
+            row.replicas[tier] = state
+            if state == ReplicaState.VERIFIED.value and verified_at is not None:
+                row.verified_at[tier] = verified_at
+    holds: dict[int, list[str]] = defaultdict(list)
+    for cid, name in session.execute(select(Hold.checkpoint_id, Hold.name).order_by(Hold.name)).tuples():
+        holds[cid].append(name)
+    for cid, names in holds.items():
+        if (row := rows.get(cid)) is not None:
+            row.holds = names
+    for cid in session.scalars(select(Job.checkpoint_id).where(Job.state.in_(OPEN_JOBS)).distinct()):
+        if (row := rows.get(cid)) is not None:
+            row.in_use = True
+    return list(rows.values())
