@@ -440,6 +440,11 @@ class Config(BaseSettings):
         assert isinstance(tier, PosixTier)
         return tier
 
+    def marker_for(self, relpath: str) -> str | None:
+        """The marker file name configured for the watch holding ``relpath`` (relative to tier 0)."""
+        target = self.tier0.path / relpath
+        return next((w.marker for w in self.watch if w.marker and _is_within(target, w.path)), None)
+
     @classmethod
     def settings_customise_sources(
         cls,

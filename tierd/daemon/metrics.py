@@ -51,6 +51,45 @@ class Metrics:
             buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600),
             registry=self.registry,
         )
+        self.deletions = Counter(
+            "tierd_deletions_total",
+            "Replicas deleted, by tier and origin (retention, eviction, api)",
+            ["tier", "reason"],
+            registry=self.registry,
+        )
+        self.evictions = Counter(
+            "tierd_evictions_total", "Replicas evicted under disk pressure", ["tier"], registry=self.registry
+        )
+        self.deletions_refused = Counter(
+            "tierd_deletions_refused_total",
+            "Deletions refused right before they ran (pinned, held, re-check failed, no durable copy)",
+            ["tier", "reason"],
+            registry=self.registry,
+        )
+        self.deletion_failures = Counter(
+            "tierd_deletion_failures_total",
+            "Deletions the tier failed (retried on the next pass)",
+            ["tier"],
+            registry=self.registry,
+        )
+        self.reverify_failures = Counter(
+            "tierd_reverify_failures_total",
+            "Durable copies whose re-check before a delete found bad or missing bytes",
+            ["tier"],
+            registry=self.registry,
+        )
+        self.tier_free_bytes = Gauge(
+            "tierd_tier_free_bytes", "Free bytes on the tier's file system", ["tier"], registry=self.registry
+        )
+        self.tier_size_bytes = Gauge(
+            "tierd_tier_size_bytes", "Size of the tier's file system", ["tier"], registry=self.registry
+        )
+        self.pressure_blocked = Gauge(
+            "tierd_tier_pressure_blocked",
+            "1 while the tier is below its low mark and nothing more may be evicted",
+            ["tier"],
+            registry=self.registry,
+        )
         self.registry.register(_CatalogCollector(db, tiers))
 
 

@@ -13,6 +13,7 @@ writes its audit event in the same transaction.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -21,14 +22,17 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.models import Checkpoint, CheckpointState, File, Replica, ReplicaState, Run
-from tierd.daemon.catalog.protection import audit, checkpoint_for_update
+from tierd.daemon.catalog.protection import audit, checkpoint_for_update, give_back
 from tierd.errors import Conflict
 
 __all__ = [
     "DeletionContext",
     "DueDeletion",
+    "Origin",
     "abandon_deletion",
     "begin_deletion",
+    "cancel_deletion",
+    "cancel_retention_deletion",
     "checkpoint_files",
     "deletion_context",
     "due_deletions",
@@ -40,6 +44,24 @@ __all__ = [
 ]
 
 VERIFIED, DELETING, DELETED = (ReplicaState.VERIFIED.value, ReplicaState.DELETING.value, ReplicaState.DELETED.value)
+
+
+class Origin(enum.StrEnum):
+    """Who asked for a deletion; stored as the prefix of ``delete_reason`` (``"eviction: ..."``)."""
+
+    RETENTION = "retention"  # a tier's policy dropped it: cancelled when the policy keeps it again
+    EVICTION = "eviction"  # disk pressure: needs a re-checked durable copy elsewhere, always
+    API = "api"  # an operator deleted the whole checkpoint
+
+    def tag(self, reason: str) -> str:
+        """``reason`` as stored: prefixed with this origin."""
+        return f"{self.value}: {reason}"
+
+    @classmethod
+    def of(cls, stored: str | None) -> Origin:
+        """The origin of a stored ``delete_reason`` (retention when it has no known prefix)."""
+        head = (stored or "").split(":", 1)[0]
+        return cls(head) if head in cls._value2member_map_ else cls.RETENTION
 
 
 @dataclass(frozen=True)
@@ -56,6 +78,11 @@ class DueDeletion:
     reason: str
     begun: bool
 
+    @property
+    def origin(self) -> Origin:
+        """Who asked for this deletion."""
+        return Origin.of(self.reason)
+
 
 def schedule_replica_deletion(
     session: Session,
@@ -63,6 +90,7 @@ def schedule_replica_deletion(
     tier: str,
     *,
     delete_after: datetime,
+    origin: Origin,
     reason: str,
     policy: str,
     actor: str,
@@ -75,14 +103,14 @@ def schedule_replica_deletion(
             Replica.tier == tier,
             Replica.state.in_([VERIFIED, ReplicaState.FAILED.value]),
         )
-        .values(state=DELETING, delete_after=delete_after, delete_reason=reason)
+        .values(state=DELETING, delete_after=delete_after, delete_reason=origin.tag(reason))
         .execution_options(synchronize_session=False)
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
         return False
     audit(
         session,
-        "deletion_scheduled",
+        "eviction_scheduled" if origin is Origin.EVICTION else "deletion_scheduled",
         actor=actor,
         checkpoint_id=checkpoint_id,
         tier=tier,
@@ -107,18 +135,49 @@ def schedule_checkpoint_deletion(
         names = ", ".join(h.name for h in row.holds)
         raise Conflict(f"checkpoint {checkpoint_id} is under legal hold ({names})")
     tiers = []
+    stored = Origin.API.tag(f"{reason} (by {actor})")
     for replica in row.replicas:
         if replica.state in (DELETING, DELETED):
             continue
         if replica.state != VERIFIED:
             # A copy on its way (or failed) holds no data worth a delay: drop it at once.
-            replica.state, replica.delete_reason = DELETED, reason
+            replica.state, replica.delete_reason = DELETED, stored
             continue
-        replica.state, replica.delete_reason = DELETING, reason
+        replica.state, replica.delete_reason = DELETING, stored
         replica.delete_after = now + delays.get(replica.tier, timedelta(0))
         tiers.append(replica.tier)
     audit(session, "delete_requested", actor=actor, checkpoint_id=row.id, reason=reason, tiers=tiers)
     return tiers
+
+
+def cancel_deletion(session: Session, replica_id: int, *, reason: str, actor: str) -> bool:
+    """Give back a replica whose deletion has not begun; False when it has, or is not deleting."""
+    replica = session.get(Replica, replica_id)
+    if replica is None or replica.state != DELETING or replica.delete_after is None:
+        return False
+    give_back(replica)
+    audit(
+        session, "deletion_cancelled", actor=actor, checkpoint_id=replica.checkpoint_id, tier=replica.tier,
+        reason=reason,
+    )
+    return True
+
+
+def cancel_retention_deletion(session: Session, checkpoint_id: int, tier: str, *, reason: str, actor: str) -> bool:
+    """Give back a replica whose retention deletion has not begun, as its policy keeps it again."""
+    replica = session.scalars(
+        select(Replica).where(Replica.checkpoint_id == checkpoint_id, Replica.tier == tier)
+    ).one_or_none()
+    if (
+        replica is None
+        or replica.state != DELETING
+        or replica.delete_after is None
+        or Origin.of(replica.delete_reason) is not Origin.RETENTION
+    ):
+        return False
+    give_back(replica)
+    audit(session, "deletion_cancelled", actor=actor, checkpoint_id=checkpoint_id, tier=tier, reason=reason)
+    return True
 
 
 def undelete(session: Session, checkpoint_id: int, *, actor: str, reason: str) -> list[str]:
@@ -130,7 +189,7 @@ def undelete(session: Session, checkpoint_id: int, *, actor: str, reason: str) -
     tiers = []
     for replica in row.replicas:
         if replica.state == DELETING and replica.delete_after is not None:
-            replica.state, replica.delete_after, replica.delete_reason = VERIFIED, None, None
+            give_back(replica)
             tiers.append(replica.tier)
     if not tiers:
         raise Conflict(f"checkpoint {checkpoint_id} has no deletion left to cancel")
@@ -139,7 +198,9 @@ def undelete(session: Session, checkpoint_id: int, *, actor: str, reason: str) -
     return tiers
 
 
-def due_deletions(session: Session, now: datetime, tiers: Sequence[str]) -> list[DueDeletion]:
+def due_deletions(
+    session: Session, now: datetime, tiers: Sequence[str], *, checkpoint_id: int | None = None
+) -> list[DueDeletion]:
     """Replicas on ``tiers`` being deleted whose time has come, or whose deletion has begun."""
     query = (
         select(Replica, Checkpoint.run_id, Checkpoint.step, Checkpoint.path, Checkpoint.format, Run.name)
@@ -149,6 +210,8 @@ def due_deletions(session: Session, now: datetime, tiers: Sequence[str]) -> list
         .where((Replica.delete_after.is_(None)) | (Replica.delete_after <= now))
         .order_by(Replica.delete_after.is_not(None), Replica.delete_after, Replica.id)
     )
+    if checkpoint_id is not None:
+        query = query.where(Replica.checkpoint_id == checkpoint_id)
     return [
         DueDeletion(
             replica_id=replica.id,
@@ -236,12 +299,20 @@ def deletion_context(session: Session, checkpoint_id: int) -> DeletionContext:
     return DeletionContext(protected_by, states, checkpoint_files(session, checkpoint_id))
 
 
-def abandon_deletion(session: Session, replica_id: int, *, reason: str, actor: str) -> None:
-    """A begun deletion that must not run: the replica is ``verified`` again, and the refusal audited."""
+def abandon_deletion(session: Session, replica_id: int, *, reason: str, actor: str, touched: bool) -> None:
+    """A claimed deletion that must not run; the refusal is audited.
+
+    Untouched, the replica returns to what it was. ``touched`` (the deletion had begun before
+    a restart, so bytes may be gone) makes it ``failed``, for the scheduler to copy again.
+    """
     replica = session.get(Replica, replica_id)
     if replica is None or replica.state != DELETING:
         return
-    replica.state, replica.delete_after, replica.delete_reason = VERIFIED, None, None
+    if touched:
+        replica.state, replica.delete_after, replica.verified_at = ReplicaState.FAILED.value, None, None
+        replica.error = f"deletion interrupted, then refused: {reason}"
+    else:
+        give_back(replica)
     audit(
         session, "deletion_refused", actor=actor, checkpoint_id=replica.checkpoint_id, tier=replica.tier,
         reason=reason,

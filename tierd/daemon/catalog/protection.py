@@ -29,6 +29,7 @@ __all__ = [
     "audit",
     "checkpoint_for_update",
     "checkpoint_id_of",
+    "give_back",
     "pin",
     "release_hold",
     "set_metrics",
@@ -139,11 +140,17 @@ def set_metrics(
     return row
 
 
+def give_back(replica: Replica) -> None:
+    """A replica leaving ``deleting`` returns to what it was: verified, or failed if it never was."""
+    back = ReplicaState.VERIFIED if replica.verified_at is not None else ReplicaState.FAILED
+    replica.state, replica.delete_after, replica.delete_reason = back.value, None, None
+
+
 def _cancel_deletion(replica: Replica) -> bool:
-    """Back to ``verified`` when its deletion is scheduled but not begun."""
+    """Give the replica back when its deletion is scheduled but not begun."""
     if replica.state != ReplicaState.DELETING.value or replica.delete_after is None:
         return False
-    replica.state, replica.delete_after, replica.delete_reason = ReplicaState.VERIFIED.value, None, None
+    give_back(replica)
     return True
 
 

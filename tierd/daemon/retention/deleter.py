@@ -16,7 +16,7 @@ For each due deletion, in order:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -25,15 +25,16 @@ from tierd.daemon.aio import blocking
 from tierd.daemon.backends import Backend
 from tierd.daemon.catalog import deletions
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.deletions import DeletionContext, DueDeletion
+from tierd.daemon.catalog.deletions import DeletionContext, DueDeletion, Origin
 from tierd.daemon.catalog.models import ReplicaState, utcnow
 from tierd.daemon.detect.markers import split_markers
 from tierd.daemon.metrics import Metrics
 from tierd.daemon.retention.recheck import FileRecord, Recheck, recheck_replica
+from tierd.daemon.retention.state import tier_rules
 from tierd.errors import TierdError
 from tierd.logs import get_logger
 
-__all__ = ["Deleter", "Outcome"]
+__all__ = ["Deleter", "Outcome", "Veto"]
 
 log = get_logger(__name__)
 
@@ -47,6 +48,10 @@ NOT_A_COPY = frozenset(
         ReplicaState.FAILED.value,
     }
 )
+
+
+#: Looks at a due deletion before it is claimed and returns why it must not run, or None.
+Veto = Callable[[DueDeletion], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -65,12 +70,32 @@ class Deleter:
         self.db = db
         self.backends = backends
         self.metrics = metrics
-        self.durable = [t.name for t in config.tiers if config.is_durable(t.name)]
+        self.rules = tier_rules(config)
+        self.durable = [t.name for t in config.tiers if t.durable]
+        self._tiers = {t.name: t for t in config.tiers}
 
-    async def run_due(self, now: datetime | None = None) -> list[Outcome]:
-        """Run every deletion whose time has come on this daemon's tiers."""
+    async def run_due(self, now: datetime | None = None, *, veto: Veto | None = None) -> list[Outcome]:
+        """Run every deletion whose time has come on this daemon's tiers.
+
+        ``veto`` may refuse one (returning why) before it is claimed: the pass's fresh plan
+        no longer deleting it, or a protection the catalog's row does not show.
+        """
         due = await blocking(self._due, now or utcnow())
-        return [await self.delete(item) for item in due]
+        outcomes = []
+        for item in due:
+            # A deletion that had begun before a crash may have removed bytes: it is finished,
+            # or (when refused below) its replica is copied again; never given back as it was.
+            refusal = veto(item) if veto is not None and not item.begun else None
+            if refusal is not None:
+                await blocking(self._cancel, item, refusal)
+                outcomes.append(Outcome("refused", refusal))
+                continue
+            outcomes.append(await self.delete(item, now=now))
+        return outcomes
+
+    def _cancel(self, due: DueDeletion, refusal: str) -> None:
+        with self.db.session() as session:
+            deletions.cancel_deletion(session, due.replica_id, reason=refusal, actor=ACTOR)
 
     def _due(self, now: datetime) -> list[DueDeletion]:
         with self.db.read_session() as session:
@@ -107,8 +132,7 @@ class Deleter:
             return Outcome("refused", context.protected_by)
         await self._remove(due, [f[0] for f in context.files])
         await blocking(self._finish, due)
-        reason = "eviction" if due.reason.startswith("eviction") else "retention"
-        self.metrics.deletions.labels(due.tier, reason).inc()
+        self.metrics.deletions.labels(due.tier, due.origin.value).inc()
         log.info("replica_deleted", checkpoint=due.checkpoint_id, run=due.run, step=due.step, tier=due.tier,
                  reason=due.reason)
         return Outcome("deleted", due.reason)
@@ -122,18 +146,17 @@ class Deleter:
         others = [t for t in self.durable if t != due.tier and context.states.get(t) == ReplicaState.VERIFIED.value]
         if not others:
             leaving = all(state in NOT_A_COPY for tier, state in context.states.items() if tier != due.tier)
-            if leaving and not due.reason.startswith("eviction"):
+            if leaving and due.origin is not Origin.EVICTION:
                 return None  # the whole checkpoint is being removed: no copy to keep
             return "no verified copy on another durable tier"
+        # The most durable copy is the one re-checked (the planner backs deletes the same way).
+        tier = others[-1]
         files = [FileRecord(*f) for f in context.files]
-        for tier in others:
-            mode = self.config.tier(tier).verify_before_delete
-            result = await recheck_replica(self.backends[tier], files, mode)
-            if result.ok:
-                return None
-            await self._recheck_failed(due, tier, result)
-            return f"re-check of the copy on {tier} failed: {result.problem}"
-        return None  # unreachable: others is not empty
+        result = await recheck_replica(self.backends[tier], files, self._tiers[tier].verify_before_delete)
+        if result.ok:
+            return None
+        await self._recheck_failed(due, tier, result)
+        return f"re-check of the copy on {tier} failed: {result.problem}"
 
     async def _recheck_failed(self, due: DueDeletion, tier: str, result: Recheck) -> None:
         if result.inconclusive:
@@ -148,14 +171,14 @@ class Deleter:
 
     def _abandon(self, due: DueDeletion, reason: str) -> None:
         with self.db.session() as session:
-            deletions.abandon_deletion(session, due.replica_id, reason=reason, actor=ACTOR)
+            deletions.abandon_deletion(session, due.replica_id, reason=reason, actor=ACTOR, touched=due.begun)
 
     async def _remove(self, due: DueDeletion, relpaths: Sequence[str]) -> None:
         markers, rest = split_markers(due.format, relpaths, marker=self.config.marker_for(due.path))
         await self.backends[due.tier].remove_checkpoint(due.path, markers, rest)
 
     def _finish(self, due: DueDeletion) -> None:
-        action = "evicted" if due.reason.startswith("eviction") else "deleted"
+        action = "evicted" if due.origin is Origin.EVICTION else "deleted"
         with self.db.session() as session:
             deletions.finish_deletion(session, due.replica_id, actor=ACTOR, action=action)
 
