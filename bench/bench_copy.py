@@ -42,9 +42,9 @@ from bench.harness import (
     timed,
 )
 from tierd.config import PosixTier
-from tierd.daemon.backends import posixbatch
-from tierd.daemon.backends.posix import CHUNKS_PER_FILE
-from tierd.daemon.backends.transfer import MIB
+from tierd.daemon.backends.budget import MIB
+from tierd.daemon.backends.posix import batch as posixbatch
+from tierd.daemon.backends.posix.backend import CHUNKS_PER_FILE
 from tierd.daemon.pipeline import copyset
 from tierd.daemon.pipeline.options import PipelineOptions
 

@@ -67,9 +67,9 @@ from bench.harness import (
     timed,
 )
 from tierd.config import PosixTier, S3Tier
-from tierd.daemon.backends.posix import CHUNK_SIZE
-from tierd.daemon.backends.posixbatch import MAX_FILES
-from tierd.daemon.backends.transfer import MIB
+from tierd.daemon.backends.budget import MIB
+from tierd.daemon.backends.posix.backend import CHUNK_SIZE
+from tierd.daemon.backends.posix.batch import MAX_FILES
 from tierd.daemon.pipeline.options import PipelineOptions
 
 RSS_GOAL = 200_000_000

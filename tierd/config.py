@@ -357,6 +357,9 @@ class S3Tier(_TierBase):
     secret_access_key: SecretStr | None = None
     profile: str | None = None
     part_size: ByteSize = Field(default=ByteSize(64 * 1024 * 1024), ge=5 * 1024 * 1024)
+    # ``auto``: lean requests and the endpoint cache, plus HTTP/1.1 pipelining of small GETs
+    # for a custom ``endpoint_url`` (not for AWS); ``off``: botocore alone.
+    fast_path: Literal["auto", "off"] = "auto"
 
     @model_validator(mode="before")
     @classmethod

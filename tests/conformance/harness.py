@@ -19,7 +19,7 @@ from tests.fixtures.s3servers import S3Server
 from tierd.config import PosixTier
 from tierd.daemon import checksum
 from tierd.daemon.backends import Backend, ByteBudget, PosixBackend, S3Backend
-from tierd.daemon.backends.posix import TEMP_MARK
+from tierd.daemon.backends.posix.backend import TEMP_MARK
 from tierd.errors import TransientBackendError
 
 MIB = 1024 * 1024

@@ -33,7 +33,7 @@ from tests.integration.daemon_helpers import (
     write_files,
 )
 from tierd.config import PosixTier, load_config
-from tierd.daemon.backends.posix import PosixBackend, is_temp_name
+from tierd.daemon.backends.posix.backend import PosixBackend, is_temp_name
 from tierd.daemon.catalog.db import Database
 
 CAP = 6 * MiB  # bytes/s into each tier: a hop of ~23 MiB takes ~4 s, so a kill lands mid-hop

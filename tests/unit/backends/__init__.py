@@ -1,0 +1,1 @@
+"""Tests of the storage backends, laid out like ``tierd.daemon.backends``."""

@@ -30,12 +30,12 @@ from tierd.daemon.backends import (
     PosixBackend,
     S3Backend,
     make_backend,
-    posixbatch,
-    posixcopy,
 )
 from tierd.daemon.backends.base import Progress, RangeReader, ResumeStore, SmallFile
-from tierd.daemon.backends.fstype import is_local
-from tierd.daemon.backends.posix import is_temp_name
+from tierd.daemon.backends.posix import batch as posixbatch
+from tierd.daemon.backends.posix import copy as posixcopy
+from tierd.daemon.backends.posix.backend import is_temp_name
+from tierd.daemon.backends.posix.fstype import is_local
 from tierd.daemon.pipeline import copyset
 from tierd.daemon.pipeline.copyset import copy_checkpoint_files, marker_last
 from tierd.daemon.pipeline.records import FileSpec

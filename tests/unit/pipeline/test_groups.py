@@ -17,9 +17,10 @@ import pytest
 from tests.conformance.harness import crc
 from tests.fixtures.s3servers import S3Server
 from tierd.config import PosixTier
-from tierd.daemon.backends import Backend, ByteBudget, BytesReader, PosixBackend, S3Backend, posixcopy
+from tierd.daemon.backends import Backend, ByteBudget, BytesReader, PosixBackend, S3Backend
 from tierd.daemon.backends.base import WriteBatch
-from tierd.daemon.backends.posix import is_temp_name
+from tierd.daemon.backends.posix import copy as posixcopy
+from tierd.daemon.backends.posix.backend import is_temp_name
 from tierd.daemon.pipeline import copyset
 from tierd.daemon.pipeline.copyset import copy_checkpoint_files, in_groups
 from tierd.daemon.pipeline.records import FileSpec

@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tierd.daemon.pipeline.retry import Backoff, should_retry
+from tierd.config import S3Tier
+from tierd.daemon.backends import S3Backend
+from tierd.daemon.backends.s3.backend import REQUEST_ATTEMPTS
+from tierd.daemon.pipeline.options import PipelineOptions
+from tierd.daemon.pipeline.retry import (
+    FILE_ATTEMPTS,
+    FILE_BACKOFF,
+    INTEGRITY_ATTEMPTS,
+    JOB_BACKOFF,
+    Backoff,
+    should_retry,
+)
 from tierd.errors import IntegrityError, PermanentBackendError, TransientBackendError
 
 
@@ -50,3 +63,39 @@ def test_integrity_errors_are_retried_a_bounded_number_of_times() -> None:
     assert not should_retry(IntegrityError("mismatch"), 2, 2, **limits)
     # a transient error after one mismatch still gets its retries
     assert should_retry(TransientBackendError("503"), 2, 1, **limits)
+
+
+# -- the README's "Retries" table: its numbers are these constants, and the code uses them --
+
+
+def test_the_pipeline_uses_the_file_and_job_constants() -> None:
+    options = PipelineOptions()
+    assert options.file_attempts == FILE_ATTEMPTS == 4
+    assert options.integrity_attempts == INTEGRITY_ATTEMPTS == 2
+    assert options.file_backoff == FILE_BACKOFF == Backoff(base=0.5, cap=20.0)
+    assert options.job_backoff == JOB_BACKOFF == Backoff(base=30.0, cap=3600.0)
+
+
+def test_botocore_sends_a_request_at_most_request_attempts_times() -> None:
+    backend = S3Backend(S3Tier(name="s3", kind="s3", bucket="bkt", endpoint_url="http://127.0.0.1:1"))
+    config: Any = backend._boto_config()
+    retries = config.retries
+    assert retries == {"mode": "standard", "max_attempts": REQUEST_ATTEMPTS}
+    assert REQUEST_ATTEMPTS == 2
+
+
+def test_the_readme_table_states_the_constants() -> None:
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    section = readme[readme.index("### Retries") :]
+    section = section[: section.index("\n### ", 1)]
+    for stated in (
+        f"`REQUEST_ATTEMPTS` = {REQUEST_ATTEMPTS}",
+        f"`FILE_ATTEMPTS` = {FILE_ATTEMPTS}",
+        f"`INTEGRITY_ATTEMPTS` = {INTEGRITY_ATTEMPTS}",
+        f"min({FILE_BACKOFF.base}·2^n, {FILE_BACKOFF.cap:g})",
+        f"min({JOB_BACKOFF.base:g}·2^n, {JOB_BACKOFF.cap:g})",
+        f"{FILE_ATTEMPTS} \N{MULTIPLICATION SIGN} {REQUEST_ATTEMPTS} = {FILE_ATTEMPTS * REQUEST_ATTEMPTS}",
+        f"{FILE_ATTEMPTS} \N{MULTIPLICATION SIGN} (1 + {REQUEST_ATTEMPTS}) = "
+        f"{FILE_ATTEMPTS * (1 + REQUEST_ATTEMPTS)}",
+    ):
+        assert stated in section

@@ -17,9 +17,9 @@ from sqlalchemy import select, update
 
 from tests.integration.daemon_helpers import all_jobs, audit, record_checkpoint, replicas, write_files
 from tierd.config import Config, PosixTier
-from tierd.daemon.backends import posixbatch
 from tierd.daemon.backends.base import Backend, ObjectInfo, Progress, RangeReader, ResumeStore, WriteBatch
-from tierd.daemon.backends.posix import PosixBackend, is_temp_name
+from tierd.daemon.backends.posix import batch as posixbatch
+from tierd.daemon.backends.posix.backend import PosixBackend, is_temp_name
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Job
 from tierd.daemon.context import Context

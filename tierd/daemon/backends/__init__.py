@@ -24,9 +24,9 @@ from tierd.daemon.backends.base import (
     check_relpath,
     copy_object,
 )
+from tierd.daemon.backends.budget import ByteBudget, default_budget
 from tierd.daemon.backends.posix import PosixBackend
 from tierd.daemon.backends.s3 import S3Backend
-from tierd.daemon.backends.transfer import ByteBudget, default_budget
 
 __all__ = [
     "Backend",

@@ -8,7 +8,7 @@ POSIX relative path (``str``) under the tier root; anything else raises ``ValueE
 Errors: each method raises only tierd errors -- ``NotFound``, ``IntegrityError``,
 ``TransientBackendError`` (retry may help), ``PermanentBackendError`` -- plus
 ``ValueError`` for a malformed path. Third-party errors are translated at one boundary
-per backend (``s3errors`` for botocore/aiohttp, ``posixerrors`` for ``OSError``).
+per backend (``s3.errors`` for botocore/aiohttp, ``posix.errors`` for ``OSError``).
 
 Verification (``write``'s return value): ``ObjectInfo.checksum`` is set by ``write`` and
 ``verify`` only once the stored bytes were checked against the expected checksum, and
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from tierd.errors import IntegrityError, TierdError
 
 if TYPE_CHECKING:
-    from tierd.daemon.backends.transfer import ByteBudget
+    from tierd.daemon.backends.budget import ByteBudget
 
 __all__ = [
     "Backend",

@@ -34,7 +34,7 @@ import os
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from tierd.daemon.backends.base import Backend, ObjectInfo, WriteBatch
-from tierd.daemon.backends.transfer import for_each
+from tierd.daemon.backends.concurrency import for_each
 from tierd.daemon.pipeline.records import FileSpec
 from tierd.daemon.pipeline.transfer import FileCopier
 from tierd.errors import TierdError

@@ -1,4 +1,10 @@
-"""Exponential backoff with full jitter, and which errors deserve another try."""
+"""Exponential backoff with full jitter, which errors deserve another try, and how often.
+
+Retries happen at three levels (the README's "Retries" table): a request (botocore,
+``tierd.daemon.backends.s3.backend.REQUEST_ATTEMPTS``), a file (``FILE_ATTEMPTS`` tries,
+``FILE_BACKOFF`` between them) and a job (a failed pass is queued again after
+``JOB_BACKOFF``). ``PipelineOptions`` takes its defaults from these numbers.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,14 @@ from dataclasses import dataclass
 
 from tierd.errors import IntegrityError, TierdError
 
-__all__ = ["Backoff", "should_retry"]
+__all__ = [
+    "FILE_ATTEMPTS",
+    "FILE_BACKOFF",
+    "INTEGRITY_ATTEMPTS",
+    "JOB_BACKOFF",
+    "Backoff",
+    "should_retry",
+]
 
 
 @dataclass(frozen=True)
@@ -26,6 +39,16 @@ class Backoff:
         # Not for security: jitter only spreads load.
         draw = rng.random() if rng is not None else random.random()  # noqa: S311
         return draw * self.ceiling(attempt)
+
+
+#: Tries of one file in one pass for retryable errors, the first try included.
+FILE_ATTEMPTS = 4
+#: Of those, tries that may end in a checksum mismatch before the mismatch is final.
+INTEGRITY_ATTEMPTS = 2
+#: Between tries of one file.
+FILE_BACKOFF = Backoff(base=0.5, cap=20.0)
+#: Before a pass that failed with a retryable error is tried again (the job's ``not_before``).
+JOB_BACKOFF = Backoff(base=30.0, cap=3600.0)
 
 
 def should_retry(

@@ -22,11 +22,11 @@ from tierd.daemon.aio import blocking
 from tierd.daemon.backends.base import Backend
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import utcnow
+from tierd.daemon.libc import trim_freed_memory
 from tierd.daemon.metrics import Metrics
 from tierd.daemon.pipeline import jobs, records
 from tierd.daemon.pipeline.copyset import copy_checkpoint_files
 from tierd.daemon.pipeline.jobs import Claim
-from tierd.daemon.pipeline.memory import trim_freed_memory
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.records import FileSpec, HopPlan
 from tierd.daemon.pipeline.resume import CatalogResumeStore

@@ -1,0 +1,1 @@
+"""Tests of the POSIX backend (``tierd.daemon.backends.posix``)."""

@@ -1,0 +1,1 @@
+"""Tests of the S3 fast path (``tierd.daemon.backends.s3.fast``)."""

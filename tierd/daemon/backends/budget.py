@@ -1,0 +1,141 @@
+"""The memory budget every transfer buffer comes from.
+
+Every buffer a write holds comes from a ByteBudget, so the daemon's memory stays
+bounded whatever the object size and however many writes run at once. Chunk buffers
+(``ByteBudget.aligned``) are page-aligned, as ``O_DIRECT`` needs, and reused: a fresh
+buffer costs a page fault per 4 KiB on its first fill (on this project's test VMs, writing
+4 GiB through fresh 8 MiB buffers took 7-8 s of system time against 2 s through one
+reused buffer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import mmap
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+__all__ = ["DEFAULT_BUDGET_BYTES", "MIB", "ByteBudget", "default_budget"]
+
+MIB = 1024 * 1024
+DEFAULT_BUDGET_BYTES = 64 * MIB
+
+
+class ByteBudget:
+    """A first-come-first-served counting semaphore measured in bytes.
+
+    Futures are created per wait, so one budget can serve several event loops in turn
+    (as in tests); it is not thread-safe.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit <= 0:
+            raise ValueError("budget must be positive")
+        self.limit = limit
+        self.used = 0
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        # Idle aligned buffers by size; with those in use they never map more than ``limit``.
+        self._idle: dict[int, list[mmap.mmap]] = {}
+        self.idle_bytes = 0
+
+    async def acquire(self, nbytes: int) -> int:
+        """Wait until ``nbytes`` (capped at the limit) are free; returns what was taken."""
+        nbytes = min(nbytes, self.limit)
+        if not self._waiters and self.used + nbytes <= self.limit:
+            self.used += nbytes
+            return nbytes
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (nbytes, fut)
+        self._waiters.append(entry)
+        try:
+            await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled():
+                self.release(nbytes)  # granted just as we were cancelled
+            else:
+                self._waiters.remove(entry)
+                self._wake()
+            raise
+        return nbytes
+
+    def release(self, nbytes: int) -> None:
+        """Give back what ``acquire`` returned."""
+        self.used -= nbytes
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            nbytes, fut = self._waiters[0]
+            if fut.done():
+                self._waiters.popleft()
+                continue
+            if self.used + nbytes > self.limit:
+                return
+            self._waiters.popleft()
+            self.used += nbytes
+            fut.set_result(None)
+
+    @asynccontextmanager
+    async def buffer(self, nbytes: int) -> AsyncIterator[memoryview]:
+        """A fresh ``nbytes`` buffer charged to the budget while the block runs."""
+        taken = await self.acquire(nbytes)
+        try:
+            yield memoryview(bytearray(nbytes))
+        finally:
+            self.release(taken)
+
+    @asynccontextmanager
+    async def aligned(self, nbytes: int) -> AsyncIterator[memoryview]:
+        """A page-aligned ``nbytes`` buffer, reused after the block, charged while it runs.
+
+        Its contents are whatever the last user left. Nothing may keep a view of it past
+        the block (the next user would overwrite it): pass it only to calls awaited within.
+        """
+        if nbytes <= 0:
+            raise ValueError("an aligned buffer needs at least one byte")
+        taken = await self.acquire(nbytes)
+        buffer = self._take_idle(nbytes)
+        view = memoryview(buffer)
+        try:
+            yield view
+        finally:
+            view.release()
+            self._keep_idle(buffer)
+            self.release(taken)
+
+    def drop_idle(self) -> None:
+        """Unmap the idle aligned buffers (when no transfer is running)."""
+        self._idle.clear()
+        self.idle_bytes = 0
+
+    def _take_idle(self, nbytes: int) -> mmap.mmap:
+        """An idle buffer of exactly ``nbytes``, or a new one (evicting idle ones to make room)."""
+        idle = self._idle.get(nbytes)
+        if idle:
+            self.idle_bytes -= nbytes
+            return idle.pop()
+        while self._idle and self.idle_bytes + self.used > self.limit:
+            size, buffers = next(iter(self._idle.items()))
+            buffers.pop()
+            self.idle_bytes -= size
+            if not buffers:
+                del self._idle[size]
+        return mmap.mmap(-1, nbytes)
+
+    def _keep_idle(self, buffer: mmap.mmap) -> None:
+        """Keep ``buffer`` for reuse if idle buffers and those in use fit in the limit."""
+        if self.idle_bytes + self.used <= self.limit:
+            self._idle.setdefault(len(buffer), []).append(buffer)
+            self.idle_bytes += len(buffer)
+
+
+_default_budget: ByteBudget | None = None
+
+
+def default_budget() -> ByteBudget:
+    """The process-wide budget that backends share unless given their own."""
+    global _default_budget
+    if _default_budget is None:
+        _default_budget = ByteBudget(DEFAULT_BUDGET_BYTES)
+    return _default_budget

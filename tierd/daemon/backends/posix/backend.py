@@ -1,0 +1,628 @@
+"""A POSIX tier: a directory on local NVMe or a parallel file system mount.
+
+Writes go to a hidden temporary name in the destination directory
+(``.<name>.tierd-tmp-<random>``), then are fsynced (for ``verify: readback`` also dropped
+from the page cache, read back and hashed again), renamed into place and the directory
+fsynced. So the final name only ever holds complete, verified bytes. ``list`` hides
+temporary names. How the temporary file is filled (``posix.copy``):
+
+- a file of one chunk or less: read, hashed and placed in one trip to the I/O pool, and
+  nothing is created when its bytes do not match;
+- where the tier's file system takes ``O_DIRECT`` (most do: ext4, XFS, Lustre, GPFS, NFS):
+  parallel chunks read into reused page-aligned buffers, hashed, and written to the disk
+  directly, never copied into the page cache (the unaligned tail of a file goes through
+  it). On this project's VMs that halved the CPU of a 4 GiB hop and beat ``cp`` + ``sync``;
+- otherwise, from a local file (a ``PosixReader``): ``copy_file_range`` per chunk, in
+  parallel, each chunk read back from the destination and hashed; where the kernel refuses
+  (different file systems) the backend remembers it for that source device;
+- otherwise: parallel chunks read into buffers, hashed and ``pwrite``-n through the cache.
+
+What goes through the page cache is queued for writeback as soon as it is written, so the
+final fsync has little left to do.
+
+``write`` first removes what killed writes of the same name left behind (a restarted
+daemon rewriting the file it was killed in), and ``abort_stale_uploads`` sweeps old
+leftovers everywhere; ``posix.temp`` tells them from temporary files still being written.
+A write lists its directory only the first time this backend writes there.
+
+``OSError`` is translated in ``posix.errors``: ENOENT is NotFound; ENOSPC and EDQUOT are
+TransientBackendError (retention or an operator can free space, so a later retry may
+succeed), as are EIO, ESTALE, timeouts and other network file system blips; EACCES,
+EROFS, ENOTDIR and the rest are PermanentBackendError. A missing tier root (an
+unmounted file system) is TransientBackendError, and is never created by tierd.
+Every blocking call runs through ``tierd.daemon.aio.blocking``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import functools
+import os
+import stat as stat_mod
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from tierd.config import PosixTier
+from tierd.daemon import checksum
+from tierd.daemon.aio import blocking
+from tierd.daemon.backends.base import (
+    Backend,
+    Features,
+    ObjectInfo,
+    Progress,
+    RangeReader,
+    ResumeStore,
+    SmallFile,
+    Verification,
+    WriteBatch,
+    check_prefix,
+    check_relpath,
+    mismatch,
+    read_full,
+)
+from tierd.daemon.backends.budget import MIB, ByteBudget, default_budget
+from tierd.daemon.backends.concurrency import blocking_on, for_each, uninterrupted
+from tierd.daemon.backends.hashing import combine_all
+from tierd.daemon.backends.posix import copy as posixcopy
+from tierd.daemon.backends.posix import fstype
+from tierd.daemon.backends.posix.batch import PosixBatch
+from tierd.daemon.backends.posix.errors import os_errors, translate_oserror
+from tierd.daemon.backends.posix.temp import (
+    TEMP_MARK,
+    TempFile,
+    discard_all,
+    fsync_dir,
+    is_temp_name,
+    remove_abandoned,
+    remove_stale_temps,
+    temp_names_in,
+    temp_stem,
+)
+from tierd.errors import (
+    IntegrityError,
+    NotFound,
+    TierdError,
+    TransientBackendError,
+)
+from tierd.logs import get_logger
+
+__all__ = ["CHUNK_SIZE", "TEMP_MARK", "PosixBackend", "PosixReader", "is_temp_name"]
+
+CHUNK_SIZE = 8 * MIB
+KERNEL_CHUNK_SIZE = 32 * MIB  # copy_file_range moves no bytes through our buffers
+HASH_BUFFER = 4 * MIB
+#: Files up to this size are read whole when opened (one trip to the I/O pool for open,
+#: read and close; a small file's cost is trips, not bytes).
+WHOLE_READ_LIMIT = 256 * 1024
+#: Chunks of one file in flight: more only scatters one file's I/O (files in flight come
+#: from the tier's ``concurrency``). Measured on one disk: 4 beat 16 by about 15%.
+CHUNKS_PER_FILE = 4
+_LISTED_DIRECTORIES = 4096  # how many directories' leftovers a backend remembers
+
+log = get_logger(__name__)
+T = TypeVar("T")
+
+
+class PosixReader:
+    """A RangeReader over a file (``os.preadv`` on the I/O pool).
+
+    A file of up to ``WHOLE_READ_LIMIT`` bytes is read whole, and closed, in the trip to the
+    I/O pool that opened it (``contents``): reads of it need no further trip, and nothing
+    is left to close.
+    """
+
+    def __init__(
+        self, fd: int, size: int, location: str, device: int = -1, contents: bytes | None = None
+    ) -> None:
+        self._fd = fd
+        self.size = size
+        self._location = location
+        self.device = device  # st_dev of the file system it is on
+        self._contents = contents
+
+    def fileno(self) -> int:
+        """The open file, for a kernel-side copy (-1 once closed, or read whole at open)."""
+        return self._fd
+
+    async def read_into(self, offset: int, buf: memoryview) -> int:
+        """Fill ``buf`` from ``offset``. Raises Transient/PermanentBackendError."""
+        if self._contents is not None:
+            piece = self._contents[offset : offset + len(buf)]
+            buf[: len(piece)] = piece
+            return len(piece)
+        with os_errors("read", self._location):
+            return await uninterrupted(blocking_on(buf, _pread, self._fd, offset))
+
+    async def close(self) -> None:
+        """Close the file (idempotent); a read-only descriptor closes without blocking."""
+        fd, self._fd, self._contents = self._fd, -1, None
+        if fd >= 0:
+            os.close(fd)
+
+
+class PosixBackend(Backend):
+    """A tier rooted at a directory."""
+
+    features = Features(native_checksum=False, server_side_copy=False, multipart=False)
+
+    def __init__(
+        self,
+        tier: PosixTier,
+        *,
+        budget: ByteBudget | None = None,
+        chunk_size: int = CHUNK_SIZE,
+    ) -> None:
+        self.name = tier.name
+        self.root = Path(tier.path)
+        self.concurrency = tier.concurrency
+        self.chunks_per_file = min(tier.concurrency, CHUNKS_PER_FILE)
+        self.chunk_size = chunk_size
+        self.budget = budget or default_budget()
+        self.readback = tier.verify == "readback"
+        # Temporary names found at a directory's first write: the leftovers a write may remove.
+        self._leftovers: OrderedDict[Path, set[str]] = OrderedDict()
+        # Devices of sources whose files copy_file_range could not copy here.
+        self._no_kernel_copy: set[int] = set()
+        self._direct = True  # until the tier's file system refuses O_DIRECT
+
+    def _path(self, relpath: str) -> Path:
+        return self.root / check_relpath(relpath)
+
+    def location(self, relpath: str) -> str:
+        """The file's absolute path."""
+        return str(self._path(relpath))
+
+    async def _require_root(self) -> None:
+        if not await blocking(os.path.isdir, self.root):
+            raise self._root_missing()
+
+    def _root_missing(self) -> TransientBackendError:
+        return TransientBackendError(f"tier {self.name}: root {self.root} is missing (not mounted?)")
+
+    async def stat(self, relpath: str) -> ObjectInfo:
+        """Size and mtime (checksum None). Raises NotFound when missing or not a file."""
+        path = self._path(relpath)
+        with os_errors("stat", str(path)):
+            st = await blocking(os.stat, path)
+        if not stat_mod.S_ISREG(st.st_mode):
+            raise NotFound(f"stat {path}: not a regular file")
+        return ObjectInfo(relpath, st.st_size, None, st.st_mtime)
+
+    async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
+        """Regular files under ``prefix`` (temporary names hidden, symlinks skipped).
+
+        Raises TransientBackendError when the tier root is missing; a missing prefix
+        lists nothing.
+        """
+        pending = [check_prefix(prefix)]
+        await self._require_root()
+        while pending:
+            rel_dir = pending.pop()
+            with os_errors("list", str(self.root / rel_dir)):
+                files, subdirs = await blocking(_scan_dir, self.root / rel_dir)
+            for name, size, mtime in files:
+                yield ObjectInfo(rel_dir + name, size, None, mtime)
+            pending.extend(f"{rel_dir}{name}/" for name in subdirs)
+
+    async def open_reader(self, relpath: str) -> RangeReader:
+        """A PosixReader. Raises NotFound when missing, PermanentBackendError if unreadable."""
+        path = self._path(relpath)
+        with os_errors("open", str(path)):
+            fd, size, device, contents = await blocking(_open_regular, path)
+        return PosixReader(fd, size, str(path), device, contents)
+
+    async def read_whole(
+        self, relpaths: Sequence[str], views: Sequence[memoryview]
+    ) -> Sequence[TierdError | None]:
+        """Each file whole into its view, all in one trip to the I/O pool (see ``Backend``)."""
+        paths = [self._path(relpath) for relpath in relpaths]
+        sizes = await uninterrupted(blocking(posixcopy.read_files, paths, views))
+        return [
+            _read_error(str(path), size, len(view))
+            for path, size, view in zip(paths, sizes, views, strict=True)
+        ]
+
+    async def write(
+        self,
+        relpath: str,
+        reader: RangeReader,
+        *,
+        expected_checksum: str,
+        resume: ResumeStore | None = None,
+        progress: Progress | None = None,
+    ) -> ObjectInfo:
+        """Temp file, parallel hashed pwrite, fsync, read back, rename, fsync the directory.
+
+        The read-back (after dropping the page cache) runs only for ``verify: readback``;
+        with ``verify: native`` the in-flight hash of every byte written is the check.
+        ``resume`` is ignored (a POSIX write restarts from byte 0); leftovers of earlier
+        writes of the same name whose writer is gone are removed first. Raises IntegrityError
+        when the bytes read or read back differ from ``expected_checksum`` (the temp file
+        is removed and the final name untouched), TransientBackendError (ENOSPC, EIO,
+        missing root, ...) or PermanentBackendError (EACCES, EROFS, ...).
+        """
+        final = self._path(relpath)
+        await self._remove_leftovers(final)
+        if reader.size <= self.chunk_size:
+            return await self._write_whole(relpath, final, reader, expected_checksum, progress)
+        with os_errors("create temporary file for", str(final)):
+            temp = await blocking(posixcopy.create_temp, self.root, final)
+        if temp is None:
+            raise self._root_missing()
+        try:
+            await self._fill(temp, reader, str(final), expected_checksum, progress)
+            await self._make_durable(temp, str(final), expected_checksum)
+            with os_errors("rename into", str(final)):
+                mtime = await blocking(temp.commit, final)
+        except BaseException:
+            await asyncio.shield(blocking(temp.discard))
+            raise
+        by: Verification = "readback" if self.readback else "stream"
+        return ObjectInfo(relpath, reader.size, expected_checksum, mtime, by)
+
+    async def _write_whole(
+        self, relpath: str, final: Path, reader: RangeReader, expected: str, progress: Progress | None
+    ) -> ObjectInfo:
+        """A file of one chunk in one trip to the I/O pool: read, hash, place (see ``place_whole``)."""
+        place = functools.partial(
+            posixcopy.place_whole, root=self.root, final=final, expected=expected, readback=self.readback
+        )
+        mtime = await self._whole(final, reader, expected, progress, place)
+        by: Verification = "readback" if self.readback else "stream"
+        return ObjectInfo(relpath, reader.size, expected, mtime, by)
+
+    async def stage(
+        self, relpath: str, reader: RangeReader, expected: str, progress: Progress | None
+    ) -> tuple[TempFile, Path]:
+        """A file of one chunk, hashed and written under its temporary name, neither durable nor visible.
+
+        For ``PosixBatch``: ``posixcopy.commit_staged`` finishes it. Raises like ``write``.
+        """
+        final = self._path(relpath)
+        await self._remove_leftovers(final)
+        fill = functools.partial(posixcopy.stage_whole, root=self.root, final=final, expected=expected)
+        return await self._whole(final, reader, expected, progress, fill), final
+
+    async def stage_many(self, files: Sequence[SmallFile]) -> Sequence[tuple[TempFile, Path] | TierdError]:
+        """``stage`` for each file, all in one trip to the I/O pool; each file's staging or error.
+
+        A file whose bytes do not match is IntegrityError (nothing created for it).
+        """
+        finals = [self._path(file.relpath) for file in files]
+        for final in finals:
+            await self._remove_leftovers(final)
+        items = [(final, file.data, file.checksum) for final, file in zip(finals, files, strict=True)]
+        results = await uninterrupted(blocking(posixcopy.stage_files, self.root, items), undo=_discard_staged)
+        return [
+            self._staged_or_error(file, final, result)
+            for file, final, result in zip(files, finals, results, strict=True)
+        ]
+
+    def _staged_or_error(
+        self, file: SmallFile, final: Path, result: TempFile | posixcopy.Mismatch | OSError | None
+    ) -> tuple[TempFile, Path] | TierdError:
+        if isinstance(result, TempFile):
+            return result, final
+        if result is None:
+            return self._root_missing()
+        if isinstance(result, posixcopy.Mismatch):
+            return mismatch(str(final), file.checksum, result.actual, result.how)
+        return translate_oserror(result, "write", str(final))
+
+    async def _whole(
+        self,
+        final: Path,
+        reader: RangeReader,
+        expected: str,
+        progress: Progress | None,
+        fn: Callable[[memoryview, int | None], T | None],
+    ) -> T:
+        """``fn(buffer, source fd or None)`` on the I/O pool, with the bytes in a budgeted buffer.
+
+        ``fn`` returns None when the tier root is missing (TransientBackendError here).
+        """
+        where = str(final)
+        fd = reader.fileno() if isinstance(reader, PosixReader) else -1
+        source = fd if fd >= 0 else None  # a file read whole at open is read from memory
+        async with self.budget.buffer(reader.size) as view:
+            if source is None:
+                await read_full(reader, 0, view, where=where)
+            with os_errors("write", where):
+                try:
+                    result = await uninterrupted(blocking_on(view, fn, source))
+                except posixcopy.SourceEnded as exc:
+                    raise _source_ended(where, exc.offset, reader.size) from None
+                except posixcopy.Mismatch as exc:
+                    raise mismatch(where, expected, exc.actual, exc.how) from None
+        if result is None:
+            raise self._root_missing()
+        if progress is not None:
+            progress(reader.size)
+        return result
+
+    def batch(self) -> WriteBatch:
+        """Files of one chunk are staged and made durable together (``PosixBatch``)."""
+        return PosixBatch(self)
+
+    async def prefetch(self, relpaths: Sequence[str]) -> None:
+        """Start reading these files into the page cache (``POSIX_FADV_WILLNEED``); never raises.
+
+        Small files are read one after another by a few lanes: with their reads already
+        queued, a cold cache costs one deep disk queue instead of a wait per file.
+        """
+        paths = [self._path(relpath) for relpath in relpaths]
+        await blocking(posixcopy.read_ahead, paths)
+
+    async def local_disk(self) -> bool:
+        """Whether the root is on one of this node's own file systems (``fstype``).
+
+        Looked up each time (a stat and ``/proc/self/mountinfo``): a root that is not mounted
+        yet shows the file system beneath it.
+        """
+        return await blocking(fstype.is_local, self.root)
+
+    async def _remove_leftovers(self, final: Path) -> None:
+        """Remove abandoned temporary files of ``final``'s name (best effort, never raises)."""
+        directory = final.parent
+        if (names := self._leftovers.get(directory)) is None:
+            names = await blocking(temp_names_in, directory)
+            self._leftovers[directory] = names
+            while len(self._leftovers) > _LISTED_DIRECTORIES:
+                self._leftovers.popitem(last=False)
+        stem = temp_stem(final)
+        mine = {name for name in names if name.startswith(stem)}
+        if not mine:
+            return
+        names -= mine
+        removed = await blocking(remove_abandoned, directory, mine)
+        if removed:
+            log.info("abandoned_temp_files_removed", path=str(final), count=removed)
+
+    async def _make_durable(self, temp: TempFile, where: str, expected: str) -> None:
+        """Make the temp file durable; for ``verify: readback`` also re-read it and compare."""
+        if not self.readback:
+            with os_errors("write", str(temp.path)):
+                await uninterrupted(blocking(os.fsync, temp.fd))
+            return
+        async with self.budget.buffer(HASH_BUFFER) as view:
+            with os_errors("write", str(temp.path)):
+                readback = await uninterrupted(blocking_on(view, posixcopy.fsync_and_hash, temp))
+        if readback != expected:
+            raise mismatch(where, expected, readback, "read-back")
+
+    async def _fill(
+        self, temp: TempFile, reader: RangeReader, where: str, expected: str, progress: Progress | None
+    ) -> None:
+        """Fill the temp file and check the checksum (IntegrityError on a mismatch).
+
+        With ``O_DIRECT`` where the tier takes it, else in the kernel from a local file where
+        it can, else through the page cache.
+        """
+        with os_errors("write", where):
+            direct = await blocking(posixcopy.open_direct, temp.path) if self._direct else -1
+        if direct < 0:
+            self._direct = False
+        try:
+            if direct < 0 and isinstance(reader, PosixReader) and reader.device not in self._no_kernel_copy:
+                try:
+                    await self._fill_in_kernel(temp, reader, where, expected, progress)
+                    return
+                except _KernelCopyRefused:
+                    self._no_kernel_copy.add(reader.device)
+                    log.info("kernel_copy_unavailable", tier=self.name, path=where)
+            await self._fill_buffered(temp, reader, where, expected, progress, direct)
+        finally:
+            if direct >= 0:
+                await asyncio.shield(blocking(os.close, direct))
+
+    async def _fill_in_kernel(
+        self, temp: TempFile, reader: PosixReader, where: str, expected: str, progress: Progress | None
+    ) -> None:
+        """copy_file_range chunks in parallel, each read back and hashed; IntegrityError on a mismatch.
+
+        Raises _KernelCopyRefused when the first chunk finds the files cannot be copied so.
+        """
+        first = True
+
+        async def copy_chunk(offset: int, length: int) -> int:
+            nonlocal first
+            async with self.budget.buffer(HASH_BUFFER) as view:
+                try:
+                    crc = await uninterrupted(
+                        blocking_on(view, posixcopy.kernel_copy, reader.fileno(), temp.fd, offset, length)
+                    )
+                except posixcopy.SourceEnded as exc:
+                    raise _source_ended(where, exc.offset, reader.size) from None
+                except OSError as exc:
+                    if first and exc.errno in posixcopy.NO_KERNEL_COPY:
+                        raise _KernelCopyRefused from exc
+                    raise translate_oserror(exc, "write", where) from exc
+            first = False
+            return crc
+
+        await self._by_chunks(reader.size, KERNEL_CHUNK_SIZE, copy_chunk, where, expected, progress)
+
+    async def _fill_buffered(
+        self,
+        temp: TempFile,
+        reader: RangeReader,
+        where: str,
+        expected: str,
+        progress: Progress | None,
+        direct: int,
+    ) -> None:
+        """Read every chunk into a buffer, hash and pwrite it (through ``direct`` if >= 0), in parallel.
+
+        Raises IntegrityError on a mismatch.
+        """
+
+        async def copy_chunk(offset: int, length: int) -> int:
+            async with self.budget.aligned(self.chunk_size) as whole:
+                with whole[:length] as view:
+                    await read_full(reader, offset, view, where=where)
+                    with os_errors("write", where):
+                        return await self._write_chunk(view, temp.fd, direct, offset)
+
+        await self._by_chunks(reader.size, self.chunk_size, copy_chunk, where, expected, progress)
+
+    async def _write_chunk(self, view: memoryview, fd: int, direct: int, offset: int) -> int:
+        """``hash_and_pwrite`` on the I/O pool, through the page cache once ``O_DIRECT`` was refused."""
+        if direct >= 0 and self._direct:
+            try:
+                return await uninterrupted(blocking_on(view, posixcopy.hash_and_pwrite, fd, offset, direct))
+            except posixcopy.DirectRefused:
+                self._direct = False
+                log.info("direct_io_unavailable", tier=self.name)
+        return await uninterrupted(blocking_on(view, posixcopy.hash_and_pwrite, fd, offset))
+
+    async def _by_chunks(
+        self,
+        size: int,
+        chunk: int,
+        copy_chunk: Callable[[int, int], Awaitable[int]],
+        where: str,
+        expected: str,
+        progress: Progress | None,
+    ) -> None:
+        """``copy_chunk(offset, length) -> CRC`` over every chunk, ``chunks_per_file`` at a time.
+
+        Raises IntegrityError unless the chunks' CRCs combine to ``expected``.
+        """
+        pieces = [(0, min(chunk, size - off)) for off in range(0, size, chunk)]
+
+        async def one(index: int) -> None:
+            offset, length = index * chunk, pieces[index][1]
+            pieces[index] = (await copy_chunk(offset, length), length)
+            if progress is not None:
+                progress(length)
+
+        await for_each(range(len(pieces)), one, self.chunks_per_file)
+        actual = checksum.encode(combine_all(pieces))
+        if actual != expected:
+            raise mismatch(where, expected, actual, "source")
+
+    async def delete(self, relpath: str) -> None:
+        """Unlink (missing is fine) and prune emptied directories up to the root.
+
+        Raises PermanentBackendError (EACCES, a directory at that name, ...) or
+        TransientBackendError.
+        """
+        path = self._path(relpath)
+        with os_errors("delete", str(path)):
+            await blocking(_unlink_and_prune, self.root, path)
+
+    async def hash(self, relpath: str) -> str:
+        """Read back and hash the whole file. Raises NotFound when missing."""
+        path = self._path(relpath)
+        async with self.budget.buffer(HASH_BUFFER) as view:
+            with os_errors("hash", str(path)):
+                return await uninterrupted(blocking_on(view, posixcopy.hash_path, path))
+
+    async def verify(self, relpath: str, expected_checksum: str) -> ObjectInfo:
+        """Read-back verification (POSIX has no native checksum).
+
+        Raises NotFound when missing, IntegrityError on a mismatch.
+        """
+        info = await self.stat(relpath)
+        actual = await self.hash(relpath)
+        if actual != expected_checksum:
+            raise mismatch(self.location(relpath), expected_checksum, actual, "read-back")
+        return ObjectInfo(relpath, info.size, actual, info.mtime, "readback")
+
+    async def abort_stale_uploads(self, older_than_seconds: float, *, keep: Collection[str] = ()) -> int:
+        """Remove abandoned temporary files older than that; returns how many were removed.
+
+        A temporary file still being written (by this process, or locked by another) is
+        never removed; ``keep`` (UploadIds) does not apply to a POSIX tier. Raises
+        TransientBackendError when the root is missing, PermanentBackendError when a
+        directory cannot be read.
+        """
+        await self._require_root()
+        with os_errors("clean up temporary files under", str(self.root)):
+            return await blocking(remove_stale_temps, self.root, older_than_seconds)
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+# Blocking helpers: each runs on the I/O pool via ``blocking``.
+
+
+def _scan_dir(path: Path) -> tuple[list[tuple[str, int, float]], list[str]]:
+    files: list[tuple[str, int, float]] = []
+    subdirs: list[str] = []
+    try:
+        entries = list(os.scandir(path))
+    except FileNotFoundError:
+        return files, subdirs
+    for entry in sorted(entries, key=lambda e: e.name):
+        if entry.is_dir(follow_symlinks=False):
+            subdirs.append(entry.name)
+        elif entry.is_file(follow_symlinks=False) and not is_temp_name(entry.name):
+            st = entry.stat(follow_symlinks=False)
+            files.append((entry.name, st.st_size, st.st_mtime))
+    subdirs.reverse()  # popped from the end: visit in name order
+    return files, subdirs
+
+
+def _open_regular(path: Path) -> tuple[int, int, int, bytes | None]:
+    """(fd, size, device, None), or for a file up to WHOLE_READ_LIMIT (-1, size, device, its bytes)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat_mod.S_ISREG(st.st_mode):
+            raise FileNotFoundError(errno.ENOENT, "not a regular file", str(path))
+        if st.st_size > WHOLE_READ_LIMIT:
+            return fd, st.st_size, st.st_dev, None
+        contents = os.pread(fd, st.st_size, 0)  # shorter if it shrank: the copy will say so
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    return -1, st.st_size, st.st_dev, contents
+
+
+def _read_error(where: str, size: int | OSError, expected: int) -> TierdError | None:
+    """What ``posixcopy.read_files`` said of one file, as the error ``read_whole`` reports."""
+    if isinstance(size, OSError):
+        return translate_oserror(size, "read", where)
+    if size != expected:
+        return IntegrityError(f"{where}: holds {size} bytes, expected {expected}")
+    return None
+
+
+async def _discard_staged(results: Sequence[TempFile | Exception | None]) -> None:
+    """Remove what a staging trip created for a caller that was cancelled meanwhile."""
+    await blocking(discard_all, [result for result in results if isinstance(result, TempFile)])
+
+
+def _pread(buf: memoryview, fd: int, offset: int) -> int:
+    return os.preadv(fd, [buf], offset)
+
+
+class _KernelCopyRefused(Exception):
+    """copy_file_range cannot copy between these files: use buffers."""
+
+
+def _source_ended(where: str, offset: int, size: int) -> IntegrityError:
+    return IntegrityError(
+        f"{where}: source ended at byte {offset}, expected {size} bytes (did the file shrink?)"
+    )
+
+
+def _unlink_and_prune(root: Path, path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    fsync_dir(path.parent)
+    parent = path.parent
+    while parent != root and root in parent.parents:
+        try:
+            os.rmdir(parent)
+        except OSError:
+            return  # not empty (or gone): stop pruning
+        parent = parent.parent

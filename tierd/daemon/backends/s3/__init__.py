@@ -1,0 +1,12 @@
+"""An S3 tier: any S3-compatible store through aioboto3, with an optional fast path.
+
+``backend`` (the tier), ``client`` (the client's public CPU-saving settings), ``errors``
+(the one boundary where botocore, aiohttp and awscrt errors become tierd errors),
+``multipart`` (multipart uploads and copies, resumable), ``bodies`` (request bodies
+streamed from the budget), ``reads`` (ranged GETs and read-back hashing), ``fast/``
+(lean requests, pipelining, endpoint cache: see ``fast.paths`` for when each is used).
+"""
+
+from tierd.daemon.backends.s3.backend import S3Backend
+
+__all__ = ["S3Backend"]

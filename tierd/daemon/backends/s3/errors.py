@@ -1,0 +1,119 @@
+"""The one boundary where botocore, aiobotocore, aiohttp and awscrt errors become tierd errors.
+
+===========================================================  ===========================
+what the store or the network said                           tierd error
+===========================================================  ===========================
+NoSuchKey, NotFound, a bare 404; NoSuchUpload                 NotFound
+BadDigest, InvalidDigest, XAmzContentSHA256Mismatch,          IntegrityError
+botocore's FlexibleChecksumError
+SlowDown, Throttling*, RequestTimeout, InternalError,         TransientBackendError
+ServiceUnavailable, OperationAborted, any 5xx, 408, 429,
+connection errors, timeouts, truncated bodies
+AccessDenied, NoSuchBucket, InvalidAccessKeyId,               PermanentBackendError
+SignatureDoesNotMatch, every other 4xx, missing credentials,
+bad parameters, awscrt errors (signing a lean request),
+anything else
+===========================================================  ===========================
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import aiohttp
+from awscrt.exceptions import AwsCrtError
+from botocore import exceptions as boto
+
+from tierd.errors import (
+    IntegrityError,
+    NotFound,
+    PermanentBackendError,
+    TierdError,
+    TransientBackendError,
+)
+
+__all__ = ["range_not_satisfiable", "s3_errors", "translate"]
+
+_NOT_FOUND = frozenset({"NoSuchKey", "NotFound", "404", "NoSuchUpload"})
+_INTEGRITY = frozenset({"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch"})
+_TRANSIENT = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "InternalError",
+        "ServiceUnavailable",
+        "OperationAborted",
+        "PriorRequestNotComplete",
+        "RequestTimeTooSkewed",
+    }
+)
+_TRANSIENT_STATUS = frozenset({408, 429})
+
+_TRANSIENT_BOTO = (
+    boto.HTTPClientError,  # connection closed, read timeouts, streaming errors
+    boto.ConnectionError,  # endpoint unreachable, connect timeout, proxy
+    boto.IncompleteReadError,
+)
+
+
+def translate(exc: BaseException, action: str, location: str) -> TierdError | None:
+    """The tierd error for ``exc``, or None when it is not a storage error."""
+    if isinstance(exc, TierdError):
+        return exc
+    where = f"{action} {location}"
+    if isinstance(exc, boto.ClientError):
+        return _client_error(exc, where)
+    if isinstance(exc, boto.FlexibleChecksumError):
+        return IntegrityError(f"{where}: {exc}")
+    if isinstance(exc, _TRANSIENT_BOTO):
+        return TransientBackendError(f"{where}: {exc}")
+    if isinstance(exc, boto.BotoCoreError):
+        return PermanentBackendError(f"{where}: {exc}")
+    if isinstance(exc, AwsCrtError):
+        return PermanentBackendError(f"{where}: awscrt {exc.name}: {exc.message}")
+    if isinstance(exc, aiohttp.ClientError | asyncio.TimeoutError | ConnectionError):
+        return TransientBackendError(f"{where}: {type(exc).__name__}: {exc}")
+    return None
+
+
+def _client_error(exc: boto.ClientError, where: str) -> TierdError:
+    error = exc.response.get("Error", {})
+    code = str(error.get("Code", ""))
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    message = f"{where}: {code or status} {error.get('Message', '')}".rstrip()
+    if code in _NOT_FOUND or (status == 404 and not code.startswith("NoSuch")):
+        return NotFound(message)
+    if code in _INTEGRITY:
+        return IntegrityError(message)
+    if code in _TRANSIENT or status >= 500 or status in _TRANSIENT_STATUS:
+        return TransientBackendError(message)
+    return PermanentBackendError(message)
+
+
+def range_not_satisfiable(exc: boto.ClientError) -> bool:
+    """Whether the store refused a Range (416 InvalidRange: AWS's answer for an empty object)."""
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return exc.response.get("Error", {}).get("Code") == "InvalidRange" or status == 416
+
+
+@contextmanager
+def s3_errors(action: str, location: str) -> Iterator[None]:
+    """Translate storage errors raised inside the block; let everything else through."""
+    try:
+        yield
+    except Exception as exc:
+        translated = translate(exc, action, location)
+        if translated is None or translated is exc:
+            raise
+        raise translated from exc

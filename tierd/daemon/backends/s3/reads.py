@@ -1,0 +1,149 @@
+"""Reading S3 objects: ranged GETs straight into a caller's buffer, and parallel read-back hashing.
+
+Bodies are read with aiohttp's ``readchunk``, which hands over each piece as the parser
+produced it: one copy into the caller's buffer (aiobotocore's ``readinto`` joins the
+pieces first and copies twice), or no copy at all when the piece is only hashed. Hashing
+runs inline: a piece is at most a few hundred KiB and CRC64NVME does ~10 GB/s, so a
+thread hop would cost more than the hash (see ``transfer.INLINE_HASH_LIMIT``).
+
+A read-back splits the object into ``READBACK_RANGE`` ranges fetched in parallel, each
+pinned to the ETag the caller saw with ``If-Match``, so every range comes from the same
+object; the range CRCs are combined, never recomputed. A single GET stream from
+``rclone serve s3`` runs near 350 MiB/s on this machine; four ranged ones over 1 GiB/s.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from awscrt import checksums
+
+from tierd.daemon import checksum
+from tierd.daemon.backends.budget import MIB
+from tierd.daemon.backends.concurrency import for_each
+from tierd.daemon.backends.hashing import combine_all
+from tierd.daemon.backends.s3.errors import s3_errors
+from tierd.errors import TransientBackendError
+
+if TYPE_CHECKING:
+    from types_aiobotocore_s3 import S3Client
+
+__all__ = ["READBACK_RANGE", "BodyReader", "RangeGet", "content_range_total", "hash_ranges"]
+
+READBACK_RANGE = 32 * MIB
+READ_PIECE = 256 * 1024  # aiohttp buffers up to twice this per stream before pausing the socket
+
+
+def _crc(piece: bytes, previous: int) -> int:
+    return int(checksums.crc64nvme(piece, previous))
+
+
+class BodyReader:
+    """A response body copied into caller buffers, one copy per byte.
+
+    What a piece holds beyond the buffer waits (as a view, not a copy) for the next call.
+    """
+
+    def __init__(self, body: Any) -> None:
+        self._body, self._content = body, body.content
+        self._content.set_read_chunk_size(READ_PIECE)
+        self._left: memoryview | None = None
+
+    async def into(self, view: memoryview) -> int:
+        """Fill ``view`` from where the last call stopped; fewer bytes only at the body's end."""
+        got, want = 0, len(view)
+        if self._left is not None:
+            got = min(len(self._left), want)
+            view[:got] = self._left[:got]
+            self._left = self._left[got:] if got < len(self._left) else None
+        while got < want:
+            piece, _ = await self._content.readchunk()
+            if not piece:
+                break
+            n = min(len(piece), want - got)
+            if n < len(piece):
+                whole = memoryview(piece)
+                view[got : got + n], self._left = whole[:n], whole[n:]
+            else:
+                view[got : got + n] = piece
+            got += n
+        return got
+
+    def close(self) -> None:
+        """Release the connection (dropped if the body was not read to its end)."""
+        self._left = None
+        self._body.close()
+
+
+async def _body_crc(body: Any, length: int) -> tuple[int, int]:
+    """(CRC64NVME, bytes) of a response body, hashed piece by piece as it arrives."""
+    content = body.content
+    content.set_read_chunk_size(READ_PIECE)
+    crc = got = 0
+    while got < length:
+        piece, _ = await content.readchunk()
+        if not piece:
+            break
+        crc = _crc(piece, crc)
+        got += len(piece)
+    return crc, got
+
+
+def content_range_total(response: Any) -> int:
+    """The object's full size from a ranged GET's ``Content-Range``, else its ``Content-Length``."""
+    spec = response.get("ContentRange")
+    if spec and "/" in spec and not spec.endswith("/*"):
+        return int(spec.rsplit("/", 1)[1])
+    return int(response["ContentLength"])
+
+
+class RangeGet:
+    """Ranged GETs of one object version (``If-Match`` its ETag)."""
+
+    def __init__(self, client: S3Client, bucket: str, key: str, etag: str | None, location: str) -> None:
+        self.client, self.bucket, self.key, self.etag = client, bucket, key, etag
+        self.location = location
+
+    async def _get(self, first: int, last: int) -> Any:
+        return await self.client.get_object(
+            Bucket=self.bucket, Key=self.key, Range=f"bytes={first}-{last}", IfMatch=self.etag or "*"
+        )
+
+    async def read_into(self, offset: int, view: memoryview) -> int:
+        """Fill ``view`` from ``offset`` with one GET; TransientBackendError if the body ends early."""
+        with s3_errors("read", self.location):
+            response = await self._get(offset, offset + len(view) - 1)
+            body = BodyReader(response["Body"])
+            try:
+                got = await body.into(view)
+            finally:
+                body.close()
+        if got != len(view):
+            raise TransientBackendError(f"read {self.location}: got {got} of {len(view)} bytes at {offset}")
+        return got
+
+    async def crc(self, first: int, length: int) -> int:
+        """CRC64NVME of ``length`` bytes from ``first``, hashed as they arrive."""
+        with s3_errors("hash", self.location):
+            response = await self._get(first, first + length - 1)
+            body = response["Body"]
+            try:
+                crc, got = await _body_crc(body, length)
+            finally:
+                body.close()
+        if got != length:
+            raise TransientBackendError(f"hash {self.location}: got {got} of {length} bytes at {first}")
+        return crc
+
+
+async def hash_ranges(ranges: RangeGet, size: int, concurrency: int, range_size: int = READBACK_RANGE) -> str:
+    """CRC64NVME of the whole object (``size`` bytes), ranges read back in parallel."""
+    starts = list(range(0, size, range_size))
+    pieces: list[tuple[int, int]] = [(0, min(range_size, size - s)) for s in starts]
+
+    async def one(index: int) -> None:
+        length = pieces[index][1]
+        pieces[index] = (await ranges.crc(starts[index], length), length)
+
+    await for_each(range(len(starts)), one, min(concurrency, len(starts)) or 1)
+    return checksum.encode(combine_all(pieces))
