@@ -43,7 +43,11 @@ __all__ = [
     "undelete",
 ]
 
-VERIFIED, DELETING, DELETED = (ReplicaState.VERIFIED.value, ReplicaState.DELETING.value, ReplicaState.DELETED.value)
+VERIFIED, DELETING, DELETED = (
+    ReplicaState.VERIFIED.value,
+    ReplicaState.DELETING.value,
+    ReplicaState.DELETED.value,
+)
 
 
 class Origin(enum.StrEnum):
@@ -95,7 +99,7 @@ def schedule_replica_deletion(
     policy: str,
     actor: str,
 ) -> bool:
-    """Mark a verified (or failed) replica ``deleting`` until ``delete_after``; False if it changed meanwhile."""
+    """Mark a verified (or failed) replica ``deleting`` until ``delete_after``; False if it changed."""
     result = session.execute(
         update(Replica)
         .where(
@@ -122,7 +126,13 @@ def schedule_replica_deletion(
 
 
 def schedule_checkpoint_deletion(
-    session: Session, checkpoint_id: int, *, delays: Mapping[str, timedelta], now: datetime, actor: str, reason: str
+    session: Session,
+    checkpoint_id: int,
+    *,
+    delays: Mapping[str, timedelta],
+    now: datetime,
+    actor: str,
+    reason: str,
 ) -> list[str]:
     """Schedule deletion on every tier holding a copy, each after its own delay; returns the tiers.
 
@@ -157,13 +167,19 @@ def cancel_deletion(session: Session, replica_id: int, *, reason: str, actor: st
         return False
     give_back(replica)
     audit(
-        session, "deletion_cancelled", actor=actor, checkpoint_id=replica.checkpoint_id, tier=replica.tier,
+        session,
+        "deletion_cancelled",
+        actor=actor,
+        checkpoint_id=replica.checkpoint_id,
+        tier=replica.tier,
         reason=reason,
     )
     return True
 
 
-def cancel_retention_deletion(session: Session, checkpoint_id: int, tier: str, *, reason: str, actor: str) -> bool:
+def cancel_retention_deletion(
+    session: Session, checkpoint_id: int, tier: str, *, reason: str, actor: str
+) -> bool:
     """Give back a replica whose retention deletion has not begun, as its policy keeps it again."""
     replica = session.scalars(
         select(Replica).where(Replica.checkpoint_id == checkpoint_id, Replica.tier == tier)
@@ -247,7 +263,11 @@ def finish_deletion(session: Session, replica_id: int, *, actor: str, action: st
         return
     replica.state, replica.bytes_done, replica.verified_at = DELETED, 0, None
     audit(
-        session, action, actor=actor, checkpoint_id=replica.checkpoint_id, tier=replica.tier,
+        session,
+        action,
+        actor=actor,
+        checkpoint_id=replica.checkpoint_id,
+        tier=replica.tier,
         reason=replica.delete_reason or "",
     )
     left = session.scalar(
@@ -314,6 +334,10 @@ def abandon_deletion(session: Session, replica_id: int, *, reason: str, actor: s
     else:
         give_back(replica)
     audit(
-        session, "deletion_refused", actor=actor, checkpoint_id=replica.checkpoint_id, tier=replica.tier,
+        session,
+        "deletion_refused",
+        actor=actor,
+        checkpoint_id=replica.checkpoint_id,
+        tier=replica.tier,
         reason=reason,
     )

@@ -90,7 +90,15 @@ def pin(
     recopy = [r.tier for r in row.replicas if r.tier in durable_tiers and _reset_deleted(r)]
     if not row.pinned:
         row.pinned = True
-        audit(session, "pin", actor=actor, checkpoint_id=row.id, reason=reason, undeleted=restored, recopy=recopy)
+        audit(
+            session,
+            "pin",
+            actor=actor,
+            checkpoint_id=row.id,
+            reason=reason,
+            undeleted=restored,
+            recopy=recopy,
+        )
     return row
 
 

@@ -71,7 +71,9 @@ def load_retention_rows(session: Session) -> list[CheckpointRow]:
         .order_by(Checkpoint.created_at, Checkpoint.id)
     )
     for cid, run, step, state, created, completed, total, metrics, pinned in session.execute(query).tuples():
-        rows[cid] = CheckpointRow(cid, run, step, state, created, completed, total, dict(metrics or {}), pinned)
+        rows[cid] = CheckpointRow(
+            cid, run, step, state, created, completed, total, dict(metrics or {}), pinned
+        )
     live = select(Checkpoint.id).where(Checkpoint.state != CheckpointState.DELETED.value)
     replicas = select(Replica.checkpoint_id, Replica.tier, Replica.state, Replica.verified_at).where(
         Replica.checkpoint_id.in_(live)

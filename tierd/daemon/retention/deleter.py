@@ -56,7 +56,7 @@ Veto = Callable[[DueDeletion], "str | None"]
 
 @dataclass(frozen=True)
 class Outcome:
-    """What became of one deletion: ``deleted``, ``skipped`` (undeleted meanwhile), ``refused``, ``failed``."""
+    """One deletion's end: ``deleted``, ``skipped`` (undeleted meanwhile), ``refused`` or ``failed``."""
 
     result: str
     detail: str = ""
@@ -65,7 +65,9 @@ class Outcome:
 class Deleter:
     """Runs due deletions with their re-checks (see the module docstring)."""
 
-    def __init__(self, config: Config, db: Database, backends: Mapping[str, Backend], metrics: Metrics) -> None:
+    def __init__(
+        self, config: Config, db: Database, backends: Mapping[str, Backend], metrics: Metrics
+    ) -> None:
         self.config = config
         self.db = db
         self.backends = backends
@@ -133,8 +135,14 @@ class Deleter:
         await self._remove(due, [f[0] for f in context.files])
         await blocking(self._finish, due)
         self.metrics.deletions.labels(due.tier, due.origin.value).inc()
-        log.info("replica_deleted", checkpoint=due.checkpoint_id, run=due.run, step=due.step, tier=due.tier,
-                 reason=due.reason)
+        log.info(
+            "replica_deleted",
+            checkpoint=due.checkpoint_id,
+            run=due.run,
+            step=due.step,
+            tier=due.tier,
+            reason=due.reason,
+        )
         return Outcome("deleted", due.reason)
 
     def _context(self, checkpoint_id: int) -> DeletionContext:
@@ -143,7 +151,9 @@ class Deleter:
 
     async def _recheck_elsewhere(self, due: DueDeletion, context: DeletionContext) -> str | None:
         """None when a durable copy elsewhere re-checked good (or none is needed); else why not."""
-        others = [t for t in self.durable if t != due.tier and context.states.get(t) == ReplicaState.VERIFIED.value]
+        others = [
+            t for t in self.durable if t != due.tier and context.states.get(t) == ReplicaState.VERIFIED.value
+        ]
         if not others:
             leaving = all(state in NOT_A_COPY for tier, state in context.states.items() if tier != due.tier)
             if leaving and due.origin is not Origin.EVICTION:

@@ -148,8 +148,14 @@ class Pressure:
             room = Room(space.free >= target_free, space, target_free, evicted, freed)
             if not room.ok:
                 snap = await blocking(self.snapshot)
-                room = Room(False, space, target_free, evicted, freed, eviction_blockers(snap.checkpoints, tier,
-                                                                                          self.deleter.rules))
+                room = Room(
+                    False,
+                    space,
+                    target_free,
+                    evicted,
+                    freed,
+                    eviction_blockers(snap.checkpoints, tier, self.deleter.rules),
+                )
             self._report(tier, room, alarm_below)
             return room
 
@@ -206,8 +212,13 @@ class Pressure:
         elif alarm_below is not None:
             self._clear(tier)
         if room.evicted:
-            log.info("evicted", tier=tier, checkpoints=list(room.evicted), bytes=room.evicted_bytes,
-                     free=room.space.free)
+            log.info(
+                "evicted",
+                tier=tier,
+                checkpoints=list(room.evicted),
+                bytes=room.evicted_bytes,
+                free=room.space.free,
+            )
 
     def _clear(self, tier: str) -> None:
         state = self.state.setdefault(tier, TierPressure())

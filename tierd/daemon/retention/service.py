@@ -77,8 +77,14 @@ class RetentionService:
     async def start(self) -> None:
         """Start the pass loop, and tell the log what each tier keeps."""
         for tier, rules in zip(self.config.tiers, self.deleter.rules, strict=True):
-            log.info("retention_tier", tier=tier.name, durable=tier.durable, policy=rules.policy.name,
-                     delete_delay_seconds=tier.delete_delay, dry_run=self.config.retention.dry_run)
+            log.info(
+                "retention_tier",
+                tier=tier.name,
+                durable=tier.durable,
+                policy=rules.policy.name,
+                delete_delay_seconds=tier.delete_delay,
+                dry_run=self.config.retention.dry_run,
+            )
         self.ctx.retention = self
         self._loop = asyncio.create_task(self._run(), name="retention:loop")
 
@@ -107,8 +113,13 @@ class RetentionService:
             report.outcomes = await self.deleter.run_due(now, veto=lambda due: _veto(fresh, due))
             await self.pressure.relieve_all()
             if report.scheduled or report.outcomes:
-                log.info("retention_pass", scheduled=report.scheduled, cancelled=report.cancelled,
-                         deleted=report.deleted, refused=sum(o.result == "refused" for o in report.outcomes))
+                log.info(
+                    "retention_pass",
+                    scheduled=report.scheduled,
+                    cancelled=report.cancelled,
+                    deleted=report.deleted,
+                    refused=sum(o.result == "refused" for o in report.outcomes),
+                )
             return report
 
     def _apply(self, snap: Snapshot, now: datetime) -> tuple[int, int]:
@@ -138,8 +149,13 @@ class RetentionService:
     def _dry_run(self, snap: Snapshot) -> PassReport:
         would = [v for v in snap.plan.deletions() if v.schedules_deletion]
         for verdict in would:
-            log.info("retention_dry_run_would_delete", checkpoint=verdict.checkpoint_id, tier=verdict.tier,
-                     policy=verdict.policy, reason=verdict.reason)
+            log.info(
+                "retention_dry_run_would_delete",
+                checkpoint=verdict.checkpoint_id,
+                tier=verdict.tier,
+                policy=verdict.policy,
+                reason=verdict.reason,
+            )
         return PassReport(scheduled=0, dry_run=True)
 
     async def stop(self, timeout: float) -> None:
