@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from sqlalchemy import select
 
 from bench.common import REPO, drop_from_cache, env_float, env_int, filesystem_type, quick, vm_hwm_bytes
 from tests.fixtures.net import free_port
@@ -47,7 +46,7 @@ from tests.fixtures.s3servers import (
 from tierd.config import Config
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
-from tierd.daemon.catalog.models import Replica
+from tierd.daemon.catalog.replicas import find_replica
 from tierd.daemon.detect.layout import stat_file
 from tierd.daemon.detect.record import Detection, HashedFile, hash_stable, write_complete
 
@@ -512,9 +511,8 @@ def _events(log: Path) -> list[dict[str, Any]]:
 
 def _state(db: Database, checkpoint_id: int, tier: str) -> tuple[str, str | None]:
     with db.read_session() as session:
-        replica = session.scalars(
-            select(Replica).where(Replica.checkpoint_id == checkpoint_id, Replica.tier == tier)
-        ).one()
+        replica = find_replica(session, checkpoint_id, tier)
+        assert replica is not None
         return replica.state, replica.error
 
 

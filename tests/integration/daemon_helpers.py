@@ -20,6 +20,7 @@ from sqlalchemy import select
 from tests.fixtures.net import free_port
 from tierd.config import Config, PosixTier, S3Tier
 from tierd.daemon import checksum
+from tierd.daemon.catalog.audit import list_events
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import (
     AuditEvent,
@@ -33,6 +34,7 @@ from tierd.daemon.catalog.models import (
     Upload,
     utcnow,
 )
+from tierd.daemon.catalog.replicas import replicas_by_tier
 
 T = TypeVar("T")
 MiB = 1024 * 1024
@@ -89,8 +91,7 @@ def record_checkpoint(db: Database, config: Config, run: str, step: int, path: s
 
 def replicas(db: Database, checkpoint_id: int) -> dict[str, Replica]:
     with db.read_session() as s:
-        rows = s.scalars(select(Replica).where(Replica.checkpoint_id == checkpoint_id))
-        return {r.tier: r for r in rows}
+        return replicas_by_tier(s, checkpoint_id)
 
 
 def states(db: Database, checkpoint_id: int) -> dict[str, str]:
@@ -111,7 +112,7 @@ def done_files(db: Database, job_id: int) -> set[str]:
 
 def audit(db: Database) -> list[AuditEvent]:
     with db.read_session() as s:
-        return list(s.scalars(select(AuditEvent).order_by(AuditEvent.id)))
+        return list_events(s)
 
 
 def uploads(db: Database) -> list[tuple[str, str, str, list[int]]]:

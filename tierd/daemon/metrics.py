@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
 
 from tierd import __version__
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import Checkpoint, Replica, ReplicaState
+from tierd.daemon.catalog.models import ReplicaState
+from tierd.daemon.catalog.stats import replica_stats
 from tierd.errors import CatalogError
 
 __all__ = ["Metrics"]
@@ -123,23 +123,14 @@ class _CatalogCollector(Collector):
             "tierd_verified_bytes", "Bytes of checkpoints verified on the tier", labels=["tier"]
         )
         now = datetime.now(UTC)
-        with self.db.read_session() as session:
-            counts = session.execute(
-                select(Replica.tier, Replica.state, func.count()).group_by(Replica.tier, Replica.state)
-            ).all()
-            newest = session.execute(
-                select(Replica.tier, func.max(Checkpoint.created_at), func.sum(Checkpoint.total_bytes))
-                .join(Checkpoint, Checkpoint.id == Replica.checkpoint_id)
-                .where(Replica.state == ReplicaState.VERIFIED.value)
-                .group_by(Replica.tier)
-            ).all()
-        seen = {(tier, state): n for tier, state, n in counts}
+        stats = replica_stats(self.db)
         for tier in self.tiers:
             for state in ReplicaState:
-                replicas.add_metric([tier, state.value], seen.get((tier, state.value), 0))
-        for tier, created, total in newest:
+                replicas.add_metric([tier, state.value], stats.counts.get((tier, state.value), 0))
+        for verified in stats.verified:
+            created = verified.newest_created_at
             if created is not None:
                 created = created if created.tzinfo else created.replace(tzinfo=UTC)
-                age.add_metric([tier], (now - created).total_seconds())
-            verified_bytes.add_metric([tier], float(total or 0))
+                age.add_metric([verified.tier], (now - created).total_seconds())
+            verified_bytes.add_metric([verified.tier], float(verified.total_bytes))
         return [replicas, age, verified_bytes]

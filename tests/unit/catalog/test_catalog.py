@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError as SAIntegrityError
 
-from tierd.daemon.catalog import queries
+from tierd.daemon.catalog import checkpoints
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import (
     AuditEvent,
@@ -49,7 +49,7 @@ def _add_checkpoint(db: Database, run: str, step: int, *, at: datetime | None = 
 def test_roundtrip_with_files_and_replicas(db: Database) -> None:
     cid = _add_checkpoint(db, "demo", 100)
     with db.read_session() as s:
-        row = queries.get_checkpoint(s, cid)
+        row = checkpoints.get_checkpoint(s, cid)
     assert (row.run.name, row.step, row.state) == ("demo", 100, "complete")
     assert [f.relpath for f in row.files] == ["demo/step100/a"]
     assert [(r.tier, r.state) for r in row.replicas] == [("nvme", "verified"), ("pfs", "pending")]
@@ -61,7 +61,7 @@ def test_step_is_unique_per_run(db: Database) -> None:
     _add_checkpoint(db, "other", 1)
     with pytest.raises(CatalogError) as info:
         _add_checkpoint(db, "demo", 1)
-    assert isinstance(info.value.__cause__, SAIntegrityError)
+    assert isinstance(info.value.__cause__, sa_exc.IntegrityError)
 
 
 def test_list_is_newest_first_paged_and_filtered(db: Database) -> None:
@@ -69,18 +69,18 @@ def test_list_is_newest_first_paged_and_filtered(db: Database) -> None:
     for step in range(5):
         _add_checkpoint(db, "a" if step % 2 else "b", step, at=base + timedelta(minutes=step))
     with db.read_session() as s:
-        rows, total = queries.list_checkpoints(s, limit=2)
+        rows, total = checkpoints.list_checkpoints(s, limit=2)
         assert total == 5
         assert [r.step for r in rows] == [4, 3]
-        rows, _ = queries.list_checkpoints(s, limit=2, offset=2)
+        rows, _ = checkpoints.list_checkpoints(s, limit=2, offset=2)
         assert [r.step for r in rows] == [2, 1]
-        rows, total = queries.list_checkpoints(s, run="a")
+        rows, total = checkpoints.list_checkpoints(s, run="a")
         assert (total, [r.step for r in rows]) == (2, [3, 1])
 
 
 def test_missing_checkpoint_raises_not_found(db: Database) -> None:
     with db.read_session() as s, pytest.raises(NotFound):
-        queries.get_checkpoint(s, 12345)
+        checkpoints.get_checkpoint(s, 12345)
 
 
 def test_failed_transaction_rolls_back(db: Database) -> None:

@@ -14,6 +14,7 @@ from tests.unit.detect.helpers import NothingKnown, make_spec
 from tests.unit.detect.layouts import LAYOUTS, crc64_b64
 from tierd.config import Config
 from tierd.daemon.aio import blocking
+from tierd.daemon.catalog.checkpoints import find_step
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import AuditEvent, Checkpoint, File, Replica
 from tierd.daemon.context import Context
@@ -105,14 +106,14 @@ async def test_losing_the_insert_race_is_already_recorded(
     """Another daemon (or the notify call) inserts the same step between our read and write."""
     found = _found(ctx)
     await _record(ctx, found)
-    real = record._existing
+    real = find_step
     calls = {"n": 0}
 
     def blind_first(*args: Any) -> Any:
         calls["n"] += 1
         return None if calls["n"] == 1 else real(*args)
 
-    monkeypatch.setattr(record, "_existing", blind_first)
+    monkeypatch.setattr(record, "find_step", blind_first)
     outcome, _ = await _record(ctx, found)
     assert outcome is Outcome.EXISTING
     assert _count(ctx.db, Checkpoint) == 1

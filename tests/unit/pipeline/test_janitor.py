@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 from tests.fixtures.s3servers import S3Server
-from tests.unit.pipeline.helpers import TIERS, add_checkpoint
+from tests.unit.catalog.helpers import TIERS, add_checkpoint
 from tierd.daemon.backends import S3Backend
 from tierd.daemon.backends.base import UploadState
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.pipeline.janitor import Janitor, recorded_uploads
+from tierd.daemon.pipeline.janitor import Janitor
 from tierd.daemon.pipeline.resume import CatalogResumeStore
 from tierd.daemon.pipeline.scheduler import schedule_pass
 
@@ -35,16 +35,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-async def test_recorded_uploads_are_per_tier(db: Database) -> None:
-    cid = add_checkpoint(db, 1, ("verified", "verified", "pending", "pending"))
-    assert recorded_uploads(db, "s3") == set()
-    await CatalogResumeStore(db, cid, "s3").begin("a", UploadState("u1", "a", 1, 1))
-    await CatalogResumeStore(db, cid, "s3").begin("b", UploadState("u2", "b", 1, 1))
-    await CatalogResumeStore(db, cid, "dr").begin("a", UploadState("u3", "a", 1, 1))
-    assert recorded_uploads(db, "s3") == {"u1", "u2"}
-    assert recorded_uploads(db, "dr") == {"u3"}
 
 
 async def test_every_tier_is_swept_on_schedule_with_its_recorded_uploads_kept(sqlite_db: Database) -> None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from sqlalchemy import func, select, update
 
-from tests.unit.pipeline.helpers import add_checkpoint
+from tests.unit.catalog.helpers import add_checkpoint
+from tierd.daemon.catalog import jobs
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import File, Job, JobFileDone
-from tierd.daemon.pipeline import jobs, records
+from tierd.daemon.pipeline import records
 from tierd.daemon.pipeline.records import HopPlan
 
 TIERS = ["nvme", "pfs", "s3", "dr"]
@@ -32,12 +33,12 @@ def checkpoint_with_files(db: Database, count: int) -> int:
                 )
             )
     with db.session() as s:
-        jobs.enqueue_copy(s, cid, "nvme", "pfs", 0)
+        jobs.enqueue_copy_job(s, cid, "nvme", "pfs", 0)
     return cid
 
 
 def start(db: Database) -> HopPlan:
-    claim = jobs.claim(db, OWNER, ["pfs"], lease_seconds=60)
+    claim = jobs.claim_next_copy_job(db, OWNER, ["pfs"], lease_seconds=60)
     assert claim is not None
     plan = records.start_hop(db, claim, OWNER, TIERS)
     assert plan is not None
@@ -57,7 +58,7 @@ def test_progress_adds_what_is_new_and_a_later_attempt_starts_from_it(db: Databa
     assert records.save_progress(db, plan.claim, OWNER, 3, ids[:3])
     assert records.save_progress(db, plan.claim, OWNER, 5, ids[2:5])  # one already recorded: ignored
     assert rows(db) == 5
-    assert jobs.release(db, plan.claim.job_id, OWNER)
+    assert jobs.release_job(db, plan.claim.job_id, OWNER)
     again = start(db)
     assert again.claim.detail["resumable"] is True
     assert again.done == {spec.relpath for spec in plan.files[:5]}
@@ -80,7 +81,7 @@ def test_a_list_recorded_before_the_table_still_counts(db: Database) -> None:
     with db.session() as s:
         s.execute(update(Job).values(detail={"done": legacy}))
     assert records.save_progress(db, plan.claim, OWNER, 1, [plan.file_ids[plan.files[3].relpath]])
-    assert jobs.release(db, plan.claim.job_id, OWNER)
+    assert jobs.release_job(db, plan.claim.job_id, OWNER)
     again = start(db)
     assert again.done == {*legacy, plan.files[3].relpath}
     assert records.mark_verified(db, again, OWNER, "loc", 1.0)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
 from structlog.testing import capture_logs
 
-from tests.unit.pipeline.helpers import add_checkpoint
+from tests.unit.catalog.helpers import add_checkpoint
 from tierd.daemon.backends.base import PartState, UploadState
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import Upload
-from tierd.daemon.pipeline.resume import CatalogResumeStore, forget_uploads
+from tierd.daemon.pipeline.resume import CatalogResumeStore
 
 MiB = 1024 * 1024
 
@@ -59,17 +57,3 @@ async def test_begin_replaces_and_reports_a_restart(db: Database) -> None:
     state = await store.load("f")
     assert state is not None
     assert (state.upload_id, state.parts) == ("new", (PartState(1, 5 * MiB, "e1b", "c1"),))
-
-
-async def test_forget_uploads_drops_every_record_of_a_hop(db: Database) -> None:
-    cid = add_checkpoint(db, 1)
-    other = add_checkpoint(db, 2)
-    for checkpoint, tier, rel in ((cid, "s3", "a"), (cid, "s3", "b"), (cid, "dr", "a"), (other, "s3", "a")):
-        store = CatalogResumeStore(db, checkpoint, tier)
-        await store.begin(rel, UploadState(f"{checkpoint}{tier}{rel}", rel, 5 * MiB, 6 * MiB))
-        await store.part_done(rel, PartState(1, 5 * MiB, "e", "c"))
-    with db.session() as s:
-        forget_uploads(s, cid, "s3")
-    with db.read_session() as s:
-        left = sorted((u.checkpoint_id, u.tier, u.relpath, len(u.parts)) for u in s.scalars(select(Upload)))
-    assert left == [(cid, "dr", "a", 1), (other, "s3", "a", 1)]

@@ -9,21 +9,21 @@ import asyncio
 import errno
 import os
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
 
 from tests.integration.daemon_helpers import all_jobs, audit, record_checkpoint, replicas, write_files
 from tierd.config import Config, PosixTier
 from tierd.daemon.backends.base import Backend, ObjectInfo, Progress, RangeReader, ResumeStore, WriteBatch
 from tierd.daemon.backends.posix import batch as posixbatch
 from tierd.daemon.backends.posix.backend import PosixBackend, is_temp_name
+from tierd.daemon.catalog import jobs
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import Job
+from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.context import Context
-from tierd.daemon.pipeline import jobs
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.pipeline.runner import HopRunner, Limits
@@ -170,8 +170,8 @@ async def test_permanent_errors_fail_at_once(setup: tuple[Config, Database, Flak
     )
     assert replicas(db, cid)["pfs"].error == "PermanentBackendError: access denied"
     # a restart gives permanent failures another chance (the config may have been fixed)
-    assert jobs.requeue_failed(db, "permanent") == [job.id]
-    assert jobs.requeue_failed(db, "permanent") == []
+    assert jobs.requeue_failed_jobs(db, "permanent") == [job.id]
+    assert jobs.requeue_failed_jobs(db, "permanent") == []
 
 
 async def test_a_worker_that_lost_its_lease_stops_and_writes_nothing(
@@ -180,7 +180,7 @@ async def test_a_worker_that_lost_its_lease_stops_and_writes_nothing(
     config, db, dst, cid = setup
     dst.gate = asyncio.Event()  # the copy hangs, as if the worker stalled
     schedule_pass(db, ["nvme", "pfs"])
-    claim = jobs.claim(db, "n1:1", ["pfs"], lease_seconds=30)
+    claim = jobs.claim_next_copy_job(db, "n1:1", ["pfs"], lease_seconds=30)
     assert claim is not None
     runner = HopRunner(
         db=db,
@@ -193,11 +193,13 @@ async def test_a_worker_that_lost_its_lease_stops_and_writes_nothing(
     )
     task = asyncio.create_task(runner.run())
     await asyncio.sleep(0.1)
-    with db.session() as s:  # the lease expired and another worker took the job
-        s.execute(update(Job).where(Job.id == claim.job_id).values(lease_owner="n2:9"))
+    # the lease expired and another worker took the job
+    later = utcnow() + timedelta(seconds=31)
+    taken = jobs.claim_next_copy_job(db, "n2:9", ["pfs"], lease_seconds=30, now=later)
+    assert taken is not None
+    assert taken.job_id == claim.job_id
     assert await asyncio.wait_for(task, 5) == "lost"
-    with db.read_session() as s:
-        job = s.scalars(select(Job)).one()
+    [job] = all_jobs(db)
     assert (job.state, job.lease_owner) == ("running", "n2:9")
     assert replicas(db, cid)["pfs"].state == "copying"  # left for the new owner
     assert audit(db) == []

@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.unit.pipeline.helpers import TIERS, add_checkpoint, jobs, replica, set_replica
+from tests.unit.catalog.helpers import TIERS, add_checkpoint, jobs, replica, set_replica
+from tierd.daemon.catalog import jobs as joblib
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import JobState, ReplicaState
-from tierd.daemon.pipeline import jobs as joblib
 from tierd.daemon.pipeline.scheduler import Hop, choose_source, next_hops, priority_of, schedule_pass
 
 V, P, F, C, D, X = "verified", "pending", "failed", "copying", "deleted", "deleting"
@@ -67,7 +67,7 @@ def test_pass_schedules_every_complete_checkpoint_newest_first(db: Database) -> 
     add_checkpoint(db, 5, state="changed")
     pinned = add_checkpoint(db, 6, (V, V, V, V))  # fully replicated: nothing to do
     assert schedule_pass(db, TIERS) == 3
-    claimed = [joblib.claim(db, "n:1", ["pfs"], lease_seconds=60) for _ in range(4)]
+    claimed = [joblib.claim_next_copy_job(db, "n:1", ["pfs"], lease_seconds=60) for _ in range(4)]
     assert [c.checkpoint_id if c else None for c in claimed] == [new, old, mid, None]
     assert all(j.checkpoint_id != pinned for j in jobs(db))
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from tierd.config import Config
+from tierd.config import Config, PosixTier
 from tierd.daemon import checksum
 from tierd.daemon.backends import Backend, make_backend
 from tierd.daemon.catalog.db import Database
@@ -25,6 +25,13 @@ from tierd.daemon.context import Context
 from tierd.daemon.retention.service import RetentionService
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def crc(data: bytes) -> str:
+    """The catalog's checksum text of ``data``."""
+    running = checksum.Crc64()
+    running.update(data)
+    return running.hexdigest()
 
 
 def posix_tier(root: Path, name: str, **extra: Any) -> dict[str, Any]:
@@ -58,7 +65,8 @@ class World:
 
     def tier_path(self, tier: str, relpath: str) -> Path:
         spec = next(t for t in self.config.tiers if t.name == tier)
-        return Path(getattr(spec, "path")) / relpath
+        assert isinstance(spec, PosixTier)
+        return spec.path / relpath
 
     def add(
         self,
@@ -86,14 +94,21 @@ class World:
         with self.db.session() as s:
             run_row = s.scalars(select(Run).where(Run.name == run)).one_or_none() or Run(name=run)
             row = Checkpoint(
-                run=run_row, step=step, path=path, format="dcp", state=state, created_at=created,
+                run=run_row,
+                step=step,
+                path=path,
+                format="dcp",
+                state=state,
+                created_at=created,
                 completed_at=created if state == "complete" else None,
-                total_bytes=sum(len(b) for b in payload.values()), file_count=len(payload),
+                total_bytes=sum(len(b) for b in payload.values()),
+                file_count=len(payload),
                 metrics=dict(metrics or {}),
             )
             for relpath, data in payload.items():
-                value = checksum.encode(checksum.crc64(data))
-                row.files.append(File(relpath=relpath, size=len(data), checksum_algo="crc64nvme", checksum=value))
+                row.files.append(
+                    File(relpath=relpath, size=len(data), checksum_algo="crc64nvme", checksum=crc(data))
+                )
             for index, tier in enumerate(t.name for t in self.config.tiers):
                 if tier in on:
                     verified_at = created if on[tier] == "verified" else None
@@ -110,8 +125,7 @@ class World:
 
         backend = self.backends[tier]
         for relpath, data in payload.items():
-            value = checksum.encode(checksum.crc64(data))
-            await backend.write(relpath, BytesReader(data), expected_checksum=value)
+            await backend.write(relpath, BytesReader(data), expected_checksum=crc(data))
 
     def states(self, checkpoint_id: int) -> dict[str, str]:
         with self.db.read_session() as s:

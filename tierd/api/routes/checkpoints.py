@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query
 
 from tierd.api.deps import ReadSessionDep, require_role
 from tierd.api.schemas import CheckpointDetail, CheckpointOut, CheckpointPage
-from tierd.daemon.catalog import queries
+from tierd.daemon.catalog import checkpoints as queries
 
 router = APIRouter(prefix="/v1/checkpoints", tags=["checkpoints"])
 Reader = Annotated[str, Depends(require_role("read"))]

@@ -1,4 +1,23 @@
-"""The catalog: checkpoints, files, replicas, jobs and the audit log, in SQL."""
+"""The catalog: checkpoints, files, replicas, jobs and the audit log, in SQL.
+
+Every query of tierd lives in this package; services (detect, pipeline, metrics, api)
+call the named functions below and never build SQL themselves. A function that is a
+transaction of its own takes a ``Database``; one that is a step of a larger transaction
+takes the caller's ``Session`` (and, where it changes a row, the loaded row).
+
+- ``db``          engine and sessions for SQLite and PostgreSQL (``Database``)
+- ``models``      the tables, the state enums, ``utcnow``
+- ``migrate``     schema migrations (Alembic): upgrade, check
+- ``dialect``     every SQLite/PostgreSQL difference: SKIP LOCKED, ON CONFLICT, advisory locks
+- ``checkpoints`` runs, checkpoints and files: record, look up, list (the API's queries)
+- ``replicas``    a checkpoint's copy on each tier: add, find, mark copying/verified/failed/deleted
+- ``jobs``        copy jobs and their leases: enqueue, claim (SKIP LOCKED), renew, release, requeue, end
+- ``progress``    a running hop's progress: files finished (``job_files_done``), bytes copied
+- ``uploads``     S3 multipart uploads in flight and their parts (resume, janitor)
+- ``replication`` the scheduler's reads (checkpoints with a hop to plan) and its cross-daemon lock
+- ``audit``       the append-only audit log: append, list
+- ``stats``       totals for the metrics scrape: replicas by tier and state, verified bytes
+"""
 
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import CheckpointState, JobKind, JobState, ReplicaState

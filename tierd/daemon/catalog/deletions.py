@@ -21,8 +21,9 @@ from datetime import datetime, timedelta
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.models import Checkpoint, CheckpointState, File, Replica, ReplicaState, Run
-from tierd.daemon.catalog.protection import audit, checkpoint_for_update, give_back
+from tierd.daemon.catalog.protection import checkpoint_for_update, give_back
 from tierd.errors import Conflict
 
 __all__ = [
@@ -112,15 +113,14 @@ def schedule_replica_deletion(
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
         return False
-    audit(
+    append_event(
         session,
-        "eviction_scheduled" if origin is Origin.EVICTION else "deletion_scheduled",
         actor=actor,
+        action="eviction_scheduled" if origin is Origin.EVICTION else "deletion_scheduled",
         checkpoint_id=checkpoint_id,
-        tier=tier,
         reason=reason,
-        policy=policy,
-        delete_after=delete_after.isoformat(),
+        detail={"policy": policy, "delete_after": delete_after.isoformat()},
+        tier=tier,
     )
     return True
 
@@ -156,7 +156,14 @@ def schedule_checkpoint_deletion(
         replica.state, replica.delete_reason = DELETING, stored
         replica.delete_after = now + delays.get(replica.tier, timedelta(0))
         tiers.append(replica.tier)
-    audit(session, "delete_requested", actor=actor, checkpoint_id=row.id, reason=reason, tiers=tiers)
+    append_event(
+        session,
+        actor=actor,
+        action="delete_requested",
+        checkpoint_id=row.id,
+        reason=reason,
+        detail={"tiers": tiers},
+    )
     return tiers
 
 
@@ -166,13 +173,14 @@ def cancel_deletion(session: Session, replica_id: int, *, reason: str, actor: st
     if replica is None or replica.state != DELETING or replica.delete_after is None:
         return False
     give_back(replica)
-    audit(
+    append_event(
         session,
-        "deletion_cancelled",
         actor=actor,
+        action="deletion_cancelled",
         checkpoint_id=replica.checkpoint_id,
-        tier=replica.tier,
         reason=reason,
+        detail={},
+        tier=replica.tier,
     )
     return True
 
@@ -192,7 +200,15 @@ def cancel_retention_deletion(
     ):
         return False
     give_back(replica)
-    audit(session, "deletion_cancelled", actor=actor, checkpoint_id=checkpoint_id, tier=tier, reason=reason)
+    append_event(
+        session,
+        actor=actor,
+        action="deletion_cancelled",
+        checkpoint_id=checkpoint_id,
+        reason=reason,
+        detail={},
+        tier=tier,
+    )
     return True
 
 
@@ -210,7 +226,14 @@ def undelete(session: Session, checkpoint_id: int, *, actor: str, reason: str) -
     if not tiers:
         raise Conflict(f"checkpoint {checkpoint_id} has no deletion left to cancel")
     row.pinned = True
-    audit(session, "undelete", actor=actor, checkpoint_id=row.id, reason=reason, tiers=tiers, pinned=True)
+    append_event(
+        session,
+        actor=actor,
+        action="undelete",
+        checkpoint_id=row.id,
+        reason=reason,
+        detail={"tiers": tiers, "pinned": True},
+    )
     return tiers
 
 
@@ -262,13 +285,14 @@ def finish_deletion(session: Session, replica_id: int, *, actor: str, action: st
     if replica is None or replica.state != DELETING:
         return
     replica.state, replica.bytes_done, replica.verified_at = DELETED, 0, None
-    audit(
+    append_event(
         session,
-        action,
         actor=actor,
+        action=action,
         checkpoint_id=replica.checkpoint_id,
-        tier=replica.tier,
         reason=replica.delete_reason or "",
+        detail={},
+        tier=replica.tier,
     )
     left = session.scalar(
         select(Replica.id).where(
@@ -289,7 +313,15 @@ def mark_replica_failed(session: Session, checkpoint_id: int, tier: str, *, erro
         .values(state=ReplicaState.FAILED.value, error=error, verified_at=None, bytes_done=0)
         .execution_options(synchronize_session=False)
     )
-    audit(session, "reverify_failed", actor=actor, checkpoint_id=checkpoint_id, tier=tier, reason=error)
+    append_event(
+        session,
+        actor=actor,
+        action="reverify_failed",
+        checkpoint_id=checkpoint_id,
+        reason=error,
+        detail={},
+        tier=tier,
+    )
 
 
 def checkpoint_files(session: Session, checkpoint_id: int) -> list[tuple[str, int, str]]:
@@ -333,11 +365,12 @@ def abandon_deletion(session: Session, replica_id: int, *, reason: str, actor: s
         replica.error = f"deletion interrupted, then refused: {reason}"
     else:
         give_back(replica)
-    audit(
+    append_event(
         session,
-        "deletion_refused",
         actor=actor,
+        action="deletion_refused",
         checkpoint_id=replica.checkpoint_id,
-        tier=replica.tier,
         reason=reason,
+        detail={},
+        tier=replica.tier,
     )

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.models import (
-    AuditEvent,
     Checkpoint,
     Hold,
     Replica,
@@ -26,7 +25,6 @@ from tierd.errors import Conflict, NotFound
 
 __all__ = [
     "add_hold",
-    "audit",
     "checkpoint_for_update",
     "checkpoint_id_of",
     "give_back",
@@ -35,24 +33,6 @@ __all__ = [
     "set_metrics",
     "unpin",
 ]
-
-
-def audit(
-    session: Session,
-    action: str,
-    *,
-    actor: str,
-    checkpoint_id: int | None = None,
-    tier: str | None = None,
-    reason: str = "",
-    **detail: Any,
-) -> None:
-    """Append one audit event (who, what, why) to the session's transaction."""
-    session.add(
-        AuditEvent(
-            actor=actor, action=action, checkpoint_id=checkpoint_id, tier=tier, reason=reason, detail=detail
-        )
-    )
 
 
 def checkpoint_id_of(session: Session, run: str, step: int) -> int:
@@ -90,14 +70,13 @@ def pin(
     recopy = [r.tier for r in row.replicas if r.tier in durable_tiers and _reset_deleted(r)]
     if not row.pinned:
         row.pinned = True
-        audit(
+        append_event(
             session,
-            "pin",
             actor=actor,
+            action="pin",
             checkpoint_id=row.id,
             reason=reason,
-            undeleted=restored,
-            recopy=recopy,
+            detail={"undeleted": restored, "recopy": recopy},
         )
     return row
 
@@ -107,7 +86,7 @@ def unpin(session: Session, checkpoint_id: int, *, actor: str, reason: str) -> C
     row = checkpoint_for_update(session, checkpoint_id)
     if row.pinned:
         row.pinned = False
-        audit(session, "unpin", actor=actor, checkpoint_id=row.id, reason=reason)
+        append_event(session, actor=actor, action="unpin", checkpoint_id=row.id, reason=reason, detail={})
     return row
 
 
@@ -121,7 +100,14 @@ def add_hold(session: Session, checkpoint_id: int, *, name: str, reason: str, ac
         raise Conflict(f"checkpoint {checkpoint_id} already has a hold named {name!r}")
     row.holds.append(Hold(name=name, reason=reason, actor=actor))
     restored = [r.tier for r in row.replicas if _cancel_deletion(r)]
-    audit(session, "hold", actor=actor, checkpoint_id=row.id, reason=reason, hold=name, undeleted=restored)
+    append_event(
+        session,
+        actor=actor,
+        action="hold",
+        checkpoint_id=row.id,
+        reason=reason,
+        detail={"hold": name, "undeleted": restored},
+    )
     return row
 
 
@@ -132,8 +118,13 @@ def release_hold(session: Session, checkpoint_id: int, *, name: str, actor: str,
     if hold is None:
         raise NotFound(f"checkpoint {checkpoint_id} has no hold named {name!r}")
     row.holds.remove(hold)
-    audit(
-        session, "release", actor=actor, checkpoint_id=row.id, reason=reason, hold=name, held_since=_iso(hold)
+    append_event(
+        session,
+        actor=actor,
+        action="release",
+        checkpoint_id=row.id,
+        reason=reason,
+        detail={"hold": name, "held_since": _iso(hold)},
     )
     return row
 
@@ -144,7 +135,14 @@ def set_metrics(
     """Merge ``metrics`` into the checkpoint's (a key given again is replaced). Raises NotFound."""
     row = checkpoint_for_update(session, checkpoint_id)
     row.metrics = {**(row.metrics or {}), **{k: float(v) for k, v in metrics.items()}}
-    audit(session, "metrics", actor=actor, checkpoint_id=row.id, metrics=dict(metrics))
+    append_event(
+        session,
+        actor=actor,
+        action="metrics",
+        checkpoint_id=row.id,
+        reason="",
+        detail={"metrics": dict(metrics)},
+    )
     return row
 
 

@@ -13,19 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload
-
 from tierd.daemon import checksum
-from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import (
-    AuditEvent,
-    Checkpoint,
-    CheckpointState,
-    File,
-    Replica,
-    ReplicaState,
+from tierd.daemon.catalog.audit import append_event
+from tierd.daemon.catalog.checkpoints import (
+    complete_checkpoints_with_files,
+    find_checkpoint,
+    mark_checkpoint_changed,
+    update_file_mtimes,
 )
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import CheckpointState, ReplicaState
+from tierd.daemon.catalog.replicas import first_tier_replica, mark_replica_deleted
 from tierd.daemon.detect.layout import stat_file, walk_files
 from tierd.logs import get_logger
 
@@ -33,6 +31,7 @@ __all__ = ["Change", "Recorded", "RecordedFile", "apply_change", "compare", "loa
 
 log = get_logger(__name__)
 _LIST_LIMIT = 50
+ACTOR = "detector:reconcile"
 
 
 @dataclass(frozen=True)
@@ -77,11 +76,6 @@ class Change:
 def load_recorded(db: Database, node: str) -> list[Recorded]:
     """Every complete checkpoint recorded by ``node`` (blocking)."""
     with db.read_session() as session:
-        rows = session.scalars(
-            select(Checkpoint)
-            .where(Checkpoint.node == node, Checkpoint.state == CheckpointState.COMPLETE.value)
-            .options(selectinload(Checkpoint.files), selectinload(Checkpoint.run))
-        ).all()
         return [
             Recorded(
                 r.id,
@@ -91,7 +85,7 @@ def load_recorded(db: Database, node: str) -> list[Recorded]:
                 r.format,
                 tuple(RecordedFile(f.id, f.relpath, f.size, f.mtime_ns, f.checksum) for f in r.files),
             )
-            for r in rows
+            for r in complete_checkpoints_with_files(session, node)
         ]
 
 
@@ -130,51 +124,41 @@ def compare(rec: Recorded, tier0: Path) -> Change | None:
 def apply_change(db: Database, rec: Recorded, change: Change) -> None:
     """Write what ``compare`` found (blocking): mtimes, a ``changed`` state, or a vanished replica."""
     with db.session() as session:
-        row = session.get(Checkpoint, rec.id)
+        row = find_checkpoint(session, rec.id)
         if row is None or row.state != CheckpointState.COMPLETE.value:
             return
         if change.vanished:
-            _vanished(session, row, rec)
+            replica = first_tier_replica(session, row.id)
+            if replica is None or replica.state != ReplicaState.VERIFIED.value:
+                return
+            mark_replica_deleted(replica)
+            append_event(
+                session,
+                actor=ACTOR,
+                action="vanished",
+                checkpoint_id=row.id,
+                tier=replica.tier,
+                reason="the checkpoint's path is gone from tier 0 (removed by the training job?)",
+                detail={"path": rec.relpath},
+            )
+            log.warning("checkpoint_vanished", run=rec.run, step=rec.step, path=rec.relpath)
             return
-        for file_id, mtime_ns in change.touched.items():
-            if (f := session.get(File, file_id)) is not None:
-                f.mtime_ns = mtime_ns
+        update_file_mtimes(session, change.touched)
         if not change.content_changed:
             log.debug("checkpoint_touched", run=rec.run, step=rec.step, files=len(change.touched))
             return
-        row.state = CheckpointState.CHANGED.value
+        mark_checkpoint_changed(row)
         detail = {
             "missing": change.missing[:_LIST_LIMIT],
             "modified": change.modified[:_LIST_LIMIT],
             "added": change.added[:_LIST_LIMIT],
         }
-        session.add(
-            AuditEvent(
-                actor="detector:reconcile",
-                action="changed",
-                checkpoint_id=row.id,
-                reason="files changed after the checkpoint was recorded",
-                detail=detail,
-            )
+        append_event(
+            session,
+            actor=ACTOR,
+            action="changed",
+            checkpoint_id=row.id,
+            reason="files changed after the checkpoint was recorded",
+            detail=detail,
         )
         log.warning("checkpoint_changed", run=rec.run, step=rec.step, path=rec.relpath, **detail)
-
-
-def _vanished(session: Session, row: Checkpoint, rec: Recorded) -> None:
-    replica = session.scalars(
-        select(Replica).where(Replica.checkpoint_id == row.id, Replica.tier_index == 0)
-    ).one_or_none()
-    if replica is None or replica.state != ReplicaState.VERIFIED.value:
-        return
-    replica.state = ReplicaState.DELETED.value
-    session.add(
-        AuditEvent(
-            actor="detector:reconcile",
-            action="vanished",
-            checkpoint_id=row.id,
-            tier=replica.tier,
-            reason="the checkpoint's path is gone from tier 0 (removed by the training job?)",
-            detail={"path": rec.relpath},
-        )
-    )
-    log.warning("checkpoint_vanished", run=rec.run, step=rec.step, path=rec.relpath)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
-
+from tierd.daemon.catalog.checkpoints import recorded_steps, waiting_steps
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import Checkpoint, CheckpointState, Run
 
 __all__ = ["KnownSteps", "Waiting", "load_known", "load_waiting"]
 
@@ -54,23 +52,11 @@ class Waiting:
 def load_known(db: Database) -> KnownSteps:
     """Every recorded (not waiting) checkpoint in the catalog (blocking)."""
     known = KnownSteps()
-    with db.read_session() as session:
-        rows = session.execute(
-            select(Run.name, Checkpoint.step, Checkpoint.path, Checkpoint.format)
-            .join(Checkpoint.run)
-            .where(Checkpoint.state != CheckpointState.WAITING.value)
-        ).all()
-    for run, step, path, fmt in rows:
+    for run, step, path, fmt in recorded_steps(db):
         known.add(run, step, path, fmt)
     return known
 
 
 def load_waiting(db: Database, node: str) -> list[Waiting]:
     """The waiting checkpoints of ``node`` (blocking)."""
-    with db.read_session() as session:
-        rows = session.execute(
-            select(Checkpoint.id, Run.name, Checkpoint.step, Checkpoint.path, Checkpoint.format)
-            .join(Checkpoint.run)
-            .where(Checkpoint.node == node, Checkpoint.state == CheckpointState.WAITING.value)
-        ).all()
-    return [Waiting(*row) for row in rows]
+    return [Waiting(*row) for row in waiting_steps(db, node)]

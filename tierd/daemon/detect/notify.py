@@ -12,11 +12,9 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import select
-
 from tierd.daemon.aio import blocking
-from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import Checkpoint, CheckpointState, Run
+from tierd.daemon.catalog.checkpoints import checkpoint_state, step_id_and_state
+from tierd.daemon.catalog.models import CheckpointState
 from tierd.daemon.context import Context
 from tierd.daemon.detect.layout import Settings, Verdict, stat_file, walk_files
 from tierd.daemon.detect.record import Outcome, Unstable, record_checkpoint, write_waiting
@@ -56,16 +54,6 @@ def resolve_in_tier0(path: str, tier0: Path) -> Path:
     return target
 
 
-def _recorded_id(db: Database, run: str, step: int) -> tuple[int, str] | None:
-    with db.read_session() as session:
-        row = session.execute(
-            select(Checkpoint.id, Checkpoint.state)
-            .join(Checkpoint.run)
-            .where(Run.name == run, Checkpoint.step == step)
-        ).first()
-    return (row[0], row[1]) if row is not None else None
-
-
 def _whole_path(target: Path) -> Verdict:
     if target.is_dir():
         return Verdict(True, "announced by the job", tuple(walk_files(target)))
@@ -88,7 +76,7 @@ async def notify_checkpoint(
     tier0 = ctx.config.tier0.path.resolve()
     target = await blocking(resolve_in_tier0, path, tier0)
     relpath = target.relative_to(tier0).as_posix()
-    existing = await blocking(_recorded_id, ctx.db, run, step)
+    existing = await blocking(step_id_and_state, ctx.db, run, step)
     if existing is not None and existing[1] != CheckpointState.WAITING.value:
         return NotifyResult(200, existing[0])
     settings = _settings_for(ctx, target)
@@ -136,10 +124,5 @@ async def _wait(
         actor=actor,
         reason=reason,
     )
-    state = await blocking(_state_of, ctx.db, checkpoint_id)
+    state = await blocking(checkpoint_state, ctx.db, checkpoint_id)
     return NotifyResult(202 if state == CheckpointState.WAITING.value else 200, checkpoint_id)
-
-
-def _state_of(db: Database, checkpoint_id: int) -> str | None:
-    with db.read_session() as session:
-        return session.scalar(select(Checkpoint.state).where(Checkpoint.id == checkpoint_id))

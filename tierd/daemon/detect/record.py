@@ -16,25 +16,22 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
-
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, selectinload
+from typing import Any
 
 from tierd.config import Config
 from tierd.daemon import checksum
 from tierd.daemon.aio import blocking
-from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import (
-    AuditEvent,
-    Checkpoint,
-    CheckpointState,
-    File,
-    Replica,
-    ReplicaState,
-    Run,
-    utcnow,
+from tierd.daemon.catalog.audit import append_event
+from tierd.daemon.catalog.checkpoints import (
+    complete_checkpoint,
+    find_step,
+    get_or_create_run,
+    insert_checkpoint,
+    load_checkpoint,
 )
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import CheckpointState, utcnow
+from tierd.daemon.catalog.replicas import add_first_replicas
 from tierd.daemon.context import Context
 from tierd.daemon.detect.layout import FileStat, Verdict
 
@@ -43,9 +40,8 @@ __all__ = [
     "HashedFile",
     "Outcome",
     "Unstable",
-    "get_or_create_run",
     "hash_stable",
-    "load_checkpoint",
+    "load_checkpoint",  # catalog.checkpoints', imported from here by the notify route
     "record_checkpoint",
     "write_complete",
     "write_waiting",
@@ -113,157 +109,79 @@ async def hash_stable(files: tuple[FileStat, ...], tier0: Path) -> tuple[HashedF
     return tuple(hashed)
 
 
-def get_or_create_run(session: Session, name: str) -> Run:
-    """The run named ``name``, created if needed (safe against a concurrent creator)."""
-    run = session.scalars(select(Run).where(Run.name == name)).one_or_none()
-    if run is not None:
-        return run
-    try:
-        with session.begin_nested():
-            run = Run(name=name)
-            session.add(run)
-    except IntegrityError:
-        run = session.scalars(select(Run).where(Run.name == name)).one()
-    return run
-
-
-def load_checkpoint(session: Session, checkpoint_id: int) -> Checkpoint:
-    """A checkpoint with its run and replicas loaded (for the API's CheckpointOut)."""
-    return session.scalars(
-        select(Checkpoint)
-        .where(Checkpoint.id == checkpoint_id)
-        .options(selectinload(Checkpoint.run), selectinload(Checkpoint.replicas))
-        .execution_options(populate_existing=True)
-    ).one()
-
-
-def _existing(session: Session, run: Run, step: int, relpath: str, node: str) -> Checkpoint | None:
-    """The row for this step: by run and step, else the row recorded at the same path.
-
-    A path names one step, except nvidia-resiliency-ext's session directory (one per node,
-    holding every iteration), where the step must match too.
-    """
-    row = session.scalars(
-        select(Checkpoint).where(Checkpoint.run_id == run.id, Checkpoint.step == step)
-    ).one_or_none()
-    if row is not None:
-        return row
-    same_path = session.scalars(
-        select(Checkpoint).where(Checkpoint.path == relpath, Checkpoint.node == node).order_by(Checkpoint.id)
-    ).all()
-    for other in same_path:
-        if other.format != "nvrx_local" or other.step == step:
-            return other
-    return None
-
-
-def _fill(session: Session, config: Config, row: Checkpoint, det: Detection, now: datetime) -> None:
-    newest = max((f.mtime_ns for f in det.files), default=0)
-    row.state = CheckpointState.COMPLETE.value
-    row.total_bytes = sum(f.size for f in det.files)
-    row.file_count = len(det.files)
-    row.created_at = datetime.fromtimestamp(newest / 1e9, UTC) if newest else now
-    row.completed_at = now
-    for f in det.files:
-        session.add(
-            File(
-                checkpoint_id=row.id,
-                relpath=f.relpath,
-                size=f.size,
-                mtime_ns=f.mtime_ns,
-                checksum_algo=checksum.ALGORITHM,
-                checksum=f.checksum,
-            )
-        )
-    location = str(config.tier0.path.resolve() / det.relpath)
-    for index, tier in enumerate(config.tiers):
-        first = index == 0
-        session.add(
-            Replica(
-                checkpoint_id=row.id,
-                tier=tier.name,
-                tier_index=index,
-                state=(ReplicaState.VERIFIED if first else ReplicaState.PENDING).value,
-                location=location if first else "",
-                verified_at=now if first else None,
-            )
-        )
-
-
 def write_complete(db: Database, config: Config, det: Detection) -> tuple[Outcome, int]:
-    """Record ``det`` in one transaction (blocking); returns what happened and the row id."""
+    """Record ``det`` in one transaction (blocking); returns what happened and the row id.
+
+    Raises CatalogError when the catalog fails.
+    """
     with db.session() as session:
         run = get_or_create_run(session, det.run)
         now = utcnow()
-        row = _existing(session, run, det.step, det.relpath, config.node)
+        row = find_step(session, run, det.step, det.relpath, config.node)
         outcome = Outcome.COMPLETED
         if row is not None and row.state != CheckpointState.WAITING.value:
             return Outcome.EXISTING, row.id
         if row is None:
             outcome = Outcome.CREATED
-            row = Checkpoint(
-                run_id=run.id, step=det.step, path=det.relpath, format=det.format, node=config.node
-            )
-            try:
-                with session.begin_nested():
-                    session.add(row)
-            except IntegrityError:
-                row = _existing(session, run, det.step, det.relpath, config.node)
+            row = insert_checkpoint(session, run, det.step, det.relpath, det.format, config.node)
+            if row is None:  # another writer recorded the step since we looked
+                row = find_step(session, run, det.step, det.relpath, config.node)
                 assert row is not None
                 if row.state != CheckpointState.WAITING.value:
                     return Outcome.EXISTING, row.id
                 outcome = Outcome.COMPLETED
-        _fill(session, config, row, det, now)
-        session.add(_audit(row, det, outcome))
-        session.flush()
+        newest = max((f.mtime_ns for f in det.files), default=0)
+        created_at = datetime.fromtimestamp(newest / 1e9, UTC) if newest else now
+        complete_checkpoint(session, row, det.files, created_at=created_at, completed_at=now)
+        location = str(config.tier0.path.resolve() / det.relpath)
+        add_first_replicas(
+            session, row.id, [t.name for t in config.tiers], location=location, verified_at=now
+        )
+        detail = _audit_detail(det, outcome)
+        append_event(
+            session,
+            actor=det.actor,
+            action=det.action,
+            checkpoint_id=row.id,
+            reason=det.reason,
+            detail=detail,
+        )
         return outcome, row.id
 
 
-def _audit(row: Checkpoint, det: Detection, outcome: Outcome) -> AuditEvent:
-    return AuditEvent(
-        actor=det.actor,
-        action=det.action,
-        checkpoint_id=row.id,
-        reason=det.reason,
-        detail={
-            "run": det.run,
-            "step": det.step,
-            "format": det.format,
-            "path": det.relpath,
-            "files": len(det.files),
-            "bytes": sum(f.size for f in det.files),
-            "outcome": outcome.value,
-        },
-    )
+def _audit_detail(det: Detection, outcome: Outcome) -> dict[str, Any]:
+    return {
+        "run": det.run,
+        "step": det.step,
+        "format": det.format,
+        "path": det.relpath,
+        "files": len(det.files),
+        "bytes": sum(f.size for f in det.files),
+        "outcome": outcome.value,
+    }
 
 
 def write_waiting(
     db: Database, config: Config, *, run: str, step: int, fmt: str, relpath: str, actor: str, reason: str
 ) -> tuple[Outcome, int]:
-    """Record an announced step whose files the detector does not accept yet (blocking)."""
+    """Record an announced step whose files the detector does not accept yet (blocking).
+
+    Raises CatalogError when the catalog fails.
+    """
     with db.session() as session:
         run_row = get_or_create_run(session, run)
-        row = _existing(session, run_row, step, relpath, config.node)
+        row = find_step(session, run_row, step, relpath, config.node)
         if row is not None:
             return Outcome.EXISTING, row.id
-        row = Checkpoint(
-            run_id=run_row.id,
-            step=step,
-            path=relpath,
-            format=fmt,
-            node=config.node,
-            state=CheckpointState.WAITING.value,
-        )
-        try:
-            with session.begin_nested():
-                session.add(row)
-        except IntegrityError:
-            existing = _existing(session, run_row, step, relpath, config.node)
+        waiting = CheckpointState.WAITING.value
+        row = insert_checkpoint(session, run_row, step, relpath, fmt, config.node, state=waiting)
+        if row is None:  # another writer recorded the step since we looked
+            existing = find_step(session, run_row, step, relpath, config.node)
             assert existing is not None
             return Outcome.EXISTING, existing.id
         detail = {"run": run, "step": step, "format": fmt, "path": relpath, "state": "waiting"}
-        session.add(
-            AuditEvent(actor=actor, action="notified", checkpoint_id=row.id, reason=reason, detail=detail)
+        append_event(
+            session, actor=actor, action="notified", checkpoint_id=row.id, reason=reason, detail=detail
         )
         return Outcome.CREATED, row.id
 

@@ -13,24 +13,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from sqlalchemy import select
-
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends import Backend
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import Upload
+from tierd.daemon.catalog.uploads import recorded_upload_ids
 from tierd.errors import TierdError
 from tierd.logs import get_logger
 
-__all__ = ["Janitor", "recorded_uploads"]
+__all__ = ["Janitor"]
 
 log = get_logger(__name__)
-
-
-def recorded_uploads(db: Database, tier: str) -> set[str]:
-    """The UploadIds the catalog records for ``tier`` (uploads to resume, not to abort)."""
-    with db.read_session() as session:
-        return set(session.scalars(select(Upload.upload_id).where(Upload.tier == tier)))
 
 
 class Janitor:
@@ -56,7 +48,7 @@ class Janitor:
         for name in [name for name, at in self._next.items() if at <= now]:
             self._next[name] = now + self.interval
             try:
-                keep = await blocking(recorded_uploads, self.db, name)
+                keep = await blocking(recorded_upload_ids, self.db, name)
                 count = await self.backends[name].abort_stale_uploads(self.older_than, keep=keep)
             except TierdError as exc:
                 log.warning("stale_upload_sweep_failed", tier=name, error=str(exc))

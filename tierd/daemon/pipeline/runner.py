@@ -21,12 +21,12 @@ from tierd.config import TierConfig
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends.base import Backend
 from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.jobs import Claim, release_job
 from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.libc import trim_freed_memory
 from tierd.daemon.metrics import Metrics
-from tierd.daemon.pipeline import jobs, records
+from tierd.daemon.pipeline import records
 from tierd.daemon.pipeline.copyset import copy_checkpoint_files
-from tierd.daemon.pipeline.jobs import Claim
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.records import FileSpec, HopPlan
 from tierd.daemon.pipeline.resume import CatalogResumeStore
@@ -236,7 +236,7 @@ class HopRunner:
         try:
             await self._save(lease=False)
             await blocking(
-                jobs.release, self.db, self.claim.job_id, self.owner, bytes_done=self.progress.total
+                release_job, self.db, self.claim.job_id, self.owner, bytes_done=self.progress.total
             )
         except CatalogError as exc:  # the next start-up requeues it anyway
             log.warning("release_failed", job=self.claim.job_id, error=str(exc))

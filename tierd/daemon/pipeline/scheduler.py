@@ -13,31 +13,17 @@ Rules, for tiers 0..n-1 in config order:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, func, select, text
-from sqlalchemy.orm import Session
-
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import (
-    Checkpoint,
-    CheckpointState,
-    Job,
-    JobKind,
-    Replica,
-    ReplicaState,
-)
-from tierd.daemon.pipeline.jobs import OPEN_STATES, enqueue_copy
+from tierd.daemon.catalog.jobs import enqueue_copy_job
+from tierd.daemon.catalog.models import ReplicaState
+from tierd.daemon.catalog.replicas import GONE, NEEDS_COPY, add_pending_replica
+from tierd.daemon.catalog.replication import CheckpointReplicas, checkpoints_to_replicate, lock_scheduling
 
-__all__ = ["Hop", "choose_source", "next_hops", "priority_of", "schedule_pass"]
-
-NEEDS_COPY = frozenset({ReplicaState.PENDING.value, ReplicaState.FAILED.value, ReplicaState.COPYING.value})
-GONE = frozenset({ReplicaState.DELETED.value, ReplicaState.DELETING.value})
-#: Serialises scheduler passes of daemons on different nodes sharing one PostgreSQL catalog.
-ADVISORY_LOCK_KEY = 0x7469_6572_6431  # "tierd1"
-BATCH = 500
+__all__ = ["GONE", "NEEDS_COPY", "Hop", "choose_source", "next_hops", "priority_of", "schedule_pass"]
 
 
 @dataclass(frozen=True)
@@ -95,67 +81,30 @@ def schedule_pass(db: Database, tiers: Sequence[str], *, fill_missing: bool = Fa
 
     Planning reads only, so an idle pass takes no write lock. With ``fill_missing``
     (at start-up: the tier list only changes with the config) replica rows missing for a
-    configured tier are created as pending.
+    configured tier are created as pending. Raises CatalogError when the catalog fails.
     """
     with db.read_session() as session:
-        if not _plan(session, tiers, fill_missing):
+        if not _plan(checkpoints_to_replicate(session, tiers, include_missing=fill_missing), tiers):
             return 0
     with db.session() as session:
-        if not db.is_sqlite:
-            session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
-        plan = _plan(session, tiers, fill_missing)  # again, under the lock
+        lock_scheduling(session)
+        plan = _plan(checkpoints_to_replicate(session, tiers, include_missing=fill_missing), tiers)  # again
         for checkpoint_id, tier, index in plan.missing:
-            state = ReplicaState.PENDING.value
-            session.add(Replica(checkpoint_id=checkpoint_id, tier=tier, tier_index=index, state=state))
+            add_pending_replica(session, checkpoint_id, tier, index)
         for checkpoint_id, src, dst, priority in plan.hops:
-            enqueue_copy(session, checkpoint_id, src, dst, priority)
+            enqueue_copy_job(session, checkpoint_id, src, dst, priority)
         return len(plan.hops)
 
 
-def _plan(session: Session, tiers: Sequence[str], fill_missing: bool) -> _Plan:
+def _plan(checkpoints: Iterable[CheckpointReplicas], tiers: Sequence[str]) -> _Plan:
     plan = _Plan()
-    candidates = _candidates(session, tiers, fill_missing)
-    for start in range(0, len(candidates), BATCH):
-        _plan_batch(session, candidates[start : start + BATCH], tiers, plan)
-    return plan
-
-
-def _candidates(session: Session, tiers: Sequence[str], fill_missing: bool) -> list[int]:
-    """Complete checkpoints with a replica still to copy (or, if asked, missing a tier's row)."""
-    needs_copy: ColumnElement[bool] = Checkpoint.id.in_(
-        select(Replica.checkpoint_id).where(Replica.state.in_(NEEDS_COPY), Replica.tier.in_(tiers[1:]))
-    )
-    if fill_missing:
-        known = (
-            select(func.count())
-            .select_from(Replica)
-            .where(Replica.checkpoint_id == Checkpoint.id, Replica.tier.in_(tiers))
-            .scalar_subquery()
-        )
-        needs_copy = needs_copy | (known < len(tiers))
-    query = select(Checkpoint.id).where(Checkpoint.state == CheckpointState.COMPLETE.value, needs_copy)
-    return list(session.scalars(query.order_by(Checkpoint.id)))
-
-
-def _plan_batch(session: Session, ids: Sequence[int], tiers: Sequence[str], plan: _Plan) -> None:
-    checkpoints = session.execute(select(Checkpoint.id, Checkpoint.created_at).where(Checkpoint.id.in_(ids)))
-    replicas: dict[int, dict[str, str]] = {}
-    for checkpoint_id, tier, state in session.execute(
-        select(Replica.checkpoint_id, Replica.tier, Replica.state).where(Replica.checkpoint_id.in_(ids))
-    ):
-        replicas.setdefault(checkpoint_id, {})[tier] = state
-    covered = {
-        (checkpoint_id, dst)
-        for checkpoint_id, dst in session.execute(
-            select(Job.checkpoint_id, Job.dst_tier).where(
-                Job.checkpoint_id.in_(ids), Job.kind == JobKind.COPY.value, Job.state.in_(OPEN_STATES)
-            )
-        )
-    }
-    for checkpoint_id, created_at in checkpoints:
-        rows = replicas.get(checkpoint_id, {})
-        plan.missing += [(checkpoint_id, t, i) for i, t in enumerate(tiers) if i > 0 and t not in rows]
+    for ckpt in checkpoints:
+        rows = ckpt.states
+        plan.missing += [(ckpt.checkpoint_id, t, i) for i, t in enumerate(tiers) if i > 0 and t not in rows]
         states = [rows.get(name) for name in tiers]
         for hop in next_hops(states):
-            if (checkpoint_id, tiers[hop.dst]) not in covered:
-                plan.hops.append((checkpoint_id, tiers[hop.src], tiers[hop.dst], priority_of(created_at)))
+            if tiers[hop.dst] not in ckpt.covered:
+                plan.hops.append(
+                    (ckpt.checkpoint_id, tiers[hop.src], tiers[hop.dst], priority_of(ckpt.created_at))
+                )
+    return plan

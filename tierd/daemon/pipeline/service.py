@@ -23,10 +23,17 @@ from dataclasses import dataclass
 
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends import Backend, ByteBudget, close_backends, make_backend
+from tierd.daemon.catalog.jobs import (
+    Claim,
+    claim_next_copy_job,
+    owner_id,
+    release_job,
+    requeue_failed_jobs,
+    requeue_orphaned_jobs,
+)
 from tierd.daemon.context import Context
-from tierd.daemon.pipeline import jobs, scheduler
+from tierd.daemon.pipeline import scheduler
 from tierd.daemon.pipeline.janitor import Janitor
-from tierd.daemon.pipeline.jobs import Claim
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.runner import HopRunner, Limits, Outcome
 from tierd.errors import TierdError
@@ -65,7 +72,7 @@ class PipelineService:
         self.options = options or PipelineOptions()
         self.tiers = list(ctx.config.tiers)
         self.tier_names = [t.name for t in self.tiers]
-        self.owner = jobs.owner_id(ctx.config.node)
+        self.owner = owner_id(ctx.config.node)
         self.limits = Limits.for_tiers(self.tiers)
         self._given_backends = backends
         self.backends: dict[str, Backend] = {}
@@ -78,8 +85,8 @@ class PipelineService:
     async def start(self) -> None:
         """Requeue this node's orphaned jobs, open the backends, start the loops."""
         db, node = self.ctx.db, self.ctx.config.node
-        orphans = await blocking(jobs.requeue_orphans, db, node, self.owner)
-        retried = await blocking(jobs.requeue_failed, db, "permanent")
+        orphans = await blocking(requeue_orphaned_jobs, db, node, self.owner)
+        retried = await blocking(requeue_failed_jobs, db, "permanent")
         if orphans or retried:
             log.info("jobs_requeued", interrupted=orphans, permanently_failed=retried)
         if self._given_backends is not None:
@@ -123,7 +130,7 @@ class PipelineService:
             busy = Counter(r.runner.claim.dst_tier for r in self._running.values())
             free = [t.name for t in self.tiers[1:] if busy[t.name] < t.concurrency]
             claim = await blocking(
-                jobs.claim,
+                claim_next_copy_job,
                 self.ctx.db,
                 self.owner,
                 free,
@@ -134,7 +141,7 @@ class PipelineService:
             if claim is None:
                 return
             if self._stopping:  # stop() began while we were claiming
-                await blocking(jobs.release, self.ctx.db, claim.job_id, self.owner)
+                await blocking(release_job, self.ctx.db, claim.job_id, self.owner)
                 return
             self._spawn(claim)
 

@@ -1,17 +1,18 @@
-"""Copy jobs in the catalog: enqueue, claim under a lease, renew, release, requeue.
+"""Copy jobs and their leases: enqueue, claim, renew, release, requeue, end.
 
 A job is claimable when it is ``queued`` (and its ``not_before`` has passed) or when it is
 ``running`` under a lease that has expired (its worker died). On PostgreSQL the claim
-uses ``SELECT ... FOR UPDATE SKIP LOCKED`` so workers on many nodes never wait for each
-other or take the same job; on SQLite the write transaction (BEGIN IMMEDIATE) already
-serialises claimers. Every change to a running job is conditional on its lease owner,
-so a worker that lost its lease cannot overwrite the new owner's work.
+uses ``SELECT ... FOR UPDATE SKIP LOCKED`` (see ``dialect``) so workers on many nodes never
+wait for each other or take the same job; on SQLite the write transaction (BEGIN
+IMMEDIATE) already serialises claimers. Every change to a running job is conditional on
+its lease owner, so a worker that lost its lease cannot overwrite the new owner's work.
+The functions taking a loaded ``Job`` change it inside the caller's transaction.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,26 +21,27 @@ from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import (
-    Checkpoint,
-    Job,
-    JobKind,
-    JobState,
-    Replica,
-    ReplicaState,
-    utcnow,
-)
+from tierd.daemon.catalog.dialect import skip_locked
+from tierd.daemon.catalog.models import Checkpoint, Job, JobKind, JobState, utcnow
+from tierd.daemon.catalog.progress import forget_files_done
+from tierd.daemon.catalog.replicas import requeue_copying_replica
 
 __all__ = [
     "OPEN_STATES",
     "Claim",
-    "claim",
-    "enqueue_copy",
+    "claim_next_copy_job",
+    "end_job_run",
+    "enqueue_copy_job",
+    "extend_lease",
+    "fail_job_run",
+    "open_copy_hops",
+    "owned_job",
     "owner_id",
-    "release",
-    "renew",
-    "requeue_failed",
-    "requeue_orphans",
+    "release_job",
+    "renew_lease",
+    "requeue_failed_jobs",
+    "requeue_orphaned_jobs",
+    "set_job_source",
 ]
 
 #: Job states that mean "this hop is taken care of": the scheduler adds no second job.
@@ -60,11 +62,11 @@ class Claim:
 
 
 def owner_id(node: str, pid: int | None = None) -> str:
-    """The lease owner name of this process: ``node:pid``."""
+    """The lease owner name of this process: ``node:pid`` (``requeue_orphaned_jobs`` reads the node)."""
     return f"{node}:{pid if pid is not None else os.getpid()}"
 
 
-def enqueue_copy(session: Session, checkpoint_id: int, src: str, dst: str, priority: int) -> Job:
+def enqueue_copy_job(session: Session, checkpoint_id: int, src: str, dst: str, priority: int) -> Job:
     """Add a queued copy job for one hop (inside the caller's transaction)."""
     job = Job(
         kind=JobKind.COPY.value,
@@ -79,7 +81,7 @@ def enqueue_copy(session: Session, checkpoint_id: int, src: str, dst: str, prior
     return job
 
 
-def claim(
+def claim_next_copy_job(
     db: Database,
     owner: str,
     dst_tiers: Collection[str],
@@ -93,14 +95,13 @@ def claim(
 
     When ``node`` and ``local_tier`` are given, hops whose source is ``local_tier`` (the
     node-local NVMe) are only taken for checkpoints written on ``node`` (or of unknown node).
+    Raises CatalogError when the catalog fails.
     """
     if not dst_tiers:
         return None
     now = now or utcnow()
     with db.session() as session:
-        query = _claimable(dst_tiers, now, node, local_tier)
-        if not db.is_sqlite:
-            query = query.with_for_update(skip_locked=True, of=Job)
+        query = skip_locked(_claimable(dst_tiers, now, node, local_tier), session, of=Job)
         job = session.scalars(query.limit(1)).first()
         if job is None:
             return None
@@ -139,7 +140,15 @@ def _claimable(dst_tiers: Collection[str], now: datetime, node: str | None, loca
     return query
 
 
-def renew(
+def owned_job(session: Session, job_id: int, owner: str) -> Job | None:
+    """The job if ``owner`` still holds its lease and it is running, else None."""
+    job = session.get(Job, job_id)
+    if job is None or job.lease_owner != owner or job.state != JobState.RUNNING.value:
+        return None
+    return job
+
+
+def renew_lease(
     db: Database, job_id: int, owner: str, *, lease_seconds: float, now: datetime | None = None
 ) -> bool:
     """Extend the lease; False when this worker no longer holds it (it expired and was taken)."""
@@ -153,21 +162,31 @@ def renew(
         return bool(getattr(result, "rowcount", 0))
 
 
-def release(db: Database, job_id: int, owner: str, *, bytes_done: int | None = None) -> bool:
+def extend_lease(job: Job, lease_seconds: float) -> None:
+    """Push a held lease's expiry to ``lease_seconds`` from now."""
+    job.lease_expires_at = utcnow() + timedelta(seconds=lease_seconds)
+
+
+def set_job_source(job: Job, src_tier: str) -> None:
+    """The tier the job copies from this time."""
+    job.src_tier = src_tier
+
+
+def release_job(db: Database, job_id: int, owner: str, *, bytes_done: int | None = None) -> bool:
     """Put a running job back in the queue, resumable: no attempt counted, replica back to pending.
 
     The replica keeps ``bytes_done`` (updated first when given). False when the lease
     was no longer ours, in which case nothing is changed.
     """
     with db.session() as session:
-        job = session.get(Job, job_id)
-        if job is None or job.lease_owner != owner or job.state != JobState.RUNNING.value:
+        job = owned_job(session, job_id, owner)
+        if job is None:
             return False
         _requeue(session, job, bytes_done)
         return True
 
 
-def requeue_orphans(db: Database, node: str, owner: str) -> list[int]:
+def requeue_orphaned_jobs(db: Database, node: str, owner: str) -> list[int]:
     """Requeue jobs left ``running`` by an earlier process on ``node``; returns their ids.
 
     Called at start-up: those processes are gone (one daemon per node), so their
@@ -190,20 +209,15 @@ def _requeue(session: Session, job: Job, bytes_done: int | None) -> None:
     job.state = JobState.QUEUED.value
     job.lease_owner = None
     job.lease_expires_at = None
-    replica = session.scalars(
-        select(Replica).where(Replica.checkpoint_id == job.checkpoint_id, Replica.tier == job.dst_tier)
-    ).one_or_none()
-    if replica is not None and replica.state == ReplicaState.COPYING.value:
-        replica.state = ReplicaState.PENDING.value
-        if bytes_done is not None:
-            replica.bytes_done = bytes_done
+    if job.dst_tier is not None:
+        requeue_copying_replica(session, job.checkpoint_id, job.dst_tier, bytes_done)
 
 
 def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def requeue_failed(db: Database, reason: str) -> list[int]:
+def requeue_failed_jobs(db: Database, reason: str) -> list[int]:
     """Queue again the copy jobs that failed for good with ``detail.reason == reason``.
 
     Called at start-up for ``permanent`` failures (access denied, missing bucket): a
@@ -219,3 +233,41 @@ def requeue_failed(db: Database, reason: str) -> list[int]:
                 job.state, job.not_before = JobState.QUEUED.value, None
                 ids.append(job.id)
         return ids
+
+
+def end_job_run(session: Session, job: Job, state: JobState, error: str | None) -> None:
+    """End the job's run in ``state``; one that ends for good (done, cancelled) forgets its files."""
+    if state in (JobState.DONE, JobState.CANCELLED):
+        forget_files_done(session, job)
+    job.state = state.value
+    job.lease_owner = None
+    job.lease_expires_at = None
+    job.last_error = error
+
+
+def fail_job_run(session: Session, job: Job, error: str, *, reason: str, retry_at: datetime | None) -> None:
+    """Count a failed attempt (its ``reason`` kept in the detail).
+
+    The job is queued again at ``retry_at``, or failed for good when that is None.
+    """
+    job.attempts += 1
+    job.detail = {**(job.detail or {}), "reason": reason}
+    if retry_at is None:
+        end_job_run(session, job, JobState.FAILED, error)
+    else:
+        end_job_run(session, job, JobState.QUEUED, error)
+        job.not_before = retry_at
+
+
+def open_copy_hops(session: Session, checkpoint_ids: Sequence[int]) -> set[tuple[int, str]]:
+    """(checkpoint id, destination tier) of every copy job among ``checkpoint_ids`` in OPEN_STATES."""
+    return {
+        (checkpoint_id, dst or "")
+        for checkpoint_id, dst in session.execute(
+            select(Job.checkpoint_id, Job.dst_tier).where(
+                Job.checkpoint_id.in_(checkpoint_ids),
+                Job.kind == JobKind.COPY.value,
+                Job.state.in_(OPEN_STATES),
+            )
+        )
+    }

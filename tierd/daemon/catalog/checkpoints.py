@@ -1,0 +1,268 @@
+"""Runs, checkpoints and their files: record, look up, list.
+
+Detection records steps here (``get_or_create_run``, ``find_step``, ``insert_checkpoint``,
+``complete_checkpoint``), the reconcile scan and the in-memory index read them back, and
+the API lists and shows them (``list_checkpoints``, ``get_checkpoint``, ``load_checkpoint``).
+Inserts that another daemon may race (a run, a step) run in a SAVEPOINT and report the
+lost race instead of failing the caller's transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
+
+from tierd.daemon import checksum
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import Checkpoint, CheckpointState, File, Run
+from tierd.errors import NotFound
+
+__all__ = [
+    "FileFields",
+    "checkpoint_state",
+    "complete_checkpoint",
+    "complete_checkpoints_with_files",
+    "creation_times",
+    "files_of",
+    "find_checkpoint",
+    "find_step",
+    "get_checkpoint",
+    "get_or_create_run",
+    "insert_checkpoint",
+    "list_checkpoints",
+    "load_checkpoint",
+    "mark_checkpoint_changed",
+    "recorded_steps",
+    "step_id_and_state",
+    "update_file_mtimes",
+    "waiting_steps",
+]
+
+
+class FileFields(Protocol):
+    """A file to record: path relative to the tier-0 root, size, mtime and checksum."""
+
+    @property
+    def relpath(self) -> str:
+        """Path relative to the tier-0 root."""
+
+    @property
+    def size(self) -> int:
+        """Bytes."""
+
+    @property
+    def mtime_ns(self) -> int:
+        """Modification time in nanoseconds."""
+
+    @property
+    def checksum(self) -> str:
+        """The checksum (base64)."""
+
+
+def get_or_create_run(session: Session, name: str) -> Run:
+    """The run named ``name``, created if needed (safe against a concurrent creator)."""
+    run = session.scalars(select(Run).where(Run.name == name)).one_or_none()
+    if run is not None:
+        return run
+    try:
+        with session.begin_nested():
+            run = Run(name=name)
+            session.add(run)
+    except sa_exc.IntegrityError:
+        run = session.scalars(select(Run).where(Run.name == name)).one()
+    return run
+
+
+def find_checkpoint(session: Session, checkpoint_id: int) -> Checkpoint | None:
+    """The checkpoint row, or None."""
+    return session.get(Checkpoint, checkpoint_id)
+
+
+def find_step(session: Session, run: Run, step: int, relpath: str, node: str) -> Checkpoint | None:
+    """The row for this step: by run and step, else the row recorded at the same path.
+
+    A path names one step, except nvidia-resiliency-ext's session directory (one per node,
+    holding every iteration), where the step must match too.
+    """
+    row = session.scalars(
+        select(Checkpoint).where(Checkpoint.run_id == run.id, Checkpoint.step == step)
+    ).one_or_none()
+    if row is not None:
+        return row
+    same_path = session.scalars(
+        select(Checkpoint).where(Checkpoint.path == relpath, Checkpoint.node == node).order_by(Checkpoint.id)
+    ).all()
+    for other in same_path:
+        if other.format != "nvrx_local" or other.step == step:
+            return other
+    return None
+
+
+def insert_checkpoint(
+    session: Session, run: Run, step: int, relpath: str, fmt: str, node: str, *, state: str | None = None
+) -> Checkpoint | None:
+    """Add a checkpoint row (in ``state``, else the default).
+
+    Returns None when a concurrent writer recorded the step first.
+    """
+    row = Checkpoint(run_id=run.id, step=step, path=relpath, format=fmt, node=node)
+    if state is not None:
+        row.state = state
+    try:
+        with session.begin_nested():
+            session.add(row)
+    except sa_exc.IntegrityError:
+        return None
+    return row
+
+
+def complete_checkpoint(
+    session: Session,
+    row: Checkpoint,
+    files: Sequence[FileFields],
+    *,
+    created_at: datetime,
+    completed_at: datetime,
+) -> None:
+    """Mark ``row`` complete with ``files`` (checksums taken with this build's algorithm)."""
+    row.state = CheckpointState.COMPLETE.value
+    row.total_bytes = sum(f.size for f in files)
+    row.file_count = len(files)
+    row.created_at = created_at
+    row.completed_at = completed_at
+    for f in files:
+        session.add(
+            File(
+                checkpoint_id=row.id,
+                relpath=f.relpath,
+                size=f.size,
+                mtime_ns=f.mtime_ns,
+                checksum_algo=checksum.ALGORITHM,
+                checksum=f.checksum,
+            )
+        )
+
+
+def mark_checkpoint_changed(row: Checkpoint) -> None:
+    """Its files changed after they were recorded."""
+    row.state = CheckpointState.CHANGED.value
+
+
+def update_file_mtimes(session: Session, mtimes: Mapping[int, int]) -> None:
+    """Set each file's (by id) mtime; files gone meanwhile are skipped."""
+    for file_id, mtime_ns in mtimes.items():
+        if (f := session.get(File, file_id)) is not None:
+            f.mtime_ns = mtime_ns
+
+
+def files_of(session: Session, checkpoint_id: int) -> list[File]:
+    """The checkpoint's files by relative path."""
+    query = select(File).where(File.checkpoint_id == checkpoint_id).order_by(File.relpath)
+    return list(session.scalars(query))
+
+
+def creation_times(session: Session, checkpoint_ids: Sequence[int]) -> list[tuple[int, datetime]]:
+    """(id, created_at) of the given checkpoints."""
+    query = select(Checkpoint.id, Checkpoint.created_at).where(Checkpoint.id.in_(checkpoint_ids))
+    return [(checkpoint_id, created_at) for checkpoint_id, created_at in session.execute(query)]
+
+
+def step_id_and_state(db: Database, run: str, step: int) -> tuple[int, str] | None:
+    """(id, state) of the run's step, or None when it is not recorded."""
+    with db.read_session() as session:
+        row = session.execute(
+            select(Checkpoint.id, Checkpoint.state)
+            .join(Checkpoint.run)
+            .where(Run.name == run, Checkpoint.step == step)
+        ).first()
+    return (row[0], row[1]) if row is not None else None
+
+
+def checkpoint_state(db: Database, checkpoint_id: int) -> str | None:
+    """The checkpoint's state, or None when there is no such checkpoint."""
+    with db.read_session() as session:
+        return session.scalar(select(Checkpoint.state).where(Checkpoint.id == checkpoint_id))
+
+
+def recorded_steps(db: Database) -> list[tuple[str, int, str, str]]:
+    """(run, step, path, format) of every recorded (not waiting) checkpoint."""
+    with db.read_session() as session:
+        rows = session.execute(
+            select(Run.name, Checkpoint.step, Checkpoint.path, Checkpoint.format)
+            .join(Checkpoint.run)
+            .where(Checkpoint.state != CheckpointState.WAITING.value)
+        ).all()
+    return [(run, step, path, fmt) for run, step, path, fmt in rows]
+
+
+def waiting_steps(db: Database, node: str) -> list[tuple[int, str, int, str, str]]:
+    """(id, run, step, path, format) of the waiting checkpoints of ``node``."""
+    with db.read_session() as session:
+        rows = session.execute(
+            select(Checkpoint.id, Run.name, Checkpoint.step, Checkpoint.path, Checkpoint.format)
+            .join(Checkpoint.run)
+            .where(Checkpoint.node == node, Checkpoint.state == CheckpointState.WAITING.value)
+        ).all()
+    return [(checkpoint_id, run, step, path, fmt) for checkpoint_id, run, step, path, fmt in rows]
+
+
+def complete_checkpoints_with_files(session: Session, node: str) -> Sequence[Checkpoint]:
+    """Every complete checkpoint recorded by ``node``, with its run and files loaded."""
+    return session.scalars(
+        select(Checkpoint)
+        .where(Checkpoint.node == node, Checkpoint.state == CheckpointState.COMPLETE.value)
+        .options(selectinload(Checkpoint.files), selectinload(Checkpoint.run))
+    ).all()
+
+
+def load_checkpoint(session: Session, checkpoint_id: int) -> Checkpoint:
+    """A checkpoint with its run and replicas loaded (for the API's CheckpointOut)."""
+    return session.scalars(
+        select(Checkpoint)
+        .where(Checkpoint.id == checkpoint_id)
+        .options(
+            selectinload(Checkpoint.run), selectinload(Checkpoint.replicas), selectinload(Checkpoint.holds)
+        )
+        .execution_options(populate_existing=True)
+    ).one()
+
+
+def list_checkpoints(
+    session: Session, *, run: str | None = None, limit: int = 50, offset: int = 0
+) -> tuple[list[Checkpoint], int]:
+    """Checkpoints newest first (by creation time, then id), with replicas loaded; and the total."""
+    query = select(Checkpoint).join(Checkpoint.run)
+    if run is not None:
+        query = query.where(Run.name == run)
+    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    rows = session.scalars(
+        query.options(
+            selectinload(Checkpoint.replicas), selectinload(Checkpoint.run), selectinload(Checkpoint.holds)
+        )
+        .order_by(Checkpoint.created_at.desc(), Checkpoint.id.desc())
+        .limit(limit)
+        .offset(offset)
+    ).all()
+    return list(rows), total
+
+
+def get_checkpoint(session: Session, checkpoint_id: int) -> Checkpoint:
+    """One checkpoint with its run, replicas and files; raises NotFound."""
+    row = session.scalars(
+        select(Checkpoint)
+        .where(Checkpoint.id == checkpoint_id)
+        .options(
+            selectinload(Checkpoint.replicas),
+            selectinload(Checkpoint.files),
+            selectinload(Checkpoint.run),
+            selectinload(Checkpoint.holds),
+        )
+    ).one_or_none()
+    if row is None:
+        raise NotFound(f"checkpoint {checkpoint_id} does not exist")
+    return row

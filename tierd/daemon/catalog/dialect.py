@@ -1,0 +1,49 @@
+"""Every difference between SQLite and PostgreSQL that the catalog's queries need.
+
+- Claiming a row: PostgreSQL locks it with ``SELECT ... FOR UPDATE SKIP LOCKED``, so
+  claimers on many nodes neither wait for each other nor take the same row; on SQLite the
+  write transaction (BEGIN IMMEDIATE, see ``db.py``) already serialises claimers.
+- Inserting rows that may be there already: ``INSERT ... ON CONFLICT DO NOTHING``, spelled
+  with each dialect's own construct.
+- Serialising one kind of transaction across daemons: ``pg_advisory_xact_lock`` on
+  PostgreSQL (released at commit); SQLite's write transaction already holds the one lock.
+
+The engine set-up (pragmas, BEGIN IMMEDIATE, a separate read engine) lives in ``db.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from sqlalchemy import Insert, Select, Table, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+__all__ = ["advisory_xact_lock", "insert_ignoring_duplicates", "is_postgresql", "skip_locked"]
+
+T = TypeVar("T")
+
+
+def is_postgresql(session: Session) -> bool:
+    """Whether ``session`` talks to PostgreSQL (otherwise: SQLite)."""
+    return session.get_bind().dialect.name == "postgresql"
+
+
+def skip_locked(query: Select[T], session: Session, *, of: Any) -> Select[T]:
+    """``query`` locking the rows of ``of`` it returns and skipping rows others hold (PostgreSQL)."""
+    if is_postgresql(session):
+        return query.with_for_update(skip_locked=True, of=of)
+    return query
+
+
+def insert_ignoring_duplicates(session: Session, table: Table) -> Insert:
+    """``INSERT INTO table`` that skips rows whose key is already there."""
+    if is_postgresql(session):
+        return postgresql.insert(table).on_conflict_do_nothing()
+    return sqlite.insert(table).on_conflict_do_nothing()
+
+
+def advisory_xact_lock(session: Session, key: int) -> None:
+    """Take PostgreSQL's transaction-level advisory lock ``key`` (waits for its holder); no-op on SQLite."""
+    if is_postgresql(session):
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
