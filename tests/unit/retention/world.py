@@ -6,7 +6,6 @@ CRC64NVME of their bytes, as detection and the pipeline would have left them.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -68,7 +67,7 @@ class World:
         assert isinstance(spec, PosixTier)
         return spec.path / relpath
 
-    def add(
+    async def add(
         self,
         step: int,
         *,
@@ -89,7 +88,7 @@ class World:
         payload[f"{path}/.metadata"] = b"meta" + str(step).encode()
         for tier, replica_state in on.items():
             if replica_state in ("verified", "failed", "deleting"):
-                asyncio.run(self._write(tier, payload))
+                await self._write(tier, payload)
         created = BASE + timedelta(minutes=step if minutes is None else minutes)
         with self.db.session() as s:
             run_row = s.scalars(select(Run).where(Run.name == run)).one_or_none() or Run(name=run)
@@ -149,7 +148,7 @@ class World:
             query = select(AuditEvent.action, AuditEvent.tier).order_by(AuditEvent.id)
             if checkpoint_id is not None:
                 query = query.where(AuditEvent.checkpoint_id == checkpoint_id)
-            return [(a, t) for a, t in s.execute(query).tuples()]
+            return [(a, t) for a, t in s.execute(query)]
 
     def exists(self, tier: str, checkpoint_id: int) -> bool:
         """Whether any recorded file of the checkpoint is still on a POSIX tier."""

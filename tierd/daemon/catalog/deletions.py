@@ -263,7 +263,7 @@ def due_deletions(
             reason=replica.delete_reason or "",
             begun=replica.delete_after is None,
         )
-        for replica, _run_id, step, path, fmt, run in session.execute(query).tuples()
+        for replica, _run_id, step, path, fmt, run in session.execute(query)
     ]
 
 
@@ -327,7 +327,7 @@ def mark_replica_failed(session: Session, checkpoint_id: int, tier: str, *, erro
 def checkpoint_files(session: Session, checkpoint_id: int) -> list[tuple[str, int, str]]:
     """Every file of the checkpoint: (relpath, size, checksum), by relpath."""
     query = select(File.relpath, File.size, File.checksum).where(File.checkpoint_id == checkpoint_id)
-    return [(r, s, c) for r, s, c in session.execute(query.order_by(File.relpath)).tuples()]
+    return [(r, s, c) for r, s, c in session.execute(query.order_by(File.relpath))]
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ def load_retention_rows(session: Session) -> list[CheckpointRow]:
         .where(Checkpoint.state != CheckpointState.DELETED.value)
         .order_by(Checkpoint.created_at, Checkpoint.id)
     )
-    for cid, run, step, state, created, completed, total, metrics, pinned in session.execute(query).tuples():
+    for cid, run, step, state, created, completed, total, metrics, pinned in session.execute(query):
         rows[cid] = CheckpointRow(
             cid, run, step, state, created, completed, total, dict(metrics or {}), pinned
         )
@@ -78,13 +78,13 @@ def load_retention_rows(session: Session) -> list[CheckpointRow]:
     replicas = select(Replica.checkpoint_id, Replica.tier, Replica.state, Replica.verified_at).where(
         Replica.checkpoint_id.in_(live)
     )
-    for cid, tier, state, verified_at in session.execute(replicas).tuples():
+    for cid, tier, state, verified_at in session.execute(replicas):
         if (row := rows.get(cid)) is not None:
             row.replicas[tier] = state
             if state == ReplicaState.VERIFIED.value and verified_at is not None:
                 row.verified_at[tier] = verified_at
     holds: dict[int, list[str]] = defaultdict(list)
-    for cid, name in session.execute(select(Hold.checkpoint_id, Hold.name).order_by(Hold.name)).tuples():
+    for cid, name in session.execute(select(Hold.checkpoint_id, Hold.name).order_by(Hold.name)):
         holds[cid].append(name)
     for cid, names in holds.items():
         if (row := rows.get(cid)) is not None:
