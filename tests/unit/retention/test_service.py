@@ -27,13 +27,17 @@ async def test_keep_last_deletes_older_steps_from_tier0_only(tmp_path: Path, db:
     w = world(tmp_path, db, {"retention": {"keep_last": 2}, "delete_delay": 0})
     ids = [await w.add(step, on=VERIFIED_BOTH) for step in (10, 20, 30, 40)]
     report = await w.service.run_pass(LATER)
-    assert report.scheduled == 2 and report.deleted == 2
+    assert report.scheduled == 2
+    assert report.deleted == 2
     for old in ids[:2]:
         assert w.states(old) == {"nvme": "deleted", "pfs": "verified"}
-        assert not w.exists("nvme", old) and w.exists("pfs", old)
-        assert ("deletion_scheduled", "nvme") in w.actions(old) and ("deleted", "nvme") in w.actions(old)
+        assert not w.exists("nvme", old)
+        assert w.exists("pfs", old)
+        assert ("deletion_scheduled", "nvme") in w.actions(old)
+        assert ("deleted", "nvme") in w.actions(old)
     for kept in ids[2:]:
-        assert w.states(kept) == VERIFIED_BOTH and w.exists("nvme", kept)
+        assert w.states(kept) == VERIFIED_BOTH
+        assert w.exists("nvme", kept)
     assert not list((tmp_path / "nvme" / "demo").glob(".*tierd-deleting"))
 
 
@@ -41,7 +45,8 @@ async def test_no_retention_block_keeps_everything(tmp_path: Path, db: Database)
     w = world(tmp_path, db, {})
     ids = [await w.add(step, on=VERIFIED_BOTH) for step in range(1, 6)]
     report = await w.service.run_pass(LATER)
-    assert report.scheduled == 0 and report.outcomes == []
+    assert report.scheduled == 0
+    assert report.outcomes == []
     assert all(w.states(i) == VERIFIED_BOTH for i in ids)
 
 
@@ -49,15 +54,19 @@ async def test_delay_then_undelete_pins_and_keeps(tmp_path: Path, db: Database) 
     w = world(tmp_path, db, {"retention": {"keep_last": 1}, "delete_delay": "1h"})
     first, second, newest = [await w.add(step, on=VERIFIED_BOTH) for step in (1, 2, 3)]
     await w.service.run_pass(LATER)
-    assert w.states(first)["nvme"] == "deleting" and w.exists("nvme", first)
+    assert w.states(first)["nvme"] == "deleting"
+    assert w.exists("nvme", first)
     after = w.replica(first, "nvme").delete_after
-    assert after is not None and after - LATER == timedelta(hours=1)
+    assert after is not None
+    assert after - LATER == timedelta(hours=1)
     with db.session() as s:
         assert deletions.undelete(s, first, actor="alice", reason="needed for eval") == ["nvme"]
     assert w.checkpoint(first).pinned
     report = await w.service.run_pass(LATER + timedelta(hours=2))
-    assert w.states(first) == VERIFIED_BOTH and w.exists("nvme", first)
-    assert w.states(second)["nvme"] == "deleted" and not w.exists("nvme", second)
+    assert w.states(first) == VERIFIED_BOTH
+    assert w.exists("nvme", first)
+    assert w.states(second)["nvme"] == "deleted"
+    assert not w.exists("nvme", second)
     assert w.states(newest) == VERIFIED_BOTH
     assert report.deleted == 1
 
@@ -124,7 +133,8 @@ async def test_every_tier_dropping_it_deletes_the_checkpoint(tmp_path: Path, db:
     assert report.deleted == 2
     assert w.states(old) == {"nvme": "deleted", "pfs": "deleted"}
     assert w.checkpoint(old).state == "deleted"
-    assert not w.exists("nvme", old) and not w.exists("pfs", old)
+    assert not w.exists("nvme", old)
+    assert not w.exists("pfs", old)
 
 
 async def test_tier0_copy_without_durable_copy_elsewhere_stays(tmp_path: Path, db: Database) -> None:
@@ -141,7 +151,8 @@ async def test_dry_run_deletes_nothing(tmp_path: Path, db: Database) -> None:
     w = world(tmp_path, db, keep1, keep1, retention={"dry_run": True})
     ids = [await w.add(step, on=VERIFIED_BOTH) for step in (1, 2, 3)]
     report = await w.service.run_pass(LATER)
-    assert report.dry_run and report.scheduled == 0
+    assert report.dry_run
+    assert report.scheduled == 0
     assert all(w.states(i) == VERIFIED_BOTH and w.exists("nvme", i) for i in ids)
 
 
@@ -178,7 +189,8 @@ async def test_begun_deletion_is_finished_after_a_restart(tmp_path: Path, db: Da
     report = await restarted.service.run_pass(LATER)
     assert [o.result for o in report.outcomes] == ["deleted"]
     assert w.states(old) == {"nvme": "deleted", "pfs": "verified"}
-    assert not trash.exists() and not top.exists()
+    assert not trash.exists()
+    assert not top.exists()
 
 
 async def test_unrecorded_files_survive_a_deletion(tmp_path: Path, db: Database) -> None:
@@ -189,7 +201,8 @@ async def test_unrecorded_files_survive_a_deletion(tmp_path: Path, db: Database)
     stray.write_text("written after the step was recorded")
     await w.service.run_pass(LATER)
     assert w.states(old)["nvme"] == "deleted"
-    assert stray.exists() and not w.exists("nvme", old)
+    assert stray.exists()
+    assert not w.exists("nvme", old)
 
 
 async def test_policy_that_keeps_again_cancels_a_scheduled_deletion(tmp_path: Path, db: Database) -> None:
@@ -202,7 +215,8 @@ async def test_policy_that_keeps_again_cancels_a_scheduled_deletion(tmp_path: Pa
     best = await w.add(2, on=VERIFIED_BOTH, metrics={"loss": 1.0})
     await w.add(3, on=VERIFIED_BOTH, metrics={"loss": 3.0})
     await w.service.run_pass(LATER)
-    assert w.states(worse)["nvme"] == "deleting" and w.states(best)["nvme"] == "verified"
+    assert w.states(worse)["nvme"] == "deleting"
+    assert w.states(best)["nvme"] == "verified"
     with db.session() as s:
         protection.set_metrics(s, worse, {"loss": 0.5}, actor="job")
     report = await w.service.run_pass(LATER + timedelta(minutes=5))
