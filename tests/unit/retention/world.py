@@ -24,6 +24,7 @@ from tierd.daemon.context import Context
 from tierd.daemon.retention.service import RetentionService
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
+LATER_DAY = BASE + timedelta(days=1)
 
 
 def crc(data: bytes) -> str:
