@@ -128,9 +128,15 @@ def complete_checkpoint(
     *,
     created_at: datetime,
     completed_at: datetime,
+    metrics: Mapping[str, float] | None = None,
 ) -> None:
-    """Mark ``row`` complete with ``files`` (checksums taken with this build's algorithm)."""
+    """Mark ``row`` complete with ``files`` (checksums taken with this build's algorithm).
+
+    ``metrics`` the format wrote join those already set (by a notify call, which wins).
+    """
     row.state = CheckpointState.COMPLETE.value
+    if metrics:
+        row.metrics = {**metrics, **(row.metrics or {})}
     row.total_bytes = sum(f.size for f in files)
     row.file_count = len(files)
     row.created_at = created_at

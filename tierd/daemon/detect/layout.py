@@ -105,6 +105,8 @@ class Verdict:
     reason: str
     files: tuple[FileStat, ...] = ()
     retry_after: float | None = None
+    #: Figures of merit the format itself wrote for the step (the HF Trainer's eval metrics).
+    metrics: Mapping[str, float] = field(default_factory=dict)
 
 
 def incomplete(reason: str, retry_after: float | None = None) -> Verdict:
