@@ -81,6 +81,9 @@ class Metrics:
         self.tier_free_bytes = Gauge(
             "tierd_tier_free_bytes", "Free bytes on the tier's file system", ["tier"], registry=self.registry
         )
+        self.tier_used_bytes = Gauge(
+            "tierd_tier_used_bytes", "Used bytes on the tier's file system", ["tier"], registry=self.registry
+        )
         self.tier_size_bytes = Gauge(
             "tierd_tier_size_bytes", "Size of the tier's file system", ["tier"], registry=self.registry
         )
@@ -133,4 +136,8 @@ class _CatalogCollector(Collector):
                 created = created if created.tzinfo else created.replace(tzinfo=UTC)
                 age.add_metric([verified.tier], (now - created).total_seconds())
             verified_bytes.add_metric([verified.tier], float(verified.total_bytes))
-        return [replicas, age, verified_bytes]
+        pinned = GaugeMetricFamily("tierd_checkpoints_pinned", "Checkpoints pinned (kept on every tier)")
+        pinned.add_metric([], stats.pinned)
+        held = GaugeMetricFamily("tierd_checkpoints_held", "Checkpoints under one or more legal holds")
+        held.add_metric([], stats.held)
+        return [replicas, age, verified_bytes, pinned, held]

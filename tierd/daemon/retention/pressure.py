@@ -101,6 +101,7 @@ class Pressure:
             self.state.setdefault(tier, TierPressure()).space = space
             self.metrics.tier_free_bytes.labels(tier).set(space.free)
             self.metrics.tier_size_bytes.labels(tier).set(space.total)
+            self.metrics.tier_used_bytes.labels(tier).set(space.total - space.free)
         return space
 
     async def relieve_all(self) -> None:
