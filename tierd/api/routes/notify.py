@@ -13,8 +13,9 @@ from tierd.api.schemas import CheckpointOut
 from tierd.config import Format
 from tierd.daemon.aio import blocking
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.detect.notify import NotifyRejected, notify_checkpoint
+from tierd.daemon.detect.notify import notify_checkpoint
 from tierd.daemon.detect.record import load_checkpoint
+from tierd.errors import NotifyRejected
 
 __all__ = ["NotifyIn", "router"]
 

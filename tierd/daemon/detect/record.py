@@ -37,12 +37,12 @@ from tierd.daemon.catalog.models import (
 )
 from tierd.daemon.context import Context
 from tierd.daemon.detect.layout import FileStat, Verdict
+from tierd.errors import Unstable
 
 __all__ = [
     "Detection",
     "HashedFile",
     "Outcome",
-    "Unstable",
     "get_or_create_run",
     "hash_stable",
     "load_checkpoint",
@@ -50,10 +50,6 @@ __all__ = [
     "write_complete",
     "write_waiting",
 ]
-
-
-class Unstable(Exception):
-    """A file changed while it was being hashed; record nothing and look again later."""
 
 
 @dataclass(frozen=True)
