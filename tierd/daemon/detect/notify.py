@@ -17,18 +17,15 @@ from tierd.daemon.catalog.checkpoints import checkpoint_state, step_id_and_state
 from tierd.daemon.catalog.models import CheckpointState
 from tierd.daemon.context import Context
 from tierd.daemon.detect.layout import Settings, Verdict, stat_file, walk_files
-from tierd.daemon.detect.record import Outcome, Unstable, record_checkpoint, write_waiting
+from tierd.daemon.detect.record import Outcome, record_checkpoint, write_waiting
 from tierd.daemon.detect.registry import detectors_for
 from tierd.daemon.detect.scan import RootSpec, detect_path
+from tierd.errors import NotifyRejected, Unstable
 from tierd.logs import get_logger
 
-__all__ = ["NotifyRejected", "NotifyResult", "notify_checkpoint", "resolve_in_tier0"]
+__all__ = ["NotifyResult", "notify_checkpoint", "resolve_in_tier0"]
 
 log = get_logger(__name__)
-
-
-class NotifyRejected(ValueError):
-    """The request names a path tierd cannot record (outside tier 0, or missing)."""
 
 
 @dataclass(frozen=True)
