@@ -93,3 +93,14 @@ async def test_reservation_evicts_then_answers(small_fs: Path, tmp_path: Path, s
     room = await w.service.pressure.reserve("nvme", 15 * MIB)
     assert not room.ok
     assert "the newest complete step of their run" in room.describe()
+
+
+async def test_a_reservation_that_cannot_fit_evicts_nothing(
+    small_fs: Path, tmp_path: Path, sqlite_db: Database
+) -> None:
+    w = pressured(tmp_path, sqlite_db)
+    ids = [await w.add(step, on=BOTH, size=MIB // 2) for step in range(1, 5)]
+    room = await w.service.pressure.reserve("nvme", 64 * MIB)
+    assert not room.ok
+    assert room.evicted == ()
+    assert all(w.states(i)["nvme"] == "verified" for i in ids)

@@ -53,12 +53,8 @@ class World:
         for tier in tiers:
             if tier["kind"] == "posix":
                 Path(tier["path"]).mkdir(parents=True, exist_ok=True)
-        config = Config(
-            catalog={"url": db.url},
-            api={"listen": "127.0.0.1:0"},
-            tiers=list(tiers),
-            **top,
-        )
+        settings: dict[str, Any] = {"catalog": {"url": db.url}, "api": {"listen": "127.0.0.1:0"}, **top}
+        config = Config(tiers=list(tiers), **settings)
         backends = {t.name: make_backend(t) for t in config.tiers}
         ctx = Context(config=config, db=db)
         return cls(config, db, backends, RetentionService(ctx, backends))

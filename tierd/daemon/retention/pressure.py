@@ -134,10 +134,16 @@ class Pressure:
         assert space is not None
         low = tier.free_space.marks(space.total)[0] if tier.free_space is not None else 0
         why = f"a reservation of {format_bytes(nbytes)}"
-        return await self.make_room(tier_name, nbytes + low, why=why, alarm_below=None)
+        return await self.make_room(tier_name, nbytes + low, why=why, alarm_below=None, all_or_nothing=True)
 
-    async def make_room(self, tier: str, target_free: int, *, why: str, alarm_below: int | None) -> Room:
-        """Evict until ``target_free`` bytes are free or nothing more may go."""
+    async def make_room(
+        self, tier: str, target_free: int, *, why: str, alarm_below: int | None, all_or_nothing: bool = False
+    ) -> Room:
+        """Evict until ``target_free`` bytes are free or nothing more may go.
+
+        ``all_or_nothing`` (reservations) evicts nothing when even every candidate would not
+        make the room: no copy is given up for a save that cannot happen anyway.
+        """
         async with self._locks.setdefault(tier, asyncio.Lock()):
             space = await self.space(tier)
             assert space is not None
@@ -145,7 +151,8 @@ class Pressure:
                 return Room(True, space, target_free)
             snap = await blocking(self.snapshot)
             plan = eviction_candidates(snap.checkpoints, tier, self.deleter.rules, target_free - space.free)
-            evicted, freed, space = await self._evict(tier, plan.candidates, target_free, why)
+            candidates = () if all_or_nothing and not plan.enough else plan.candidates
+            evicted, freed, space = await self._evict(tier, candidates, target_free, why)
             room = Room(space.free >= target_free, space, target_free, evicted, freed)
             if not room.ok:
                 snap = await blocking(self.snapshot)
