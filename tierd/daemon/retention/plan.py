@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 
-from tierd.daemon.retention.policies import Decision
+from tierd.daemon.retention.policies import Decision, Policy
 from tierd.daemon.retention.state import (
     HOLDS_BYTES,
     IN_FLIGHT,
@@ -140,9 +140,12 @@ def plan_retention(checkpoints: Sequence[CheckpointState], tiers: Sequence[TierR
     complete = [c for c in checkpoints if c.facts.complete]
     facts = [c.facts for c in complete]
     decisions: dict[str, dict[int, Decision]] = {}
+    by_policy: dict[Policy, dict[int, Decision]] = {}  # tiers with equal rules decide once
     for tier in rules:
-        by_id = zip((c.id for c in complete), tier.policy.decide(facts, now), strict=True)
-        decisions[tier.name] = dict(by_id)
+        if tier.policy not in by_policy:
+            by_id = zip((c.id for c in complete), tier.policy.decide(facts, now), strict=True)
+            by_policy[tier.policy] = dict(by_id)
+        decisions[tier.name] = by_policy[tier.policy]
     protected = protections(checkpoints)
     verdicts: list[Verdict] = []
     for checkpoint in checkpoints:
