@@ -104,3 +104,18 @@ async def test_a_reservation_that_cannot_fit_evicts_nothing(
     assert not room.ok
     assert room.evicted == ()
     assert all(w.states(i)["nvme"] == "verified" for i in ids)
+
+
+async def test_dry_run_reservations_evict_nothing(
+    small_fs: Path, tmp_path: Path, sqlite_db: Database
+) -> None:
+    tiers = [
+        posix_tier(tmp_path, "nvme", free_space={"evict_below": "40%", "evict_to": "60%"}),
+        posix_tier(tmp_path, "pfs"),
+    ]
+    w = World.make(tmp_path, sqlite_db, tiers, retention={"dry_run": True})
+    ids = [await w.add(step, on=BOTH, size=MIB // 2) for step in range(1, 5)]
+    room = await w.service.pressure.reserve("nvme", 8 * MIB)
+    assert not room.ok
+    assert room.evicted == ()
+    assert all(w.states(i)["nvme"] == "verified" for i in ids)

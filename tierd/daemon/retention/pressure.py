@@ -152,6 +152,10 @@ class Pressure:
             snap = await blocking(self.snapshot)
             plan = eviction_candidates(snap.checkpoints, tier, self.deleter.rules, target_free - space.free)
             candidates = () if all_or_nothing and not plan.enough else plan.candidates
+            if self.config.retention.dry_run:
+                for c in candidates:
+                    log.info("retention_dry_run_would_evict", tier=tier, checkpoint=c.checkpoint_id, why=why)
+                candidates = ()
             evicted, freed, space = await self._evict(tier, candidates, target_free, why)
             room = Room(space.free >= target_free, space, target_free, evicted, freed)
             if not room.ok:
