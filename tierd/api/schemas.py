@@ -11,6 +11,9 @@ from tierd.config import Format
 from tierd.daemon.catalog.models import Checkpoint, File, Replica
 
 __all__ = [
+    "BIGINT_MAX",
+    "INTEGER_MAX",
+    "NO_NUL",
     "CheckpointDetail",
     "CheckpointOut",
     "CheckpointPage",
@@ -22,6 +25,14 @@ __all__ = [
     "ReplicaOut",
 ]
 
+#: The catalog's BIGINT columns (steps) and SQL's LIMIT/OFFSET hold signed 64-bit integers;
+#: a larger number would reach the database and fail there, so requests are bounded here.
+BIGINT_MAX = 2**63 - 1
+#: Row ids are INTEGER columns: 32 bits on PostgreSQL.
+INTEGER_MAX = 2**31 - 1
+#: PostgreSQL text cannot hold NUL: a run name with one would fail in the catalog (a 503).
+NO_NUL = r"^[^\x00]*$"
+
 
 class NotifyIn(BaseModel):
     """A checkpoint step the job has finished writing."""
@@ -30,8 +41,8 @@ class NotifyIn(BaseModel):
         json_schema_extra={"examples": [{"run": "llama", "step": 1000, "path": "llama/step_1000"}]}
     )
 
-    run: str = Field(min_length=1, max_length=255)
-    step: int = Field(ge=0)
+    run: str = Field(min_length=1, max_length=255, pattern=NO_NUL)
+    step: int = Field(ge=0, le=BIGINT_MAX)
     path: str = Field(
         min_length=1,
         max_length=4096,

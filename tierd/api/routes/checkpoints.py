@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Path, Query, Response
 
 from tierd.api.deps import ContextDep, Operator, Reader, ReadSessionDep
 from tierd.api.problems import ProblemRoute, problem_responses
 from tierd.api.schemas import (
+    BIGINT_MAX,
+    INTEGER_MAX,
+    NO_NUL,
     CheckpointDetail,
     CheckpointOut,
     CheckpointPage,
@@ -24,15 +27,16 @@ from tierd.errors import CatalogError, NotFound
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/checkpoints", tags=["checkpoints"], route_class=ProblemRoute)
+CheckpointId = Annotated[int, Path(ge=0, le=INTEGER_MAX)]
 
 
 @router.get("")
 def list_checkpoints(
     session: ReadSessionDep,
     _caller: Reader,
-    run: Annotated[str | None, Query(max_length=255)] = None,
+    run: Annotated[str | None, Query(max_length=255, pattern=NO_NUL)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX)] = 0,
 ) -> CheckpointPage:
     """Checkpoints newest first, optionally of one run, a page at a time."""
     rows, total = queries.list_checkpoints(session, run=run, limit=limit, offset=offset)
@@ -47,7 +51,7 @@ def list_checkpoints(
 
 
 @router.get("/{checkpoint_id}", responses=problem_responses(NotFound))
-def get_checkpoint(session: ReadSessionDep, _caller: Reader, checkpoint_id: int) -> CheckpointDetail:
+def get_checkpoint(session: ReadSessionDep, _caller: Reader, checkpoint_id: CheckpointId) -> CheckpointDetail:
     """One checkpoint with its replicas and its files' checksums."""
     return CheckpointDetail.of(queries.get_checkpoint(session, checkpoint_id))
 
