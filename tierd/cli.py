@@ -12,7 +12,7 @@ from typing import Any
 
 from tierd import __version__
 from tierd.config import Config, default_config_path, load_config
-from tierd.errors import ConfigError, TierdError
+from tierd.errors import ApiError, ConfigError, TierdError
 
 __all__ = ["main"]
 
@@ -148,8 +148,6 @@ def _client(args: argparse.Namespace) -> Any:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from tierd.api.client import ApiError
-
     with _client(args) as client:
         try:
             body = client.ready()

@@ -8,30 +8,39 @@
     │   └── SchemaError             the schema is missing, old or newer than this build
     ├── NotFound                    a checkpoint, replica or object does not exist
     ├── Conflict                    the request contradicts the current state
+    ├── NotifyRejected              a notify names a path tierd cannot record (outside tier 0, missing)
+    ├── Unstable                    files changed while hashed: record nothing, look again later (retryable)
     ├── BackendError                a tier refused or failed an operation
     │   ├── TransientBackendError   network blips, throttling, 5xx: retryable
     │   └── PermanentBackendError   access denied, no such bucket, bad request: not retryable
     ├── IntegrityError              bytes do not match the checksum recorded at first sight
-    └── ShuttingDown                the daemon is draining and takes no new work
+    ├── ShuttingDown                the daemon is draining and takes no new work
+    └── ApiError                    the HTTP API answered a problem: its status and detail (client side;
+                                    retryable for 408, 429, 502, 503 and 504)
 
 Third-party errors (botocore, ``OSError``, SQLAlchemy) are translated into these at one
-boundary per component, so the rest of tierd only ever sees tierd errors.
+boundary per component, so the rest of tierd only ever sees tierd errors. The API answers
+each with a status (``tierd.api.problems``): NotFound 404, Conflict 409, NotifyRejected 422,
+CatalogError and ShuttingDown 503.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "ApiError",
     "BackendError",
     "CatalogError",
     "ConfigError",
     "Conflict",
     "IntegrityError",
     "NotFound",
+    "NotifyRejected",
     "PermanentBackendError",
     "SchemaError",
     "ShuttingDown",
     "TierdError",
     "TransientBackendError",
+    "Unstable",
 ]
 
 
@@ -69,6 +78,16 @@ class Conflict(TierdError):
     """The request contradicts the current state (e.g. deleting a pinned checkpoint)."""
 
 
+class NotifyRejected(TierdError):
+    """A notify names a path tierd cannot record (outside tier 0, its root, or missing)."""
+
+
+class Unstable(TierdError):
+    """A file changed while it was being hashed; record nothing and look again later."""
+
+    retryable = True
+
+
 class BackendError(TierdError):
     """A storage tier failed an operation."""
 
@@ -93,3 +112,17 @@ class ShuttingDown(TierdError):
     """The daemon is draining and accepts no new work."""
 
     retryable = True
+
+
+class ApiError(TierdError):
+    """The tierd API answered with an error; ``detail`` is its problem+json ``detail``."""
+
+    #: Statuses that say "not now" rather than "not this request": timeouts, rate limits,
+    #: an unreachable or draining daemon behind a proxy.
+    RETRYABLE_STATUSES = frozenset({408, 429, 502, 503, 504})
+
+    def __init__(self, status: int, detail: str) -> None:
+        self.status = status
+        self.detail = detail
+        self.retryable = status in self.RETRYABLE_STATUSES
+        super().__init__(f"HTTP {status}: {detail}")

@@ -6,7 +6,7 @@ from fastapi import FastAPI
 
 from tierd import __version__
 from tierd.api.problems import install_problem_handlers
-from tierd.api.routes import checkpoints, health, metrics, notify
+from tierd.api.routes import checkpoints, health, metrics
 from tierd.daemon.context import Context
 
 __all__ = ["create_app"]
@@ -25,6 +25,5 @@ def create_app(ctx: Context) -> FastAPI:
     install_problem_handlers(app)
     app.include_router(health.router)
     app.include_router(checkpoints.router)
-    app.include_router(notify.router)
     app.include_router(metrics.router)
     return app

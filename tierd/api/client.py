@@ -6,16 +6,11 @@ from typing import Any
 
 import httpx
 
+from tierd.errors import ApiError
+
+# ApiError lives in tierd.errors with every other error; it is re-exported here because it is
+# what this client raises, and callers catch it beside the client they hold.
 __all__ = ["ApiError", "Client"]
-
-
-class ApiError(Exception):
-    """The API answered with an error (its problem+json ``detail`` is the message)."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        self.status = status
-        self.detail = detail
-        super().__init__(f"HTTP {status}: {detail}")
 
 
 class Client:

@@ -1,4 +1,10 @@
-"""FastAPI dependencies: the daemon context, the catalog session and bearer-token roles."""
+"""FastAPI dependencies: the daemon context, the catalog session and bearer-token roles.
+
+Routes take them as ``Annotated`` aliases: ``ContextDep``, ``ReadSessionDep``, ``SessionDep``,
+and ``Reader``, ``Operator``, ``Admin`` (each the caller's name once its token grants that
+role). The role checks and sessions carry the problems they may answer (``answers``), so
+every route using them documents 401, 403 and 503 without saying so itself.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +16,29 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
+from tierd.api.problems import answers, problem_responses
 from tierd.daemon.context import Context
+from tierd.errors import CatalogError
 
-__all__ = ["ContextDep", "ReadSessionDep", "Role", "SessionDep", "require_role"]
+__all__ = [
+    "Admin",
+    "ContextDep",
+    "Operator",
+    "ReadSessionDep",
+    "Reader",
+    "Role",
+    "SessionDep",
+    "require_role",
+]
 
 Role = Literal["read", "operate", "admin"]
 _RANK = {"read": 0, "operate": 1, "admin": 2}
 _bearer = HTTPBearer(auto_error=False)
+_AUTH_PROBLEMS = {
+    **problem_responses(401, description="tokens are configured and none, or an unknown one, was sent"),
+    **problem_responses(403, description="the token's role is below the one this operation needs"),
+}
+_CATALOG_PROBLEMS = problem_responses(CatalogError)
 
 
 def get_context(request: Request) -> Context:
@@ -28,14 +50,16 @@ def get_context(request: Request) -> Context:
 ContextDep = Annotated[Context, Depends(get_context)]
 
 
+@answers(_CATALOG_PROBLEMS)
 def read_session(ctx: ContextDep) -> Iterator[Session]:
-    """A read-only catalog session for one request."""
+    """A read-only catalog session for one request; raises CatalogError."""
     with ctx.db.read_session() as session:
         yield session
 
 
+@answers(_CATALOG_PROBLEMS)
 def write_session(ctx: ContextDep) -> Iterator[Session]:
-    """A catalog session that commits when the request succeeds."""
+    """A catalog session that commits when the request succeeds; raises CatalogError."""
     with ctx.db.session() as session:
         yield session
 
@@ -51,6 +75,7 @@ def require_role(role: Role) -> Callable[..., str]:
     (tierd listens on 127.0.0.1 by default for that reason).
     """
 
+    @answers(_AUTH_PROBLEMS)
     def check(
         ctx: ContextDep,
         creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -68,3 +93,8 @@ def require_role(role: Role) -> Callable[..., str]:
         raise HTTPException(401, "unknown bearer token", {"WWW-Authenticate": "Bearer"})
 
     return check
+
+
+Reader = Annotated[str, Depends(require_role("read"))]
+Operator = Annotated[str, Depends(require_role("operate"))]
+Admin = Annotated[str, Depends(require_role("admin"))]

@@ -20,8 +20,9 @@ from tierd.daemon.catalog.models import AuditEvent, Checkpoint, File, Replica
 from tierd.daemon.context import Context
 from tierd.daemon.detect import record
 from tierd.daemon.detect.changes import apply_change, compare, load_recorded
-from tierd.daemon.detect.record import Outcome, Unstable, record_checkpoint, write_waiting
+from tierd.daemon.detect.record import Outcome, record_checkpoint, write_waiting
 from tierd.daemon.detect.scan import Found, scan_root
+from tierd.errors import Unstable
 
 DCP = next(layout for layout in LAYOUTS if layout.name == "dcp")
 

@@ -2,28 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from tierd import __version__
 from tierd.api.deps import ContextDep
-from tierd.api.problems import problem
+from tierd.api.problems import ProblemRoute, problem, problem_responses
+from tierd.api.schemas import Health, Ready
 from tierd.daemon.aio import blocking
 from tierd.errors import CatalogError
 
-router = APIRouter(tags=["health"])
+__all__ = ["router"]
+
+router = APIRouter(tags=["health"], route_class=ProblemRoute)
 
 
 @router.get("/healthz")
-async def healthz() -> dict[str, Any]:
+async def healthz() -> Health:
     """The process is alive and its event loop answers."""
-    return {"status": "ok", "version": __version__}
+    return Health(status="ok", version=__version__)
 
 
-@router.get("/readyz", response_model=None)
-async def readyz(ctx: ContextDep) -> dict[str, Any] | JSONResponse:
+@router.get(
+    "/readyz",
+    response_model=Ready,
+    responses=problem_responses(503, description="not ready: each failing check is in checks"),
+)
+async def readyz(ctx: ContextDep) -> Ready | JSONResponse:
     """Ready when the catalog answers, the watcher runs and the daemon is not draining."""
     failures: list[str] = []
     try:
@@ -36,4 +41,4 @@ async def readyz(ctx: ContextDep) -> dict[str, Any] | JSONResponse:
         failures.append("draining for shutdown")
     if failures:
         return problem(503, "; ".join(failures), title="Not ready", checks=failures)
-    return {"status": "ready", "node": ctx.config.node}
+    return Ready(status="ready", node=ctx.config.node)

@@ -17,18 +17,15 @@ from tierd.daemon.catalog.checkpoints import checkpoint_state, step_id_and_state
 from tierd.daemon.catalog.models import CheckpointState
 from tierd.daemon.context import Context
 from tierd.daemon.detect.layout import Settings, Verdict, stat_file, walk_files
-from tierd.daemon.detect.record import Outcome, Unstable, record_checkpoint, write_waiting
+from tierd.daemon.detect.record import Outcome, record_checkpoint, write_waiting
 from tierd.daemon.detect.registry import detectors_for
 from tierd.daemon.detect.scan import RootSpec, detect_path
+from tierd.errors import NotifyRejected, Unstable
 from tierd.logs import get_logger
 
-__all__ = ["NotifyRejected", "NotifyResult", "notify_checkpoint", "resolve_in_tier0"]
+__all__ = ["NotifyResult", "notify_checkpoint", "resolve_in_tier0"]
 
 log = get_logger(__name__)
-
-
-class NotifyRejected(ValueError):
-    """The request names a path tierd cannot record (outside tier 0, or missing)."""
 
 
 @dataclass(frozen=True)
@@ -42,15 +39,19 @@ class NotifyResult:
 def resolve_in_tier0(path: str, tier0: Path) -> Path:
     """Resolve ``path`` (absolute, or relative to the tier-0 root) inside tier 0 (blocking).
 
-    Raises NotifyRejected when it lies outside tier 0 (or is its root) or does not exist.
+    Raises NotifyRejected when it lies outside tier 0 (or is its root), does not exist, or
+    is no path this system can look up (a NUL, a name too long).
     """
     root = tier0.resolve()
     given = Path(path)
-    target = (given if given.is_absolute() else root / given).resolve()
-    if target == root or not target.is_relative_to(root):
-        raise NotifyRejected(f"path {path!r} is not inside the tier-0 root {root}")
-    if not target.exists():
-        raise NotifyRejected(f"path {path!r} does not exist")
+    try:
+        target = (given if given.is_absolute() else root / given).resolve()
+        if target == root or not target.is_relative_to(root):
+            raise NotifyRejected(f"path {path!r} is not inside the tier-0 root {root}")
+        if not target.exists():
+            raise NotifyRejected(f"path {path!r} does not exist")
+    except (OSError, ValueError) as exc:
+        raise NotifyRejected(f"path {path!r} cannot be looked up: {exc}") from None
     return target
 
 

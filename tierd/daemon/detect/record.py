@@ -27,29 +27,23 @@ from tierd.daemon.catalog.checkpoints import (
     find_step,
     get_or_create_run,
     insert_checkpoint,
-    load_checkpoint,
 )
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import CheckpointState, utcnow
 from tierd.daemon.catalog.replicas import add_first_replicas
 from tierd.daemon.context import Context
 from tierd.daemon.detect.layout import FileStat, Verdict
+from tierd.errors import Unstable
 
 __all__ = [
     "Detection",
     "HashedFile",
     "Outcome",
-    "Unstable",
     "hash_stable",
-    "load_checkpoint",  # catalog.checkpoints', imported from here by the notify route
     "record_checkpoint",
     "write_complete",
     "write_waiting",
 ]
-
-
-class Unstable(Exception):
-    """A file changed while it was being hashed; record nothing and look again later."""
 
 
 @dataclass(frozen=True)

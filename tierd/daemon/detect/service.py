@@ -28,11 +28,11 @@ from tierd.daemon.context import Context
 from tierd.daemon.detect.changes import apply_change, compare, load_recorded
 from tierd.daemon.detect.known import KnownSteps, Waiting, load_known, load_waiting
 from tierd.daemon.detect.layout import Settings
-from tierd.daemon.detect.record import Outcome, Unstable, record_checkpoint
+from tierd.daemon.detect.record import Outcome, record_checkpoint
 from tierd.daemon.detect.registry import BY_NAME, detectors_for
 from tierd.daemon.detect.scan import Found, RootSpec, detect_path, scan_chain, scan_root
 from tierd.daemon.service import InFlight
-from tierd.errors import TierdError
+from tierd.errors import TierdError, Unstable
 from tierd.logs import get_logger
 
 __all__ = ["DEBOUNCE_SECONDS", "DetectService"]
@@ -285,7 +285,7 @@ class DetectService:
                 action="detected",
                 recheck=functools.partial(detector.inspect, candidate, settings),
             )
-        except (Unstable, TierdError, OSError) as exc:
+        except (TierdError, OSError) as exc:
             log.info("waiting_not_recorded", path=waiting.relpath, reason=str(exc))
             return
         self.known.add(waiting.run, waiting.step, waiting.relpath, detector.name)
