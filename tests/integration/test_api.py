@@ -89,6 +89,9 @@ async def test_list_and_detail(served: tuple[Context, str]) -> None:
         ("/v1/checkpoints/999", 404),
         ("/v1/checkpoints/abc", 422),
         ("/v1/checkpoints?limit=0", 422),
+        ("/v1/checkpoints?offset=9223372036854775808", 422),
+        ("/v1/checkpoints?run=a%00b", 422),
+        ("/v1/checkpoints/2147483648", 422),
         ("/v1/nothing", 404),
     ],
 )

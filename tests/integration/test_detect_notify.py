@@ -114,10 +114,33 @@ async def test_bad_paths_are_422_problems(client: httpx.AsyncClient, path: str, 
     assert why in response.json()["detail"]
 
 
+@pytest.mark.parametrize("path", ["a" * 300, "demo/a\x00b"], ids=["name-too-long", "nul"])
+async def test_paths_no_file_system_can_look_up_are_422(
+    client: httpx.AsyncClient, ctx: Context, path: str
+) -> None:
+    _root(ctx).mkdir(parents=True)
+    response = await _notify(client, run="r", step=1, path=path)
+    assert response.status_code == 422
+    assert "cannot be looked up" in response.json()["detail"]
+
+
 async def test_malformed_body_is_422(client: httpx.AsyncClient) -> None:
     response = await _notify(client, run="r", step=-1, path="x", format="zip")
     assert response.status_code == 422
     assert response.headers["content-type"].startswith("application/problem+json")
+
+
+@pytest.mark.parametrize(
+    ("run", "step"), [("r", 2**63), ("r\x00", 1)], ids=["step-past-bigint", "nul-in-run"]
+)
+async def test_what_the_catalog_cannot_hold_is_422(
+    client: httpx.AsyncClient, ctx: Context, run: str, step: int
+) -> None:
+    DCP.uncommitted(_root(ctx), 1)
+    DCP.commit(_root(ctx), 1)
+    response = await _notify(client, run=run, step=step, path="demo/step_1")
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
 
 
 async def test_operate_role_is_required(client: httpx.AsyncClient, ctx: Context) -> None:

@@ -49,6 +49,7 @@ _STATUS_FOR: list[tuple[type[TierdError], int]] = [
 _ANSWERS_ATTR = "__tierd_problems__"
 _PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 _MALFORMED = "a malformed request: each invalid input is in errors"
+_UNREADABLE = "the body could not be read (not UTF-8 text)"
 
 
 def status_for(error: type[TierdError]) -> int:
@@ -95,11 +96,9 @@ class ProblemRoute(APIRoute):
         super().__init__(path, endpoint, **kwargs)
         found = _dependency_answers(self.dependant)
         if get_flat_params(self.dependant) or self.body_field is not None:
-            found.update(
-                problem_responses(422, description="a malformed request: each invalid input is in errors")
-            )
+            found.update(problem_responses(422, description=_MALFORMED))
         if self.body_field is not None:
-            found.update(problem_responses(400, description="the body could not be read (not UTF-8 text)"))
+            found.update(problem_responses(400, description=_UNREADABLE))
         merged = {**found, **self.responses}  # what the route says itself wins
         self.responses = dict(sorted(merged.items(), key=lambda item: str(item[0])))
 

@@ -11,7 +11,6 @@ from tierd.config import Format
 from tierd.daemon.catalog.models import Checkpoint, File, Hold, Replica
 
 __all__ = [
-    "MAX_BIGINT",
     "AuditOut",
     "AuditPage",
     "FreeSpaceOut",
@@ -25,6 +24,9 @@ __all__ = [
     "ReservationOut",
     "TierOut",
     "TierPlan",
+    "BIGINT_MAX",
+    "INTEGER_MAX",
+    "NO_NUL",
     "CheckpointDetail",
     "CheckpointOut",
     "CheckpointPage",
@@ -36,10 +38,17 @@ __all__ = [
     "ReplicaOut",
 ]
 
+#: The catalog's BIGINT columns (steps) and SQL's LIMIT/OFFSET hold signed 64-bit integers;
+#: a larger number would reach the database and fail there, so requests are bounded here.
+BIGINT_MAX = 2**63 - 1
+#: Row ids are INTEGER columns: 32 bits on PostgreSQL.
+INTEGER_MAX = 2**31 - 1
+#: PostgreSQL text cannot hold NUL: a run name with one would fail in the catalog (a 503).
+NO_NUL = r"^[^\x00]*$"
 
-MAX_BIGINT = 2**63 - 1
+
 #: A metric's name and value (finite), as ``keep_best`` reads them.
-MetricName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+MetricName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=NO_NUL)]
 Metrics = Annotated[dict[MetricName, FiniteFloat], Field(max_length=64)]
 
 
@@ -50,8 +59,8 @@ class NotifyIn(BaseModel):
         json_schema_extra={"examples": [{"run": "llama", "step": 1000, "path": "llama/step_1000"}]}
     )
 
-    run: str = Field(min_length=1, max_length=255)
-    step: int = Field(ge=0)
+    run: str = Field(min_length=1, max_length=255, pattern=NO_NUL)
+    step: int = Field(ge=0, le=BIGINT_MAX)
     path: str = Field(
         min_length=1,
         max_length=4096,
@@ -212,7 +221,7 @@ def _checkpoint_fields(row: Checkpoint) -> dict[str, object]:
     }
 
 
-Reason = Annotated[str, Field(max_length=1000, description="why: kept in the audit log")]
+Reason = Annotated[str, Field(max_length=1000, pattern=NO_NUL, description="why: kept in the audit log")]
 
 
 class ReasonIn(BaseModel):
@@ -237,7 +246,7 @@ class MetricsIn(BaseModel):
 class ReservationIn(BaseModel):
     """Room a job asks for before it writes a checkpoint."""
 
-    bytes: int = Field(ge=0, le=MAX_BIGINT)
+    bytes: int = Field(ge=0, le=BIGINT_MAX)
 
 
 class ReservationOut(BaseModel):

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import os
 import random
+import subprocess
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,6 @@ import pytest
 from tests.conformance.harness import crc
 from tests.fixtures.s3servers import S3Server
 from tierd.config import PosixTier
-from tierd.daemon.aio import blocking
 from tierd.daemon.backends import (
     Backend,
     BytesReader,
@@ -34,8 +35,8 @@ from tierd.daemon.backends import (
 from tierd.daemon.backends.base import Progress, RangeReader, ResumeStore, SmallFile
 from tierd.daemon.backends.posix import batch as posixbatch
 from tierd.daemon.backends.posix import copy as posixcopy
+from tierd.daemon.backends.posix import fstype
 from tierd.daemon.backends.posix.backend import is_temp_name
-from tierd.daemon.backends.posix.fstype import is_local
 from tierd.daemon.pipeline import copyset
 from tierd.daemon.pipeline.copyset import copy_checkpoint_files, marker_last
 from tierd.daemon.pipeline.records import FileSpec
@@ -455,10 +456,119 @@ async def test_groups_between_local_tiers_run_on_a_few_lanes_with_their_reads_hi
     assert visible(dst.root) == files
 
 
-async def test_a_posix_tier_knows_whether_its_file_system_is_local(dst: PosixBackend) -> None:
-    assert await dst.local_disk() == is_local(dst.root)
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs mounted under ``tmp_path`` for the test (root only), unmounted after it."""
+    mountpoint = tmp_path / "tmpfs"
+    mountpoint.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mountpoint)]
+    if (mounted := subprocess.run(mount, capture_output=True, text=True)).returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", str(mountpoint)], check=True)
 
 
-async def test_read_ahead_skips_what_it_cannot_open(tmp_path: Path) -> None:
-    (tmp_path / "a").write_bytes(b"x" * 5000)
-    await blocking(posixcopy.read_ahead, [tmp_path / "missing", tmp_path / "a", tmp_path])
+async def test_a_posix_tier_on_a_tmpfs_is_on_a_local_disk(tmpfs: Path) -> None:
+    assert await posix_at(tmpfs / "tier").local_disk() is True
+
+
+@pytest.mark.parametrize(
+    ("kind", "local"), [("ext4", True), ("tmpfs", True), ("nfs4", False), ("lustre", False), ("gpfs", False)]
+)
+async def test_a_posix_tier_is_on_a_local_disk_only_if_its_roots_file_system_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, local: bool
+) -> None:
+    """The mountinfo line of the root's device decides (as in ``tests/unit/backends/test_fstype.py``)."""
+    tier = posix_at(tmp_path / "tier")
+    device = os.stat(tier.root).st_dev
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        "22 1 0:21 / /proc rw,nosuid shared:5 - proc proc rw\n"
+        f"36 35 {os.major(device)}:{os.minor(device)} / /mnt/tier rw shared:1 - {kind} srv:/export rw\n"
+        "40 1 4095:4095 / /mnt/other rw - ext4 /dev/loop0 rw\n"
+    )
+    monkeypatch.setattr(fstype, "is_local", functools.partial(fstype.is_local, mountinfo=mountinfo))
+    assert await tier.local_disk() is local
+
+
+REAL_FADVISE = os.posix_fadvise
+
+
+class Advice:
+    """Stands in for ``os.posix_fadvise``: records the file of each call, fails for some files."""
+
+    def __init__(self, failing: Sequence[Path] = ()) -> None:
+        self.calls: list[tuple[Path, int, int, int]] = []
+        self.fds: list[int] = []
+        self.failing = {path.resolve() for path in failing}
+
+    def __call__(self, fd: int, offset: int, length: int, advice: int) -> None:
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        self.calls.append((path, offset, length, advice))
+        self.fds.append(fd)
+        if path in self.failing:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        REAL_FADVISE(fd, offset, length, advice)
+
+    def willneed(self) -> list[Path]:
+        """The files announced with ``POSIX_FADV_WILLNEED``, whole, in order."""
+        return [path for path, offset, length, advice in self.calls if advice == os.POSIX_FADV_WILLNEED]
+
+
+async def test_read_ahead_announces_every_file_it_can_open_and_skips_the_rest(
+    posix_src: PosixBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = posix_src.root.resolve()
+    for name in ("a", "b", "c"):
+        (root / name).write_bytes(b"x" * 5000)
+    advice = Advice(failing=[root / "a"])  # the kernel refusing one file's advice
+    monkeypatch.setattr(os, "posix_fadvise", advice)
+    await posix_src.prefetch(["missing", "a", "b", "gone/c", "c"])
+    assert advice.calls == [(root / name, 0, 0, os.POSIX_FADV_WILLNEED) for name in ("a", "b", "c")]
+    for fd in advice.fds:  # each file closed again, the refused one too
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(fd)
+
+
+class AnnouncingPosix(PosixBackend):
+    """A POSIX source that says when a read-ahead it was asked for has returned."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.announced = asyncio.Event()
+
+    async def prefetch(self, relpaths: Sequence[str]) -> None:
+        await super().prefetch(relpaths)
+        self.announced.set()
+
+
+async def test_a_hop_announces_its_data_files_and_passes_over_one_the_source_lacks(
+    tmp_path: Path, dst: PosixBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resumed hop whose source lost a file the destination holds: its read-ahead cannot open it."""
+    monkeypatch.setattr(copyset, "GROUP_FILE_LIMIT", 0)  # every file alone: all hinted, in one window
+    (tmp_path / "src").mkdir()
+    src = AnnouncingPosix(PosixTier(name="src", kind="posix", path=tmp_path / "src"), chunk_size=CHUNK)
+    files = await put_files(src, 10)
+    gone = "step/d2/f5.bin"
+    await dst.write(gone, BytesReader(files[gone]), expected_checksum=crc(files[gone]))
+    (src.root / gone).unlink()
+    advice = Advice()
+    monkeypatch.setattr(os, "posix_fadvise", advice)
+
+    async def skip(spec: FileSpec) -> bool:
+        return spec.relpath == gone
+
+    batch = RecordingBatch(dst)
+    copier = GatedCopier(**vars(copier_for(src, dst, batch)))
+    copier.before = {MARKER: src.announced.wait}  # the read-ahead has returned before the hop ends
+    done = Done(batch)
+    async with asyncio.timeout(20):
+        await copy_checkpoint_files(copier, batch, specs_of(files), concurrency=4, skip=skip, done=done)
+    root = src.root.resolve()
+    assert sorted(advice.willneed()) == sorted(root / r for r in files if r not in (gone, MARKER))
+    assert done.infos[gone] is None
+    assert set(done.infos) == set(files)
+    assert visible(dst.root) == files

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from tierd.api.deps import Reader, ReadSessionDep
 from tierd.api.problems import ProblemRoute
-from tierd.api.schemas import MAX_BIGINT, AuditOut, AuditPage
+from tierd.api.schemas import INTEGER_MAX, AuditOut, AuditPage
 from tierd.daemon.catalog.audit import recent_events
 
 __all__ = ["router"]
@@ -20,9 +20,11 @@ router = APIRouter(prefix="/v1/audit", tags=["audit"], route_class=ProblemRoute)
 def list_audit(
     session: ReadSessionDep,
     _caller: Reader,
-    checkpoint_id: Annotated[int | None, Query(ge=1, le=MAX_BIGINT)] = None,
+    checkpoint_id: Annotated[int | None, Query(ge=1, le=INTEGER_MAX)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    before: Annotated[int | None, Query(ge=1, le=MAX_BIGINT, description="events older than this id")] = None,
+    before: Annotated[
+        int | None, Query(ge=1, le=INTEGER_MAX, description="events older than this id")
+    ] = None,
 ) -> AuditPage:
     """Audit events newest first, of one checkpoint when asked; ``next_before`` pages on."""
     rows = recent_events(session, checkpoint_id=checkpoint_id, limit=limit + 1, before=before)

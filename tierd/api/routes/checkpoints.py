@@ -5,12 +5,15 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Path, Query, Response
 from sqlalchemy.orm import Session
 
 from tierd.api.deps import Admin, ContextDep, Operator, Reader, ReadSessionDep, SessionDep
 from tierd.api.problems import ProblemRoute, problem_responses
 from tierd.api.schemas import (
+    BIGINT_MAX,
+    INTEGER_MAX,
+    NO_NUL,
     CheckpointDetail,
     CheckpointOut,
     CheckpointPage,
@@ -30,18 +33,20 @@ from tierd.errors import CatalogError, Conflict, NotFound
 
 __all__ = ["router"]
 
-ReasonQuery = Annotated[str, Query(max_length=1000, description="why: kept in the audit log")]
+ReasonQuery = Annotated[str, Query(max_length=1000, pattern=NO_NUL, description="why: kept in the audit log")]
+HoldName = Annotated[str, Path(min_length=1, max_length=128, pattern=NO_NUL)]
 
 router = APIRouter(prefix="/v1/checkpoints", tags=["checkpoints"], route_class=ProblemRoute)
+CheckpointId = Annotated[int, Path(ge=0, le=INTEGER_MAX)]
 
 
 @router.get("")
 def list_checkpoints(
     session: ReadSessionDep,
     _caller: Reader,
-    run: Annotated[str | None, Query(max_length=255)] = None,
+    run: Annotated[str | None, Query(max_length=255, pattern=NO_NUL)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=BIGINT_MAX)] = 0,
 ) -> CheckpointPage:
     """Checkpoints newest first, optionally of one run, a page at a time."""
     rows, total = queries.list_checkpoints(session, run=run, limit=limit, offset=offset)
@@ -56,7 +61,7 @@ def list_checkpoints(
 
 
 @router.get("/{checkpoint_id}", responses=problem_responses(NotFound))
-def get_checkpoint(session: ReadSessionDep, _caller: Reader, checkpoint_id: int) -> CheckpointDetail:
+def get_checkpoint(session: ReadSessionDep, _caller: Reader, checkpoint_id: CheckpointId) -> CheckpointDetail:
     """One checkpoint with its replicas and its files' checksums."""
     return CheckpointDetail.of(queries.get_checkpoint(session, checkpoint_id))
 
@@ -108,7 +113,11 @@ def _after(
 
 @router.put("/{checkpoint_id}/pin", responses=CheckpointProblems)
 def pin(
-    ctx: ContextDep, session: SessionDep, caller: Operator, checkpoint_id: int, body: ReasonIn | None = None
+    ctx: ContextDep,
+    session: SessionDep,
+    caller: Operator,
+    checkpoint_id: CheckpointId,
+    body: ReasonIn | None = None,
 ) -> CheckpointOut:
     """Pin ("golden"): kept on every tier, and copied again to every durable tier that dropped it."""
     durable = [t.name for t in ctx.config.tiers if t.durable]
@@ -120,7 +129,11 @@ def pin(
 
 @router.delete("/{checkpoint_id}/pin", responses=CheckpointProblems)
 def unpin(
-    ctx: ContextDep, session: SessionDep, caller: Operator, checkpoint_id: int, reason: ReasonQuery = ""
+    ctx: ContextDep,
+    session: SessionDep,
+    caller: Operator,
+    checkpoint_id: CheckpointId,
+    reason: ReasonQuery = "",
 ) -> CheckpointOut:
     """Give the checkpoint back to retention."""
     protection.unpin(session, checkpoint_id, actor=f"api:{caller}", reason=reason)
@@ -129,7 +142,7 @@ def unpin(
 
 @router.post("/{checkpoint_id}/holds", status_code=201, responses=problem_responses(NotFound, Conflict))
 def add_hold(
-    ctx: ContextDep, session: SessionDep, caller: Admin, checkpoint_id: int, body: HoldIn
+    ctx: ContextDep, session: SessionDep, caller: Admin, checkpoint_id: CheckpointId, body: HoldIn
 ) -> CheckpointOut:
     """Set a named legal hold (admin): no tier deletes the checkpoint while any hold is set."""
     protection.add_hold(session, checkpoint_id, name=body.name, reason=body.reason, actor=f"api:{caller}")
@@ -141,7 +154,7 @@ def release_hold(
     ctx: ContextDep,
     session: SessionDep,
     caller: Admin,
-    checkpoint_id: int,
+    checkpoint_id: CheckpointId,
     name: str,
     reason: ReasonQuery = "",
 ) -> CheckpointOut:
@@ -152,7 +165,7 @@ def release_hold(
 
 @router.put("/{checkpoint_id}/metrics", responses=CheckpointProblems)
 def put_metrics(
-    ctx: ContextDep, session: SessionDep, caller: Operator, checkpoint_id: int, body: MetricsIn
+    ctx: ContextDep, session: SessionDep, caller: Operator, checkpoint_id: CheckpointId, body: MetricsIn
 ) -> CheckpointOut:
     """Merge metrics into the checkpoint's (``keep_best`` reads them)."""
     protection.set_metrics(session, checkpoint_id, body.metrics, actor=f"api:{caller}")
@@ -164,8 +177,10 @@ def delete_checkpoint(
     ctx: ContextDep,
     session: SessionDep,
     caller: Admin,
-    checkpoint_id: int,
-    reason: Annotated[str, Query(min_length=1, max_length=1000, description="why: kept in the audit log")],
+    checkpoint_id: CheckpointId,
+    reason: Annotated[
+        str, Query(min_length=1, max_length=1000, pattern=NO_NUL, description="why: kept in the audit log")
+    ],
 ) -> CheckpointOut:
     """Delete on every tier, each after its ``delete_delay`` (admin); 409 when pinned or held."""
     delays = {t.name: timedelta(seconds=t.delete_delay) for t in ctx.config.tiers}
@@ -177,7 +192,11 @@ def delete_checkpoint(
 
 @router.post("/{checkpoint_id}/undelete", responses=problem_responses(NotFound, Conflict))
 def undelete(
-    ctx: ContextDep, session: SessionDep, caller: Operator, checkpoint_id: int, body: ReasonIn | None = None
+    ctx: ContextDep,
+    session: SessionDep,
+    caller: Operator,
+    checkpoint_id: CheckpointId,
+    body: ReasonIn | None = None,
 ) -> CheckpointOut:
     """Cancel every deletion not yet begun, and pin the checkpoint (unpin gives it back to retention)."""
     reason = body.reason if body else ""

@@ -39,15 +39,19 @@ class NotifyResult:
 def resolve_in_tier0(path: str, tier0: Path) -> Path:
     """Resolve ``path`` (absolute, or relative to the tier-0 root) inside tier 0 (blocking).
 
-    Raises NotifyRejected when it lies outside tier 0 (or is its root) or does not exist.
+    Raises NotifyRejected when it lies outside tier 0 (or is its root), does not exist, or
+    is no path this system can look up (a NUL, a name too long).
     """
     root = tier0.resolve()
     given = Path(path)
-    target = (given if given.is_absolute() else root / given).resolve()
-    if target == root or not target.is_relative_to(root):
-        raise NotifyRejected(f"path {path!r} is not inside the tier-0 root {root}")
-    if not target.exists():
-        raise NotifyRejected(f"path {path!r} does not exist")
+    try:
+        target = (given if given.is_absolute() else root / given).resolve()
+        if target == root or not target.is_relative_to(root):
+            raise NotifyRejected(f"path {path!r} is not inside the tier-0 root {root}")
+        if not target.exists():
+            raise NotifyRejected(f"path {path!r} does not exist")
+    except (OSError, ValueError) as exc:
+        raise NotifyRejected(f"path {path!r} cannot be looked up: {exc}") from None
     return target
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import NamedTuple
 
 from tierd.daemon.backends.base import Backend, ObjectInfo, WriteBatch
 from tierd.daemon.backends.concurrency import for_each
@@ -102,70 +103,107 @@ async def copy_checkpoint_files(
     """
     if copier.batch is not batch:
         raise ValueError("the copier must write through the batch being committed")
-    report = done or _ignore
-    counter = progress or _no_counter
-    awaiting: dict[str, tuple[FileSpec, ObjectInfo]] = {}
+    await _CopySet(copier, batch, skip, progress or _no_counter, done or _ignore).run(files, concurrency)
 
-    async def commit() -> None:
-        for relpath in await batch.commit():
-            # Absent: its copy has not returned yet, and reports it (no longer held) when it does.
-            if (held := awaiting.pop(relpath, None)) is not None:
-                report(*held)
 
-    def settle(spec: FileSpec, info: ObjectInfo) -> None:
-        if batch.holds(spec.relpath):
-            awaiting[spec.relpath] = (spec, info)
-        else:
-            report(spec, info)
+class _Stream(NamedTuple):
+    """Units that share ``lanes``; ``hinted``: the source hears of their files ahead."""
 
-    async def one(spec: FileSpec, failed: TierdError | None = None) -> None:
-        if failed is None and skip is not None and await _skipped(skip, spec, report):
+    units: Sequence[FileSpec | Sequence[FileSpec]]
+    lanes: int
+    hinted: bool
+
+
+class _CopySet:
+    """One copy of a checkpoint's files: the hooks, the batch, and what waits for its commit."""
+
+    __slots__ = ("awaiting", "batch", "copier", "counter", "hints", "report", "skip")
+
+    def __init__(
+        self,
+        copier: FileCopier,
+        batch: WriteBatch,
+        skip: Skip | None,
+        counter: FileProgress,
+        report: FileDone,
+    ) -> None:
+        self.copier = copier
+        self.batch = batch
+        self.skip = skip
+        self.counter = counter
+        self.report = report
+        #: Files written into the batch's staging and not yet committed by it.
+        self.awaiting: dict[str, tuple[FileSpec, ObjectInfo]] = {}
+        self.hints: list[asyncio.Task[None]] = []
+
+    async def run(self, files: Sequence[FileSpec], concurrency: int) -> None:
+        """The data on its streams and committed, then the completion marker alone, committed."""
+        ordered = marker_last(files)
+        streams = await self._streams(ordered[:-1], concurrency)
+        try:
+            await for_each(streams, self._run_stream, len(streams))
+            await self._commit()
+            await for_each(ordered[-1:], self._unit, 1)  # the completion marker, once the data is durable
+            await self._commit()
+        finally:
+            for hint in self.hints:
+                hint.cancel()
+            await asyncio.shield(self.batch.discard())  # staged and never committed: written again next time
+
+    async def _streams(self, data: Sequence[FileSpec], concurrency: int) -> list[_Stream]:
+        """Files copied alone: every lane, hinted. Groups: ``_group_lanes``, hinted only when fewer."""
+        units = in_groups(data) if self.copier.groups_small_files else data
+        alone = [work for work in units if isinstance(work, FileSpec)]
+        groups = [work for work in units if not isinstance(work, FileSpec)]
+        group_lanes = await _group_lanes(self.copier, concurrency) if groups else concurrency
+        return [_Stream(alone, concurrency, True), _Stream(groups, group_lanes, group_lanes < concurrency)]
+
+    async def _run_stream(self, stream: _Stream) -> None:
+        units = _read_ahead(self.copier.src, stream.units, self.hints) if stream.hinted else stream.units
+        await for_each(units, self._unit, stream.lanes)
+
+    async def _unit(self, work: FileSpec | Sequence[FileSpec]) -> None:
+        await (self._one(work) if isinstance(work, FileSpec) else self._group(work))
+        if self.batch.full:
+            await self._commit()
+
+    async def _one(self, spec: FileSpec, failed: TierdError | None = None) -> None:
+        if failed is None and self.skip is not None and await self._skipped(self.skip, spec):
             return
-        settle(spec, await copier.copy(spec, counter(spec), failed=failed))
+        self._settle(spec, await self.copier.copy(spec, self.counter(spec), failed=failed))
 
-    async def group(specs: Sequence[FileSpec]) -> None:
-        if skip is not None:
-            specs = [spec for spec in specs if not await _skipped(skip, spec, report)]
+    async def _group(self, specs: Sequence[FileSpec]) -> None:
+        if (skip := self.skip) is not None:
+            specs = [spec for spec in specs if not await self._skipped(skip, spec)]
         failures: list[tuple[FileSpec, TierdError]] = []
-        for spec, result in zip(specs, await copier.copy_group(specs), strict=True):
+        for spec, result in zip(specs, await self.copier.copy_group(specs), strict=True):
             if isinstance(result, TierdError):
                 failures.append((spec, result))
             else:
-                counter(spec)(spec.size)
-                settle(spec, result)
+                self.counter(spec)(spec.size)
+                self._settle(spec, result)
         for spec, error in failures:  # tried again on its own
-            await one(spec, error)
+            await self._one(spec, error)
 
-    async def unit(work: FileSpec | Sequence[FileSpec]) -> None:
-        await (one(work) if isinstance(work, FileSpec) else group(work))
-        if batch.full:
-            await commit()
+    async def _skipped(self, skip: Skip, spec: FileSpec) -> bool:
+        """Whether the destination holds ``spec`` already (then reported done, with no write)."""
+        if await skip(spec):
+            self.report(spec, None)
+            return True
+        return False
 
-    ordered = marker_last(files)
-    data = in_groups(ordered[:-1]) if copier.groups_small_files else ordered[:-1]
-    alone = [work for work in data if isinstance(work, FileSpec)]
-    groups = [work for work in data if not isinstance(work, FileSpec)]
-    group_lanes = await _group_lanes(copier, concurrency) if groups else concurrency
-    # (units, lanes, hinted): groups are hinted only when they run on fewer lanes than the tier allows.
-    streams: list[tuple[Sequence[FileSpec | Sequence[FileSpec]], int, bool]] = [
-        (alone, concurrency, True),
-        (groups, group_lanes, group_lanes < concurrency),
-    ]
-    hints: list[asyncio.Task[None]] = []
+    def _settle(self, spec: FileSpec, info: ObjectInfo) -> None:
+        """Report ``spec`` done now, or once the commit of the batch that staged it returns."""
+        if self.batch.holds(spec.relpath):
+            self.awaiting[spec.relpath] = (spec, info)
+        else:
+            self.report(spec, info)
 
-    async def run(stream: tuple[Sequence[FileSpec | Sequence[FileSpec]], int, bool]) -> None:
-        units, lanes, hinted = stream
-        await for_each(_read_ahead(copier.src, units, hints) if hinted else units, unit, lanes)
-
-    try:
-        await for_each(streams, run, len(streams))
-        await commit()
-        await for_each(ordered[-1:], unit, 1)  # the completion marker, once the data is durable
-        await commit()
-    finally:
-        for hint in hints:
-            hint.cancel()
-        await asyncio.shield(batch.discard())  # staged and never committed: written again next time
+    async def _commit(self) -> None:
+        for relpath in await self.batch.commit():
+            # Absent: its copy has not returned yet, and reports it (no longer held) when it does.
+            if (held := self.awaiting.pop(relpath, None)) is not None:
+                self.report(*held)
 
 
 def in_groups(files: Sequence[FileSpec]) -> list[FileSpec | tuple[FileSpec, ...]]:
@@ -185,14 +223,6 @@ def in_groups(files: Sequence[FileSpec]) -> list[FileSpec | tuple[FileSpec, ...]
     if current:
         units.append(tuple(current))
     return units
-
-
-async def _skipped(skip: Skip, spec: FileSpec, report: FileDone) -> bool:
-    """Whether the destination holds ``spec`` already (then reported done, with no write)."""
-    if await skip(spec):
-        report(spec, None)
-        return True
-    return False
 
 
 async def _group_lanes(copier: FileCopier, concurrency: int) -> int:

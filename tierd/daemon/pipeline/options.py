@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from tierd.daemon.pipeline.retry import Backoff
+from tierd.daemon.pipeline.retry import FILE_ATTEMPTS, FILE_BACKOFF, INTEGRITY_ATTEMPTS, JOB_BACKOFF, Backoff
 
 __all__ = ["PipelineOptions"]
 
@@ -32,13 +32,13 @@ class PipelineOptions:
     #: How often a running job hands freed buffer memory back to the OS (``malloc_trim``).
     trim_interval: float = 5.0
     #: Tries per file for retryable errors (the first try included).
-    file_attempts: int = 4
+    file_attempts: int = FILE_ATTEMPTS
     #: Tries per file that may end in a checksum mismatch before the mismatch is final.
-    integrity_attempts: int = 2
+    integrity_attempts: int = INTEGRITY_ATTEMPTS
     #: Backoff between tries of one file.
-    file_backoff: Backoff = field(default_factory=lambda: Backoff(base=0.5, cap=20.0))
+    file_backoff: Backoff = FILE_BACKOFF
     #: Backoff before a failed job is tried again on a later pass (``not_before``).
-    job_backoff: Backoff = field(default_factory=lambda: Backoff(base=30.0, cap=3600.0))
+    job_backoff: Backoff = JOB_BACKOFF
     #: Multipart uploads older than this, and not wanted by the catalog, are aborted.
     stale_upload_seconds: float = 24 * 3600.0
     #: Seconds between sweeps for stale multipart uploads.
