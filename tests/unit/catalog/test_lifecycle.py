@@ -7,11 +7,12 @@ from datetime import timedelta
 import pytest
 from sqlalchemy.orm import selectinload
 
-from tests.unit.catalog.helpers import BASE, add_checkpoint, replica
+from tests.unit.catalog.helpers import BASE, add_checkpoint, jobs, replica
 from tierd.daemon.catalog import deletions, protection
 from tierd.daemon.catalog.audit import list_events
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.deletions import Origin
+from tierd.daemon.catalog.jobs import enqueue_copy_job
 from tierd.daemon.catalog.models import Checkpoint
 from tierd.errors import Conflict, NotFound
 
@@ -100,8 +101,10 @@ def test_api_deletion_refuses_pinned_and_held_and_drops_unverified_copies_at_onc
             actor="bob",
             reason="bad run",
         )
-    assert tiers == ["nvme", "pfs"]
-    assert replica(db, cid, "s3").state == "deleted"
+    assert tiers == ["nvme", "pfs", "s3"]
+    s3 = replica(db, cid, "s3")
+    assert s3.state == "deleting"
+    assert s3.delete_after == BASE  # a copy on its way holds nothing worth a delay
     pfs = replica(db, cid, "pfs")
     assert pfs.state == "deleting"
     assert pfs.delete_after == BASE + timedelta(hours=1)
@@ -160,3 +163,15 @@ def test_origin_is_read_back_from_the_stored_reason() -> None:
     assert Origin.of(Origin.EVICTION.tag("disk full")) is Origin.EVICTION
     assert Origin.of("something else: with a colon") is Origin.RETENTION
     assert Origin.of(None) is Origin.RETENTION
+
+
+def test_deleting_a_checkpoint_cancels_its_copies(db: Database) -> None:
+    cid = add_checkpoint(db, 1, ("verified", "pending", None, None))
+    with db.session() as s:
+        enqueue_copy_job(s, cid, "nvme", "pfs", 1)
+    with db.session() as s:
+        deletions.schedule_checkpoint_deletion(s, cid, delays={}, now=BASE, actor="bob", reason="bad run")
+    (job,) = jobs(db)
+    assert job.state == "cancelled"
+    assert job.last_error is not None
+    assert "being deleted" in job.last_error

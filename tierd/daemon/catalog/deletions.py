@@ -22,6 +22,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.audit import append_event
+from tierd.daemon.catalog.jobs import cancel_copy_jobs
 from tierd.daemon.catalog.models import Checkpoint, CheckpointState, File, Replica, ReplicaState, Run
 from tierd.daemon.catalog.protection import checkpoint_for_update, give_back
 from tierd.errors import Conflict
@@ -146,15 +147,13 @@ def schedule_checkpoint_deletion(
         raise Conflict(f"checkpoint {checkpoint_id} is under legal hold ({names})")
     tiers = []
     stored = Origin.API.tag(f"{reason} (by {actor})")
+    cancel_copy_jobs(session, checkpoint_id, f"the checkpoint is being deleted: {reason}")
     for replica in row.replicas:
         if replica.state in (DELETING, DELETED):
             continue
-        if replica.state != VERIFIED:
-            # A copy on its way (or failed) holds no data worth a delay: drop it at once.
-            replica.state, replica.delete_reason = DELETED, stored
-            continue
-        replica.state, replica.delete_reason = DELETING, stored
-        replica.delete_after = now + delays.get(replica.tier, timedelta(0))
+        # A copy on its way (or failed) holds nothing worth a delay: whatever it wrote goes now.
+        delay = delays.get(replica.tier, timedelta(0)) if replica.state == VERIFIED else timedelta(0)
+        replica.state, replica.delete_reason, replica.delete_after = DELETING, stored, now + delay
         tiers.append(replica.tier)
     append_event(
         session,
