@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from tierd.daemon.backends.posix.remove import TRASH_SUFFIX
+
 __all__ = [
     "Candidate",
     "Detector",
@@ -133,11 +135,16 @@ class Detector(Protocol):
 
 
 def list_dir(path: Path) -> Listing:
-    """List ``path`` with one ``scandir``; an unreadable or vanished directory lists empty."""
+    """List ``path`` with one ``scandir``; an unreadable or vanished directory lists empty.
+
+    A checkpoint tierd is deleting (renamed to ``.<name>.tierd-deleting``) is not listed.
+    """
     entries: dict[str, Entry] = {}
     try:
         with os.scandir(path) as it:
             for item in it:
+                if item.name.endswith(TRASH_SUFFIX):
+                    continue
                 try:
                     is_dir = item.is_dir(follow_symlinks=False)
                     is_file = item.is_file(follow_symlinks=False)
