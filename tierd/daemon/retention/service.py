@@ -30,7 +30,6 @@ from tierd.daemon.retention.deleter import Deleter, Outcome
 from tierd.daemon.retention.plan import Action, Verdict
 from tierd.daemon.retention.pressure import Pressure
 from tierd.daemon.retention.snapshot import Snapshot, take_snapshot
-from tierd.daemon.retention.state import protections
 from tierd.errors import TierdError
 from tierd.logs import get_logger
 
@@ -183,6 +182,6 @@ def _veto(snap: Snapshot, due: DueDeletion) -> str | None:
             return verdict.reason
         return None
     if due.origin is Origin.EVICTION:
-        blocks = protections(snap.checkpoints)[due.checkpoint_id]
+        blocks = snap.protections[due.checkpoint_id]
         return "; ".join(b.reason for b in blocks) or None
     return None  # an operator's deletion: the deleter still refuses pinned or held checkpoints

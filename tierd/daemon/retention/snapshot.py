@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 
 from tierd.daemon.catalog import retention as catalog_retention
 from tierd.daemon.catalog.db import Database
@@ -12,7 +13,7 @@ from tierd.daemon.catalog.models import CheckpointState as StoredState
 from tierd.daemon.catalog.retention import CheckpointRow
 from tierd.daemon.retention.plan import Plan, plan_retention
 from tierd.daemon.retention.policies import CheckpointFacts
-from tierd.daemon.retention.state import CheckpointState, ReplicaState, TierRules
+from tierd.daemon.retention.state import Block, CheckpointState, ReplicaState, TierRules, protections
 
 __all__ = ["Snapshot", "take_snapshot"]
 
@@ -32,6 +33,11 @@ class Snapshot:
     def by_id(self, checkpoint_id: int) -> CheckpointState | None:
         """One checkpoint, or None when it is gone."""
         return self._index.get(checkpoint_id)
+
+    @cached_property
+    def protections(self) -> dict[int, tuple[Block, ...]]:
+        """What protects each checkpoint on every tier (computed once)."""
+        return protections(self.checkpoints)
 
 
 def take_snapshot(db: Database, rules: Sequence[TierRules], now: datetime) -> Snapshot:
