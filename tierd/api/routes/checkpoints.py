@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from tierd.api.deps import Admin, ContextDep, Operator, Reader, ReadSessionDep, SessionDep
 from tierd.api.problems import ProblemRoute, problem_responses
 from tierd.api.schemas import (
+    MAX_BIGINT,
     CheckpointDetail,
     CheckpointOut,
     CheckpointPage,
@@ -40,11 +41,12 @@ def list_checkpoints(
     session: ReadSessionDep,
     _caller: Reader,
     run: Annotated[str | None, Query(max_length=255)] = None,
+    step: Annotated[int | None, Query(ge=0, le=MAX_BIGINT, description="only this step")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> CheckpointPage:
-    """Checkpoints newest first, optionally of one run, a page at a time."""
-    rows, total = queries.list_checkpoints(session, run=run, limit=limit, offset=offset)
+    """Checkpoints newest first, optionally of one run and one step, a page at a time."""
+    rows, total = queries.list_checkpoints(session, run=run, step=step, limit=limit, offset=offset)
     next_offset = offset + limit if offset + limit < total else None
     return CheckpointPage(
         items=[CheckpointOut.of(r) for r in rows],
