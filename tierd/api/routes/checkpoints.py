@@ -45,11 +45,12 @@ def list_checkpoints(
     session: ReadSessionDep,
     _caller: Reader,
     run: Annotated[str | None, Query(max_length=255, pattern=NO_NUL)] = None,
+    step: Annotated[int | None, Query(ge=0, le=BIGINT_MAX, description="only this step")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Annotated[int, Query(ge=0, le=BIGINT_MAX)] = 0,
 ) -> CheckpointPage:
-    """Checkpoints newest first, optionally of one run, a page at a time."""
-    rows, total = queries.list_checkpoints(session, run=run, limit=limit, offset=offset)
+    """Checkpoints newest first, optionally of one run and one step, a page at a time."""
+    rows, total = queries.list_checkpoints(session, run=run, step=step, limit=limit, offset=offset)
     next_offset = offset + limit if offset + limit < total else None
     return CheckpointPage(
         items=[CheckpointOut.of(r) for r in rows],

@@ -239,12 +239,17 @@ def load_checkpoint(session: Session, checkpoint_id: int) -> Checkpoint:
 
 
 def list_checkpoints(
-    session: Session, *, run: str | None = None, limit: int = 50, offset: int = 0
+    session: Session, *, run: str | None = None, step: int | None = None, limit: int = 50, offset: int = 0
 ) -> tuple[list[Checkpoint], int]:
-    """Checkpoints newest first (by creation time, then id), with replicas loaded; and the total."""
+    """Checkpoints newest first (by creation time, then id), with replicas loaded; and the total.
+
+    ``run`` and ``step`` filter (together they name at most one checkpoint: ``RUN:STEP``).
+    """
     query = select(Checkpoint).join(Checkpoint.run)
     if run is not None:
         query = query.where(Run.name == run)
+    if step is not None:
+        query = query.where(Checkpoint.step == step)
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     rows = session.scalars(
         query.options(
