@@ -135,24 +135,25 @@ def plan_retention(checkpoints: Sequence[CheckpointState], tiers: Sequence[TierR
     """The plan for every replica of ``checkpoints`` on the configured ``tiers``.
 
     Replicas on a tier that is not configured any more are left out (nothing deletes them).
+    Verdicts are grouped by tier in tier order, checkpoints in the order given within a tier.
     """
     rules = tuple(tiers)
     complete = [c for c in checkpoints if c.facts.complete]
+    ids = [c.id for c in complete]
     facts = [c.facts for c in complete]
     decisions: dict[str, dict[int, Decision]] = {}
     by_policy: dict[Policy, dict[int, Decision]] = {}  # tiers with equal rules decide once
     for tier in rules:
         if tier.policy not in by_policy:
-            by_id = zip((c.id for c in complete), tier.policy.decide(facts, now), strict=True)
+            by_id = zip(ids, tier.policy.decide(facts, now), strict=True)
             by_policy[tier.policy] = dict(by_id)
         decisions[tier.name] = by_policy[tier.policy]
     protected = protections(checkpoints)
-    verdicts: list[Verdict] = []
+    by_tier: dict[str, list[Verdict]] = {t.name: [] for t in rules}
     for checkpoint in checkpoints:
-        verdicts.extend(_checkpoint_verdicts(checkpoint, rules, decisions, protected[checkpoint.id]))
-    order = {t.name: i for i, t in enumerate(rules)}
-    verdicts.sort(key=lambda v: order[v.tier])  # stable: checkpoints keep their order in each tier
-    return Plan(rules, tuple(verdicts))
+        for verdict in _checkpoint_verdicts(checkpoint, rules, decisions, protected[checkpoint.id]):
+            by_tier[verdict.tier].append(verdict)
+    return Plan(rules, tuple(v for t in rules for v in by_tier[t.name]))
 
 
 def _checkpoint_verdicts(
@@ -161,45 +162,47 @@ def _checkpoint_verdicts(
     decisions: Mapping[str, Mapping[int, Decision]],
     protected: tuple[Block, ...],
 ) -> list[Verdict]:
-    held = [t for t in tiers if checkpoint.replica(t.name) in _PRESENT]
+    cid = checkpoint.id
+    states = {t.name: checkpoint.replica(t.name) for t in tiers}
+    held = [t for t in tiers if states[t.name] in _PRESENT]
     if not checkpoint.facts.complete:
-        return [_verdict(checkpoint, t, Action.KEEP, _INCOMPLETE) for t in held]
-    wanted = {t.name: decisions[t.name][checkpoint.id] for t in tiers}
+        return [Verdict(cid, t.name, states[t.name], Action.KEEP, _INCOMPLETE) for t in held]
+    wanted = {t.name: decisions[t.name][cid] for t in tiers}
     if not any(d.kept for d in wanted.values()):
-        return [_final_verdict(checkpoint, t, tiers, wanted[t.name], protected) for t in held]
-    backers, reserved = _backers(checkpoint, tiers, wanted)
+        return [_final_verdict(cid, t, states, wanted[t.name], protected) for t in held]
+    backers, reserved = _backers(states, tiers, wanted)
     out = []
     for tier in held:
-        decision = wanted[tier.name]
+        name, decision = tier.name, wanted[tier.name]
         if decision.kept:
-            out.append(_verdict(checkpoint, tier, Action.KEEP, decision))
+            out.append(Verdict(cid, name, states[name], Action.KEEP, decision))
             continue
         blocks = list(protected)
-        if checkpoint.replica(tier.name) in IN_FLIGHT:
-            blocks.append(Block(Blocker.COPYING, f"a copy to tier {tier.name} is in progress"))
-        backing = next((b for b in reversed(backers) if b != tier.name), None)
-        if tier.name == reserved:
-            keepers = ", ".join(name for name, d in wanted.items() if d.kept)
+        if states[name] in IN_FLIGHT:
+            blocks.append(Block(Blocker.COPYING, f"a copy to tier {name} is in progress"))
+        backing = next((b for b in reversed(backers) if b != name), None)
+        if name == reserved:
+            keepers = ", ".join(n for n, d in wanted.items() if d.kept)
             text = f"the last verified durable copy, and not every tier's policy drops it (kept on {keepers})"
             blocks.append(Block(Blocker.LAST_DURABLE_COPY, text))
         elif backing is None:
             blocks.append(Block(Blocker.NO_DURABLE_COPY, "no verified copy on another durable tier"))
         if blocks:
-            out.append(_verdict(checkpoint, tier, Action.BLOCKED, decision, tuple(blocks)))
+            out.append(Verdict(cid, name, states[name], Action.BLOCKED, decision, tuple(blocks)))
         else:
-            out.append(_verdict(checkpoint, tier, Action.DELETE, decision, backing=backing))
+            out.append(Verdict(cid, name, states[name], Action.DELETE, decision, backing_tier=backing))
     return out
 
 
 def _backers(
-    checkpoint: CheckpointState, tiers: tuple[TierRules, ...], wanted: Mapping[str, Decision]
+    states: Mapping[str, ReplicaState], tiers: tuple[TierRules, ...], wanted: Mapping[str, Decision]
 ) -> tuple[list[str], str | None]:
     """The durable verified replicas that stay (may back a delete), and the one kept back for that.
 
     When no kept tier holds a verified durable replica, the most durable dropped one is
     ``reserved``: it stays, and is then the only backer.
     """
-    durable = [t.name for t in tiers if t.durable and checkpoint.replica(t.name) is ReplicaState.VERIFIED]
+    durable = [t.name for t in tiers if t.durable and states[t.name] is ReplicaState.VERIFIED]
     kept = [name for name in durable if wanted[name].kept]
     if kept or not durable:
         return kept, None
@@ -207,32 +210,19 @@ def _backers(
 
 
 def _final_verdict(
-    checkpoint: CheckpointState,
+    checkpoint_id: int,
     tier: TierRules,
-    tiers: tuple[TierRules, ...],
+    states: Mapping[str, ReplicaState],
     decision: Decision,
     protected: tuple[Block, ...],
 ) -> Verdict:
     """Every tier's policy drops the checkpoint: each replica goes unless something protects it."""
     blocks = list(protected)
-    copying = [t.name for t in tiers if checkpoint.replica(t.name) in IN_FLIGHT]
+    copying = [name for name, state in states.items() if state in IN_FLIGHT]
     if copying:
         text = "a copy to tier " + ", ".join(copying) + " is in progress"
         blocks.append(Block(Blocker.COPYING, text))
+    state = states[tier.name]
     if blocks:
-        return _verdict(checkpoint, tier, Action.BLOCKED, decision, tuple(blocks))
-    return _verdict(checkpoint, tier, Action.DELETE, decision, final=True)
-
-
-def _verdict(
-    checkpoint: CheckpointState,
-    tier: TierRules,
-    action: Action,
-    decision: Decision,
-    blocks: tuple[Block, ...] = (),
-    *,
-    backing: str | None = None,
-    final: bool = False,
-) -> Verdict:
-    state = checkpoint.replica(tier.name)
-    return Verdict(checkpoint.id, tier.name, state, action, decision, blocks, backing, final)
+        return Verdict(checkpoint_id, tier.name, state, Action.BLOCKED, decision, tuple(blocks))
+    return Verdict(checkpoint_id, tier.name, state, Action.DELETE, decision, final=True)

@@ -124,11 +124,11 @@ class KeepLast:
         for run, indices in _by_run(checkpoints).items():
             newest = set(sorted({checkpoints[i].step for i in indices}, reverse=True)[: self.n])
             what = f"the newest {self.n} steps of run {run}"
+            # Decisions are immutable: one kept and one dropped per run, shared by its steps.
+            kept = Decision(True, self.name, f"keep_last: one of {what}")
+            dropped = Decision(False, self.name, f"keep_last: not one of {what}")
             for i in indices:
-                if checkpoints[i].step in newest:
-                    out[i] = Decision(True, self.name, f"keep_last: one of {what}")
-                else:
-                    out[i] = Decision(False, self.name, f"keep_last: not one of {what}")
+                out[i] = kept if checkpoints[i].step in newest else dropped
         return out
 
 
@@ -145,12 +145,19 @@ class KeepEverySteps:
 
     def decide(self, checkpoints: Sequence[CheckpointFacts], now: datetime) -> list[Decision]:
         """Kept when ``step % k == 0``."""
-        return [
-            Decision(True, self.name, f"keep_every_steps: step {c.step} is a multiple of {self.k}")
-            if c.step % self.k == 0
-            else Decision(False, self.name, f"keep_every_steps: step {c.step} is not a multiple of {self.k}")
-            for c in checkpoints
-        ]
+        by_step: dict[int, Decision] = {}  # runs share step numbers: one decision per step
+        out = []
+        for c in checkpoints:
+            decision = by_step.get(c.step)
+            if decision is None:
+                decision = by_step[c.step] = self._decide(c.step)
+            out.append(decision)
+        return out
+
+    def _decide(self, step: int) -> Decision:
+        if step % self.k == 0:
+            return Decision(True, self.name, f"keep_every_steps: step {step} is a multiple of {self.k}")
+        return Decision(False, self.name, f"keep_every_steps: step {step} is not a multiple of {self.k}")
 
 
 @dataclass(frozen=True)
@@ -200,14 +207,14 @@ class KeepBest:
         out: list[Decision] = [Decision(False, self.name, "")] * len(checkpoints)
         sign = 1.0 if self.mode == "min" else -1.0
         best_word = "lowest" if self.mode == "min" else "highest"
+        unranked = Decision(False, self.name, f"keep_best: no {self.metric} recorded, so it is not ranked")
         for run, indices in _by_run(checkpoints).items():
             values = {i: v for i in indices if (v := self._value(checkpoints[i])) is not None}
             ranked = sorted(values, key=lambda i: (sign * values[i], -checkpoints[i].step))
             best = set(ranked[: self.n])
             for i in indices:
                 if i not in values:
-                    text = f"keep_best: no {self.metric} recorded, so it is not ranked"
-                    out[i] = Decision(False, self.name, text)
+                    out[i] = unranked
                     continue
                 rank = "one" if i in best else "not one"
                 value = f"{self.metric}={values[i]:g}"
@@ -240,13 +247,19 @@ class AnyOf:
     def decide(self, checkpoints: Sequence[CheckpointFacts], now: datetime) -> list[Decision]:
         """Kept when any policy keeps it; a dropped checkpoint carries every policy's reason."""
         per_policy = [policy.decide(checkpoints, now) for policy in self.policies]
+        dropped: dict[tuple[Decision, ...], Decision] = {}  # policies share decisions: so can this
         out = []
         for decisions in zip(*per_policy, strict=True):
-            keeper = next((d for d in decisions if d.kept), None)
-            if keeper is not None:
-                out.append(keeper)
+            for decision in decisions:
+                if decision.kept:
+                    out.append(decision)
+                    break
             else:
-                out.append(Decision(False, self.name, "; ".join(d.reason for d in decisions)))
+                combined = dropped.get(decisions)
+                if combined is None:
+                    combined = Decision(False, self.name, "; ".join(d.reason for d in decisions))
+                    dropped[decisions] = combined
+                out.append(combined)
         return out
 
 

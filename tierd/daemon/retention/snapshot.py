@@ -17,6 +17,9 @@ from tierd.daemon.retention.state import Block, CheckpointState, ReplicaState, T
 
 __all__ = ["Snapshot", "take_snapshot"]
 
+#: The stored values' states, looked up without the enum's (slower) call.
+_REPLICA_STATES = {state.value: state for state in ReplicaState}
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -60,9 +63,16 @@ def _state_of(row: CheckpointRow) -> CheckpointState:
     )
     return CheckpointState(
         facts=facts,
-        replicas={tier: ReplicaState(state) for tier, state in row.replicas.items()},
+        replicas={
+            tier: _REPLICA_STATES.get(state) or ReplicaState(state) for tier, state in row.replicas.items()
+        },
         size_bytes=row.total_bytes,
         pinned=row.pinned,
         holds=tuple(row.holds),
         in_use=row.in_use,
     )
+
+
+def _replica_state(stored: str) -> ReplicaState:
+    """The state a stored value names; raises ValueError for one that names none."""
+    return _REPLICA_STATES.get(stored) or ReplicaState(stored)
