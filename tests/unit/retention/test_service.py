@@ -6,6 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from tests.unit.retention.world import BASE, World, posix_tier
 from tierd.daemon.catalog import deletions, protection
@@ -223,3 +224,59 @@ async def test_policy_that_keeps_again_cancels_a_scheduled_deletion(tmp_path: Pa
     assert (report.cancelled, report.scheduled) == (1, 1)  # step 1 is best now, step 2 is not
     assert w.states(worse)["nvme"] == "verified"
     assert w.states(best)["nvme"] == "deleting"
+
+
+async def test_an_idle_pass_does_not_plan_again(
+    tmp_path: Path, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = world(tmp_path, db, {"retention": {"keep_last": 5}, "delete_delay": 0})
+    for step in (1, 2):
+        await w.add(step, on=VERIFIED_BOTH)
+    plans: list[object] = []
+    real = w.service.snapshot
+
+    def counted(now: object = None) -> object:
+        plans.append(now)
+        return real(now)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(w.service, "snapshot", counted)
+    await w.service.run_pass(LATER)
+    await w.service.run_pass(LATER + timedelta(minutes=1))
+    assert len(plans) == 1
+    await w.add(3, on=VERIFIED_BOTH)  # a change in the catalog: planned again
+    await w.service.run_pass(LATER + timedelta(minutes=2))
+    assert len(plans) == 2
+    w.service.wake()
+    await w.service.run_pass(LATER + timedelta(minutes=3))
+    assert len(plans) == 3
+    await w.service.run_pass(LATER + timedelta(minutes=30))  # REPLAN_SECONDS passed
+    assert len(plans) == 4
+
+
+async def test_a_keep_within_window_moving_past_a_checkpoint_plans_again(
+    tmp_path: Path, db: Database
+) -> None:
+    w = world(tmp_path, db, {"retention": {"keep_within": "2h"}, "delete_delay": 0})
+    old = await w.add(1, on=VERIFIED_BOTH, minutes=0)
+    await w.add(2, on=VERIFIED_BOTH, minutes=5)
+    await w.service.run_pass(BASE + timedelta(minutes=30))
+    assert w.states(old)["nvme"] == "verified"
+    # Nothing changed in the catalog, but step 1 left its 2 h window at BASE + 2 h.
+    await w.service.run_pass(BASE + timedelta(hours=2, minutes=1))
+    assert w.states(old)["nvme"] == "deleted"
+
+
+async def test_dry_run_logs_each_decision_once(tmp_path: Path, db: Database) -> None:
+    keep1 = {"retention": {"keep_last": 1}, "delete_delay": 0}
+    w = world(tmp_path, db, keep1, retention={"dry_run": True})
+    for step in (1, 2, 3):
+        await w.add(step, on=VERIFIED_BOTH)
+    with capture_logs() as first:
+        await w.service.run_pass(LATER)
+    w.service.wake()
+    with capture_logs() as second:
+        await w.service.run_pass(LATER + timedelta(minutes=1))
+    would = [e for e in first if e["event"] == "retention_dry_run_would_delete"]
+    assert sorted(e["checkpoint"] for e in would) == [1, 2]
+    assert not [e for e in second if e["event"] == "retention_dry_run_would_delete"]
+    assert [e["would_delete"] for e in second if e["event"] == "retention_dry_run"] == [{"nvme": 2, "pfs": 0}]

@@ -108,7 +108,7 @@ def _after(
 ) -> CheckpointOut:
     session.flush()
     if wake_retention and ctx.retention is not None:
-        ctx.retention.wakeup.set()
+        ctx.retention.wake()
     return CheckpointOut.of(queries.load_checkpoint(session, checkpoint_id))
 
 

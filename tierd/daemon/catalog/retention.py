@@ -13,10 +13,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.models import (
+    AuditEvent,
     Checkpoint,
     CheckpointState,
     Hold,
@@ -26,7 +27,7 @@ from tierd.daemon.catalog.models import (
     Run,
 )
 
-__all__ = ["CheckpointRow", "load_retention_rows"]
+__all__ = ["CheckpointRow", "change_marker", "load_retention_rows"]
 
 OPEN_JOBS = (JobState.QUEUED.value, JobState.RUNNING.value)
 
@@ -91,3 +92,21 @@ def load_retention_rows(session: Session) -> list[CheckpointRow]:
         if (row := rows.get(cid)) is not None:
             row.in_use = True
     return list(rows.values())
+
+
+def change_marker(session: Session) -> tuple[object, ...]:
+    """A value that changes whenever anything a retention plan reads changes (one cheap query).
+
+    Pins, holds, metrics and new checkpoints write audit events; replicas and jobs carry
+    ``updated_at``; a hold or checkpoint row removed changes a count.
+    """
+    row = session.execute(
+        select(
+            select(func.max(AuditEvent.id)).scalar_subquery(),
+            select(func.max(Replica.updated_at)).scalar_subquery(),
+            select(func.max(Job.updated_at)).scalar_subquery(),
+            select(func.count(Checkpoint.id)).scalar_subquery(),
+            select(func.count(Hold.id)).scalar_subquery(),
+        )
+    ).one()
+    return tuple(row)

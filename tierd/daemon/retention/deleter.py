@@ -76,18 +76,21 @@ class Deleter:
         self.durable = [t.name for t in config.tiers if t.durable]
         self._tiers = {t.name: t for t in config.tiers}
 
-    async def run_due(self, now: datetime | None = None, *, veto: Veto | None = None) -> list[Outcome]:
-        """Run every deletion whose time has come on this daemon's tiers.
+    def due(self, now: datetime) -> list[DueDeletion]:
+        """The deletions whose time has come on this daemon's tiers, or that had begun (blocking)."""
+        with self.db.read_session() as session:
+            return deletions.due_deletions(session, now, list(self.backends))
 
-        ``veto`` may refuse one (returning why) before it is claimed: the pass's fresh plan
-        no longer deleting it, or a protection the catalog's row does not show.
+    async def run(self, due: Sequence[DueDeletion], now: datetime, *, veto: Veto) -> list[Outcome]:
+        """Run each due deletion, unless ``veto`` refuses it (returning why) before it is claimed.
+
+        The veto is the pass's fresh plan no longer deleting it, or a protection.
         """
-        due = await blocking(self._due, now or utcnow())
         outcomes = []
         for item in due:
             # A deletion that had begun before a crash may have removed bytes: it is finished,
             # or (when refused below) its replica is copied again; never given back as it was.
-            refusal = veto(item) if veto is not None and not item.begun else None
+            refusal = veto(item) if not item.begun else None
             if refusal is not None:
                 await blocking(self._cancel, item, refusal)
                 outcomes.append(Outcome("refused", refusal))
@@ -98,10 +101,6 @@ class Deleter:
     def _cancel(self, due: DueDeletion, refusal: str) -> None:
         with self.db.session() as session:
             deletions.cancel_deletion(session, due.replica_id, reason=refusal, actor=ACTOR)
-
-    def _due(self, now: datetime) -> list[DueDeletion]:
-        with self.db.read_session() as session:
-            return deletions.due_deletions(session, now, list(self.backends))
 
     async def delete(self, due: DueDeletion, *, now: datetime | None = None) -> Outcome:
         """Run one deletion (claimed first unless it has begun already)."""

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from tierd.config import Config
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends import Backend
 from tierd.daemon.catalog import deletions
+from tierd.daemon.catalog import retention as catalog_retention
 from tierd.daemon.catalog.deletions import DueDeletion, Origin
 from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.context import Context
@@ -37,6 +40,8 @@ __all__ = ["PassReport", "RetentionService"]
 
 log = get_logger(__name__)
 ACTOR = "retention"
+#: A plan is made again at least this often even when nothing seems to have changed.
+REPLAN_SECONDS = 600.0
 
 
 @dataclass
@@ -68,6 +73,10 @@ class RetentionService:
         self._loop: asyncio.Task[None] | None = None
         self._pass_lock = asyncio.Lock()
         self._stopping = False
+        self._woken = False
+        self._last_marker: tuple[object, ...] | None = None
+        self._replan_at: datetime | None = None
+        self._dry_logged: set[tuple[int, str]] = set()
 
     def snapshot(self, now: datetime | None = None) -> Snapshot:
         """The catalog planned now (blocking)."""
@@ -100,44 +109,78 @@ class RetentionService:
             self.wakeup.clear()
 
     async def run_pass(self, now: datetime | None = None) -> PassReport:
-        """One pass (see the module docstring); passes never overlap."""
+        """One pass (see the module docstring); passes never overlap.
+
+        The plan is made again only when the catalog changed since the last one (its
+        ``change_marker``), a ``keep_within`` window moved past a checkpoint, the service
+        was woken, or ``REPLAN_SECONDS`` passed: an idle daemon reads one row per pass.
+        """
         async with self._pass_lock:
             now = now or utcnow()
-            snap = await blocking(self.snapshot, now)
-            if self.config.retention.dry_run:
-                return self._dry_run(snap)
-            report = PassReport()
-            report.scheduled, report.cancelled = await blocking(self._apply, snap, now)
-            fresh = await blocking(self.snapshot, now) if report.scheduled or report.cancelled else snap
-            report.outcomes = await self.deleter.run_due(now, veto=lambda due: _veto(fresh, due))
+            report = PassReport(dry_run=self.config.retention.dry_run)
+            marker = await blocking(self._marker)
+            snap = None
+            if self._stale(marker, now):
+                snap = await blocking(self.snapshot, now)
+                self._planned(marker, snap, now)
+                if report.dry_run:
+                    self._dry_run(snap)
+                else:
+                    report.scheduled, report.cancelled = await blocking(self._apply, snap, now)
+                    if report.scheduled or report.cancelled:
+                        snap = None  # the plan's own changes: the veto reads a fresh one
+            if report.dry_run:
+                return report
+            due = await blocking(self.deleter.due, now)
+            if due:
+                fresh = snap if snap is not None else await blocking(self.snapshot, now)
+                report.outcomes = await self.deleter.run(due, now, veto=functools.partial(_veto, fresh))
             await self.pressure.relieve_all()
-            if report.scheduled or report.outcomes:
-                log.info(
-                    "retention_pass",
-                    scheduled=report.scheduled,
-                    cancelled=report.cancelled,
-                    deleted=report.deleted,
-                    refused=sum(o.result == "refused" for o in report.outcomes),
-                )
+            self._log(report)
             return report
+
+    def _marker(self) -> tuple[object, ...]:
+        with self.ctx.db.read_session() as session:
+            return catalog_retention.change_marker(session)
+
+    def _stale(self, marker: tuple[object, ...], now: datetime) -> bool:
+        woken, self._woken = self._woken, False
+        return woken or marker != self._last_marker or self._replan_at is None or now >= self._replan_at
+
+    def _planned(self, marker: tuple[object, ...], snap: Snapshot, now: datetime) -> None:
+        self._last_marker = marker
+        self._replan_at = min(
+            now + timedelta(seconds=REPLAN_SECONDS), _next_window_edge(snap, self.config, now)
+        )
+
+    def wake(self) -> None:
+        """Plan again now (a pin, hold, metric or delete changed what retention decides)."""
+        self._woken = True
+        self.wakeup.set()
+
+    def _log(self, report: PassReport) -> None:
+        if report.scheduled or report.outcomes:
+            log.info(
+                "retention_pass",
+                scheduled=report.scheduled,
+                cancelled=report.cancelled,
+                deleted=report.deleted,
+                refused=sum(o.result == "refused" for o in report.outcomes),
+            )
 
     def _apply(self, snap: Snapshot, now: datetime) -> tuple[int, int]:
         """Schedule the plan's new deletions and cancel the ones it dropped, in one transaction."""
         delays = {t.name: timedelta(seconds=t.delete_delay) for t in self.config.tiers}
-        scheduled = cancelled = 0
+        items = [
+            deletions.Scheduled(v.checkpoint_id, v.tier, now + delays[v.tier], v.reason, v.policy)
+            for v in snap.plan.deletions()
+            if v.schedules_deletion
+        ]
+        cancelled = 0
         with self.ctx.db.session() as session:
-            for verdict in snap.plan.deletions():
-                if verdict.schedules_deletion and deletions.schedule_replica_deletion(
-                    session,
-                    verdict.checkpoint_id,
-                    verdict.tier,
-                    delete_after=now + delays[verdict.tier],
-                    origin=Origin.RETENTION,
-                    reason=verdict.reason,
-                    policy=verdict.policy,
-                    actor=ACTOR,
-                ):
-                    scheduled += 1
+            scheduled = len(
+                deletions.schedule_replica_deletions(session, items, origin=Origin.RETENTION, actor=ACTOR)
+            )
             for verdict in snap.plan.cancellations():
                 if deletions.cancel_retention_deletion(
                     session, verdict.checkpoint_id, verdict.tier, reason=verdict.reason, actor=ACTOR
@@ -145,9 +188,11 @@ class RetentionService:
                     cancelled += 1
         return scheduled, cancelled
 
-    def _dry_run(self, snap: Snapshot) -> PassReport:
-        would = [v for v in snap.plan.deletions() if v.schedules_deletion]
-        for verdict in would:
+    def _dry_run(self, snap: Snapshot) -> None:
+        """Log what would be scheduled: each decision once, and a count per tier every plan."""
+        would = {(v.checkpoint_id, v.tier): v for v in snap.plan.deletions() if v.schedules_deletion}
+        for key in would.keys() - self._dry_logged:
+            verdict = would[key]
             log.info(
                 "retention_dry_run_would_delete",
                 checkpoint=verdict.checkpoint_id,
@@ -155,7 +200,11 @@ class RetentionService:
                 policy=verdict.policy,
                 reason=verdict.reason,
             )
-        return PassReport(scheduled=0, dry_run=True)
+        self._dry_logged = set(would)
+        counts = {
+            t.name: sum(1 for tier in (k[1] for k in would) if tier == t.name) for t in self.config.tiers
+        }
+        log.info("retention_dry_run", would_delete=counts)
 
     async def stop(self, timeout: float) -> None:
         """Stop the loop; a deletion under way may finish within ``timeout``, else resumes after restart."""
@@ -185,3 +234,18 @@ def _veto(snap: Snapshot, due: DueDeletion) -> str | None:
         blocks = snap.protections[due.checkpoint_id]
         return "; ".join(b.reason for b in blocks) or None
     return None  # an operator's deletion: the deleter still refuses pinned or held checkpoints
+
+
+def _next_window_edge(snap: Snapshot, config: Config, now: datetime) -> datetime:
+    """The first moment a ``keep_within`` window stops covering a checkpoint (far off if none)."""
+    edge = now + timedelta(days=3650)
+    windows = [t.retention.keep_within for t in config.tiers if t.retention.keep_within is not None]
+    if not windows:
+        return edge
+    for checkpoint in snap.checkpoints:
+        if checkpoint.facts.complete:
+            for seconds in windows:
+                leaves = checkpoint.facts.finished_at + timedelta(seconds=seconds)
+                if now < leaves < edge:
+                    edge = leaves
+    return edge
