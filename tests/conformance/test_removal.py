@@ -62,6 +62,24 @@ async def test_posix_keeps_unrecorded_files_and_removes_markers_first(
     assert sorted(p.name for p in (backend.root / "run/step1").iterdir()) == ["notes.txt"]
 
 
+async def test_posix_leaves_the_directories_above_the_checkpoint(harness: Harness) -> None:
+    harness.require("directories")
+    backend = await harness.make()
+    assert isinstance(backend, PosixBackend)
+    await put(
+        backend, ["run/step1/.metadata", "run/step1/sub/shard", "solo/model_step2.pt", "odd/step3/shard"]
+    )
+    (backend.root / "odd/step3/notes.txt").write_text("not recorded")
+    await backend.remove_checkpoint(
+        "run/step1", ["run/step1/.metadata"], ["run/step1/sub/shard"]
+    )  # renamed away
+    await backend.remove_checkpoint("solo/model_step2.pt", ["solo/model_step2.pt"], [])  # file by file
+    await backend.remove_checkpoint("odd/step3", [], ["odd/step3/shard"])
+    # A run's directory is the job's (on tier 0, a watched one): it outlives its last checkpoint.
+    left = sorted(str(p.relative_to(backend.root)) for p in backend.root.rglob("*"))
+    assert left == ["odd", "odd/step3", "odd/step3/notes.txt", "run", "solo"]
+
+
 async def test_space(backend: Backend) -> None:
     space = await backend.space()
     if isinstance(backend, PosixBackend):

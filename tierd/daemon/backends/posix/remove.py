@@ -6,7 +6,8 @@ removed; a crash in between leaves only the hidden directory, which the next att
 and finishes. When it holds anything else (files written after it was recorded, or other
 steps' files, as in a session directory of nvidia-resiliency-ext), only the recorded files
 go, completion markers first, and emptied directories are pruned: tierd never removes a
-file it did not record.
+file it did not record. Nor a directory above the checkpoint: on tier 0 that is the training
+job's (a run's directory, often a watched one, which must outlive its last checkpoint).
 """
 
 from __future__ import annotations
@@ -39,12 +40,12 @@ def remove_checkpoint_tree(root: Path, top: Path, ordered: Sequence[Path]) -> No
     if trash.is_dir() and not trash.is_symlink():
         shutil.rmtree(trash)
         fsync_dir(trash.parent)
-        _prune(root, trash.parent)
         return
+    above = top.parent if root in top.parents else root
     for path in ordered:
         _unlink(path)
     for parent in sorted({p.parent for p in ordered}, key=lambda p: len(p.parts), reverse=True):
-        _prune(root, parent)
+        _prune(above, parent)
 
 
 def unlink_and_prune(root: Path, path: Path) -> None:
