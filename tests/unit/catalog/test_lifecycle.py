@@ -13,6 +13,7 @@ from tierd.daemon.catalog.audit import list_events
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.deletions import Origin
 from tierd.daemon.catalog.jobs import enqueue_copy_job
+from tierd.daemon.catalog.retention import load_retention_rows
 from tierd.daemon.catalog.models import Checkpoint
 from tierd.errors import Conflict, NotFound
 
@@ -175,3 +176,14 @@ def test_deleting_a_checkpoint_cancels_its_copies(db: Database) -> None:
     assert job.state == "cancelled"
     assert job.last_error is not None
     assert "being deleted" in job.last_error
+
+
+def test_only_a_running_copy_holds_its_checkpoint_in_use(db: Database) -> None:
+    queued = add_checkpoint(db, 1, ("verified", "pending", None, None))
+    running = add_checkpoint(db, 2, ("verified", "copying", None, None))
+    with db.session() as s:
+        enqueue_copy_job(s, queued, "nvme", "pfs", 1)
+        enqueue_copy_job(s, running, "nvme", "pfs", 2).state = "running"
+    with db.read_session() as s:
+        rows = {r.id: r for r in load_retention_rows(s)}
+    assert (rows[queued].in_use, rows[running].in_use) == (False, True)

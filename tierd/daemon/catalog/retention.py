@@ -29,7 +29,9 @@ from tierd.daemon.catalog.models import (
 
 __all__ = ["CheckpointRow", "change_marker", "load_retention_rows"]
 
-OPEN_JOBS = (JobState.QUEUED.value, JobState.RUNNING.value)
+#: A running job reads its checkpoint; a queued one picks its source when it starts (never a
+#: replica being deleted), so it does not hold up deletion or eviction.
+READING_JOBS = (JobState.RUNNING.value,)
 
 
 @dataclass
@@ -88,7 +90,7 @@ def load_retention_rows(session: Session) -> list[CheckpointRow]:
     for cid, names in holds.items():
         if (row := rows.get(cid)) is not None:
             row.holds = names
-    for cid in conn.scalars(select(Job.checkpoint_id).where(Job.state.in_(OPEN_JOBS)).distinct()):
+    for cid in conn.scalars(select(Job.checkpoint_id).where(Job.state.in_(READING_JOBS)).distinct()):
         if (row := rows.get(cid)) is not None:
             row.in_use = True
     return list(rows.values())
