@@ -13,8 +13,8 @@ from tierd.daemon.catalog.audit import list_events
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.deletions import Origin
 from tierd.daemon.catalog.jobs import enqueue_copy_job
-from tierd.daemon.catalog.retention import load_retention_rows
 from tierd.daemon.catalog.models import Checkpoint
+from tierd.daemon.catalog.retention import load_retention_rows
 from tierd.errors import Conflict, NotFound
 
 ALL_VERIFIED = ("verified", "verified", "verified", "verified")
