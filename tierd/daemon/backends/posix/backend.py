@@ -536,9 +536,13 @@ class PosixBackend(Backend):
         return Space(total=st.f_blocks * st.f_frsize, free=st.f_bavail * st.f_frsize)
 
     async def hash(self, relpath: str) -> str:
-        """Read back and hash the whole file. Raises NotFound when missing."""
+        """Read back and hash the whole file. Raises NotFound when missing.
+
+        Through a reused aligned buffer: a fresh zero-filled 4 MiB one per file made
+        re-checking 600 files of 8 KiB take 1.1 s instead of 0.04 s.
+        """
         path = self._path(relpath)
-        async with self.budget.buffer(HASH_BUFFER) as view:
+        async with self.budget.aligned(HASH_BUFFER) as view:
             with os_errors("hash", str(path)):
                 return await uninterrupted(blocking_on(view, posixcopy.hash_path, path))
 
