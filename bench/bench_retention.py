@@ -21,8 +21,10 @@ rendered and written to /dev/null), each a median over ``rounds``:
   catalog, logs every replica it would delete, changes nothing);
 - ``retention_pass_schedule_<db>``: the first pass with ``dry_run: false``, which schedules
   every deletion the plan wants (a fresh copy of the catalog for each run);
-- ``retention_pass_<db>``: later passes on that catalog (the steady state: nothing new to
-  schedule, no deletion due, no disk pressure);
+- ``retention_pass_<db>``: later passes on that catalog that plan it all again (as after any
+  change: nothing new to schedule, no deletion due, no disk pressure);
+- ``retention_pass_idle_<db>``: passes over that catalog unchanged since the last plan (the
+  service reads its ``change_marker``, one row, and plans nothing);
 - ``retention_idle_cpu_<db>``: the real daemon on that catalog (``bench.retention_idle``),
   retention every 60 s, CPU over ``TIERD_BENCH_IDLE_SECONDS`` (120; PostgreSQL
   ``TIERD_BENCH_PG_IDLE_SECONDS``, 60) after a settle time.
@@ -277,10 +279,16 @@ def _service(config: Config, db: Database) -> RetentionService:
     return RetentionService(Context(config=config, db=db), backends)
 
 
-def _one_pass(service: RetentionService, now: datetime) -> PassReport:
-    """``run_pass(now)`` in an event loop of its own (as the daemon's loop would run it)."""
+def _one_pass(service: RetentionService, now: datetime, *, replan: bool = True) -> PassReport:
+    """``run_pass(now)`` in an event loop of its own (as the daemon's loop would run it).
+
+    ``replan`` wakes the service first, so the pass plans the whole catalog again (as after
+    any change); without it, a pass over an unchanged catalog reads one row and stops.
+    """
 
     async def run() -> PassReport:
+        if replan:
+            service.wake()
         try:
             return await service.run_pass(now)
         finally:
@@ -350,8 +358,12 @@ class _Copy:
         self.db.ping()  # connected beforehand, as a running daemon's pool is
 
     def run_pass(self) -> PassReport:
-        """One pass at the benchmark's ``now``."""
+        """One pass at the benchmark's ``now``, planning the whole catalog again."""
         return _one_pass(self.service, self.now)
+
+    def idle_pass(self) -> PassReport:
+        """One pass at the benchmark's ``now`` over a catalog unchanged since the last plan."""
+        return _one_pass(self.service, self.now, replan=False)
 
     def close(self, *, drop: bool) -> None:
         """Close its connections; drop the copy too with ``drop``."""
@@ -387,6 +399,8 @@ def _scheduling(setting: _Setting, store: _Store, common: dict[str, Any]) -> str
         steady = _Copy(setting, store, "scheduled", fresh=False)
         runs = _Runs.of(steady.run_pass, setting.rounds)
         _emit_pass(f"retention_pass_{label}", runs, common, steady.run_pass)
+        idle = _Runs.of(steady.idle_pass, setting.rounds)
+        _emit_pass(f"retention_pass_idle_{label}", idle, common, steady.idle_pass)
         steady.close(drop=False)
     return "scheduled"
 

@@ -66,8 +66,16 @@ class Deleter:
     """Runs due deletions with their re-checks (see the module docstring)."""
 
     def __init__(
-        self, config: Config, db: Database, backends: Mapping[str, Backend], metrics: Metrics
+        self,
+        config: Config,
+        db: Database,
+        backends: Mapping[str, Backend],
+        metrics: Metrics,
+        *,
+        on_bad_copy: Callable[[], None] = lambda: None,
     ) -> None:
+        """``on_bad_copy`` runs when a re-check marks a replica failed (the pipeline copies it again)."""
+        self.on_bad_copy = on_bad_copy
         self.config = config
         self.db = db
         self.backends = backends
@@ -173,6 +181,7 @@ class Deleter:
         self.metrics.reverify_failures.labels(tier).inc()
         log.error("reverify_failed", checkpoint=due.checkpoint_id, tier=tier, problem=result.problem)
         await blocking(self._mark_failed, due.checkpoint_id, tier, result.problem)
+        self.on_bad_copy()
 
     def _mark_failed(self, checkpoint_id: int, tier: str, problem: str) -> None:
         with self.db.session() as session:

@@ -67,7 +67,7 @@ class RetentionService:
     def __init__(self, ctx: Context, backends: Mapping[str, Backend]) -> None:
         self.ctx = ctx
         self.config = ctx.config
-        self.deleter = Deleter(ctx.config, ctx.db, backends, ctx.metrics)
+        self.deleter = Deleter(ctx.config, ctx.db, backends, ctx.metrics, on_bad_copy=ctx.wake_pipeline)
         self.pressure = Pressure(ctx.config, ctx.db, backends, self.deleter, ctx.metrics, self.snapshot)
         self.wakeup = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
