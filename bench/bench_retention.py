@@ -410,7 +410,9 @@ def _idle(setting: _Setting, store: _Store, name: str, window: float, common: di
     label = common["database"]
     workdir = setting.base / f"idle-{label}"
     workdir.mkdir()
-    settle = env_float("TIERD_BENCH_IDLE_SETTLE", 15.0)
+    # Past the second retention pass (60 s): the first may schedule or cancel on a catalog it
+    # has never seen, and the second plans again once because of that; then it is idle.
+    settle = env_float("TIERD_BENCH_IDLE_SETTLE", 75.0)
     profile_dir = os.environ.get("TIERD_BENCH_PROFILE_DIR")
     profile = Path(profile_dir).resolve() / f"retention-idle-{label}.prof" if profile_dir else None
     note(f"{label}: the daemon idles for {window:.0f} s after {settle:.0f} s to settle")
