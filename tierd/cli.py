@@ -1,17 +1,22 @@
-"""The ``tierd`` command line."""
+"""The ``tierd`` command line.
+
+The daemon's own commands (``run``, ``db``, ``config``) are here; the commands that talk to a
+running daemon over its API are in :mod:`tierd.commands`. Each of those takes ``--json`` (the
+API's JSON as it came) and otherwise prints a short aligned table or line.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tierd import __version__
+from tierd import __version__, commands
 from tierd.config import Config, default_config_path, load_config
+from tierd.display import format_bytes, table
 from tierd.errors import ApiError, ConfigError, TierdError
 
 __all__ = ["main"]
@@ -32,6 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"tierd: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except ApiError as exc:
+        _report_api_error(args, exc)
+        return 1
     except TierdError as exc:
         print(f"tierd: {exc}", file=sys.stderr)
         return 1
@@ -44,6 +52,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         raise
     return result
+
+
+def _report_api_error(args: argparse.Namespace, exc: ApiError) -> None:
+    """The problem's detail on stderr (and what blocks a reservation); its JSON too with ``--json``."""
+    if getattr(args, "json", False) and exc.problem is not None:
+        print(json.dumps(exc.problem, indent=2))
+    print(f"tierd: {exc}", file=sys.stderr)
+    blocked = (exc.problem or {}).get("blocked") or []
+    if blocked:
+        rows = [(b["checkpoints"], format_bytes(b["bytes"]), b["blocker"], b["reason"]) for b in blocked]
+        for line in table(("CHECKPOINTS", "SIZE", "BLOCKER", "REASON"), rows, right=(0, 1)):
+            print(f"  {line}", file=sys.stderr)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,16 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(metavar="COMMAND")
 
     _add(sub, common, "run", "run the daemon in the foreground", _cmd_run)
-    status = _add(sub, common, "status", "ask the running daemon whether it is ready", _cmd_status)
-    _add_client_args(status)
-    ls = _add(sub, common, "ls", "list checkpoints, newest first", _cmd_ls)
-    _add_client_args(ls)
-    ls.add_argument("--run", help="only this run")
-    ls.add_argument("--limit", type=int, default=50)
-    ls.add_argument("--json", action="store_true", help="print the API's JSON")
-    show = _add(sub, common, "show", "show one checkpoint with its files", _cmd_show)
-    _add_client_args(show)
-    show.add_argument("id", type=int)
+    commands.add_commands(sub, common)
 
     db = sub.add_parser("db", help="catalog schema").add_subparsers(metavar="COMMAND")
     _add(db, common, "upgrade", "migrate the catalog to this version's schema", _cmd_db_upgrade)
@@ -86,11 +97,6 @@ def _add(
     parser: argparse.ArgumentParser = sub.add_parser(name, help=help_, parents=[common])
     parser.set_defaults(func=func)
     return parser
-
-
-def _add_client_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", help="the daemon's API (default: from the config's api.listen)")
-    parser.add_argument("--token", default=os.environ.get("TIERD_TOKEN"), help="bearer token ($TIERD_TOKEN)")
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -132,48 +138,6 @@ def _cmd_config_validate(args: argparse.Namespace) -> int:
     path = args.file or args.config or default_config_path()
     config = load_config(path)
     print(f"{path}: valid ({len(config.tiers)} tiers, {len(config.watch)} watched roots)")
-    return 0
-
-
-def _client(args: argparse.Namespace) -> Any:
-    from tierd.api.client import Client
-
-    url = args.url
-    if url is None:
-        config = load_config(args.config or default_config_path())
-        host = config.api.host
-        host = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
-        url = f"http://{'[' + host + ']' if ':' in host else host}:{config.api.port}"
-    return Client(url, token=args.token)
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        try:
-            body = client.ready()
-        except ApiError as exc:
-            print(f"not ready: {exc.detail}")
-            return 1
-    print(f"ready (node {body['node']})")
-    return 0
-
-
-def _cmd_ls(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        page = client.checkpoints(run=args.run, limit=args.limit)
-    if args.json:
-        print(json.dumps(page, indent=2))
-        return 0
-    print(f"{'ID':>6}  {'RUN':<20} {'STEP':>10}  {'STATE':<9} REPLICAS")
-    for item in page["items"]:
-        replicas = " ".join(f"{r['tier']}={r['state']}" for r in item["replicas"])
-        print(f"{item['id']:>6}  {item['run']:<20} {item['step']:>10}  {item['state']:<9} {replicas}")
-    return 0
-
-
-def _cmd_show(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        print(json.dumps(client.checkpoint(args.id), indent=2))
     return 0
 
 

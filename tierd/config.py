@@ -6,19 +6,25 @@ Environment variables name nested keys with ``__``: ``TIERD_CATALOG__URL`` overr
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ByteSize,
     ConfigDict,
     Field,
+    PlainSerializer,
+    PlainValidator,
     SecretStr,
+    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
@@ -32,14 +38,21 @@ __all__ = [
     "ApiConfig",
     "CatalogConfig",
     "Config",
+    "Duration",
+    "FreeSpace",
+    "KeepBestConfig",
     "PosixTier",
-    "RetentionConfig",
+    "RetentionSettings",
     "S3Tier",
+    "SpaceAmount",
+    "TierRetention",
     "TierConfig",
     "TokenConfig",
     "WatchConfig",
     "default_config_path",
     "load_config",
+    "parse_duration",
+    "parse_space",
 ]
 
 DEFAULT_CONFIG_PATH = Path("/etc/tierd/config.yaml")
@@ -158,8 +171,149 @@ class WatchConfig(_Strict):
         return self
 
 
-class RetentionConfig(_Strict):
-    """Retention for one tier. No policy keys are accepted yet: every replica is kept."""
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw]?)$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+_DURATION_HELP = "must be a duration such as 30s, 90m, 36h, 7d, 2w or a number of seconds"
+
+
+def parse_duration(value: object) -> float:
+    """Seconds in ``value``: a number of seconds, or ``"90m"``, ``"36h"``, ``"7d"``, ``"2w"``.
+
+    Raises ValueError (which the config reports under the key) for anything else or a negative.
+    """
+    if isinstance(value, bool):
+        raise ValueError(_DURATION_HELP)
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _DURATION.match(value.strip().lower())):
+        seconds = float(match[1]) * _UNIT_SECONDS[match[2]]
+    else:
+        raise ValueError(_DURATION_HELP)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{_DURATION_HELP}, not negative")
+    return seconds
+
+
+#: A length of time in seconds, written as a number or with a unit (``s m h d w``).
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+@dataclass(frozen=True)
+class SpaceAmount:
+    """An amount of free space: a percent of a file system's size, or a number of bytes."""
+
+    value: float
+    percent: bool
+
+    def bytes_of(self, total_bytes: int) -> int:
+        """The amount in bytes on a file system of ``total_bytes``."""
+        if self.percent:
+            return math.ceil(total_bytes * self.value / 100)
+        return int(self.value)
+
+    def __str__(self) -> str:
+        return f"{self.value:g}%" if self.percent else f"{int(self.value)} bytes"
+
+
+_BYTE_SIZE: TypeAdapter[ByteSize] = TypeAdapter(ByteSize)
+_SPACE_HELP = 'must be a percent of the file system ("15%") or a size ("200GB", "1TiB", bytes)'
+
+
+def parse_space(value: object) -> SpaceAmount:
+    """``"15%"`` as a percent; ``"200GB"``, ``"1TiB"`` or an integer as bytes.
+
+    Raises ValueError (which the config reports under the key) for anything else.
+    """
+    if isinstance(value, SpaceAmount):
+        return value
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            percent = float(value.strip().removesuffix("%"))
+        except ValueError:
+            raise ValueError(_SPACE_HELP) from None
+        if not 0 < percent < 100:
+            raise ValueError("a percent must be above 0% and below 100%")
+        return SpaceAmount(percent, percent=True)
+    if isinstance(value, bool | float) or not isinstance(value, int | str):
+        raise ValueError(_SPACE_HELP)
+    try:
+        size = int(_BYTE_SIZE.validate_python(value))
+    except ValidationError:
+        raise ValueError(_SPACE_HELP) from None
+    if size <= 0:
+        raise ValueError("a size must be above 0 bytes")
+    return SpaceAmount(size, percent=False)
+
+
+def _dump_space(amount: SpaceAmount) -> str | int:
+    return f"{amount.value:g}%" if amount.percent else int(amount.value)
+
+
+Space = Annotated[SpaceAmount, PlainValidator(parse_space), PlainSerializer(_dump_space)]
+
+
+class FreeSpace(_Strict):
+    """Disk-pressure marks of a POSIX tier: evict below ``evict_below`` free, up to ``evict_to``."""
+
+    evict_below: Space
+    evict_to: Space
+
+    @model_validator(mode="after")
+    def _to_above_below(self) -> FreeSpace:
+        below, to = self.evict_below, self.evict_to
+        if below.percent == to.percent and to.value <= below.value:
+            raise ValueError(f"evict_to ({to}) must leave more free space than evict_below ({below})")
+        return self
+
+    def marks(self, total_bytes: int) -> tuple[int, int]:
+        """``(evict_below, evict_to)`` in bytes on a file system of ``total_bytes``.
+
+        Raises ConfigError when, on this file system, evict_to is not above evict_below (a
+        percent and a size mixed can only be compared once the size is known).
+        """
+        low, high = self.evict_below.bytes_of(total_bytes), self.evict_to.bytes_of(total_bytes)
+        if high <= low:
+            raise ConfigError(
+                [
+                    f"free_space: evict_to ({self.evict_to}) is {high} bytes, not more than "
+                    f"evict_below ({self.evict_below}) = {low} bytes of {total_bytes}"
+                ]
+            )
+        return low, high
+
+
+class KeepBestConfig(_Strict):
+    """``keep_best``: the ``n`` best checkpoints of each run by ``metric`` (lowest for ``min``)."""
+
+    metric: str = Field(min_length=1)
+    n: int = Field(ge=1)
+    mode: Literal["min", "max"]
+
+
+class TierRetention(_Strict):
+    """Which checkpoints one tier keeps: a checkpoint is kept when any set rule keeps it.
+
+    No rule set (an absent or empty block) keeps everything, so upgrading deletes nothing.
+    """
+
+    keep_last: int | None = Field(default=None, ge=1)
+    keep_every_steps: int | None = Field(default=None, ge=1)
+    keep_within: Annotated[Duration, Field(gt=0)] | None = None
+    keep_best: KeepBestConfig | None = None
+
+    @property
+    def keeps_everything(self) -> bool:
+        """Whether no rule is set (the tier deletes nothing by retention)."""
+        return all(
+            rule is None for rule in (self.keep_last, self.keep_every_steps, self.keep_within, self.keep_best)
+        )
+
+
+class RetentionSettings(_Strict):
+    """The retention service: how often it evaluates, and whether it only logs (``dry_run``)."""
+
+    dry_run: bool = False
+    interval: Annotated[Duration, Field(gt=0)] = 60.0
 
 
 class _TierBase(_Strict):
@@ -169,7 +323,16 @@ class _TierBase(_Strict):
     concurrency: int = Field(default=16, ge=1, le=256)
     bandwidth_limit: ByteSize | None = Field(default=None, description="bytes per second")
     verify: Literal["native", "readback"] = "native"
-    retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    # Config makes tier 0 non-durable unless the file says otherwise (see Config._durable_default).
+    durable: bool = True
+    retention: TierRetention = Field(default_factory=TierRetention)
+    delete_delay: Duration = 3600.0
+    verify_before_delete: Literal["checksum", "size"] = "checksum"
+
+    @field_validator("retention", mode="before")
+    @classmethod
+    def _empty_retention(cls, value: Any) -> Any:
+        return {} if value is None else value
 
 
 class PosixTier(_TierBase):
@@ -177,6 +340,7 @@ class PosixTier(_TierBase):
 
     kind: Literal["posix"]
     path: Path
+    free_space: FreeSpace | None = None
 
 
 class S3Tier(_TierBase):
@@ -196,6 +360,13 @@ class S3Tier(_TierBase):
     # ``auto``: lean requests and the endpoint cache, plus HTTP/1.1 pipelining of small GETs
     # for a custom ``endpoint_url`` (not for AWS); ``off``: botocore alone.
     fast_path: Literal["auto", "off"] = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_free_space(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "free_space" in data:
+            raise ValueError("free_space: only POSIX tiers take free_space (a bucket does not fill up)")
+        return data
 
     @field_validator("prefix")
     @classmethod
@@ -235,6 +406,21 @@ class Config(BaseSettings):
     log: LogConfig = Field(default_factory=LogConfig)
     watch: list[WatchConfig] = Field(default_factory=list)
     tiers: list[TierConfig] = Field(min_length=1)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _durable_default(cls, data: Any) -> Any:
+        """Tier 0 (node-local) is not durable unless it says so; every other tier is."""
+        tiers = data.get("tiers") if isinstance(data, dict) else None
+        if not isinstance(tiers, list) or not tiers:
+            return data
+        first = tiers[0]
+        if isinstance(first, dict) and "durable" not in first:
+            first = {**first, "durable": False}
+        elif isinstance(first, _TierBase) and "durable" not in first.model_fields_set:
+            first = first.model_copy(update={"durable": False})
+        return {**data, "tiers": [first, *tiers[1:]]}
 
     @model_validator(mode="after")
     def _coherent(self) -> Config:
@@ -256,6 +442,11 @@ class Config(BaseSettings):
         tier = self.tiers[0]
         assert isinstance(tier, PosixTier)
         return tier
+
+    def marker_for(self, relpath: str) -> str | None:
+        """The marker file name configured for the watch holding ``relpath`` (relative to tier 0)."""
+        target = self.tier0.path / relpath
+        return next((w.marker for w in self.watch if w.marker and _is_within(target, w.path)), None)
 
     @classmethod
     def settings_customise_sources(

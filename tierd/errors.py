@@ -26,6 +26,8 @@ CatalogError and ShuttingDown 503.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ApiError",
     "BackendError",
@@ -115,14 +117,19 @@ class ShuttingDown(TierdError):
 
 
 class ApiError(TierdError):
-    """The tierd API answered with an error; ``detail`` is its problem+json ``detail``."""
+    """The tierd API answered with an error; ``detail`` is its problem+json ``detail``.
+
+    ``problem`` is the whole problem+json body when there was one (a reservation's 409 lists
+    what blocks it there).
+    """
 
     #: Statuses that say "not now" rather than "not this request": timeouts, rate limits,
     #: an unreachable or draining daemon behind a proxy.
     RETRYABLE_STATUSES = frozenset({408, 429, 502, 503, 504})
 
-    def __init__(self, status: int, detail: str) -> None:
+    def __init__(self, status: int, detail: str, problem: dict[str, Any] | None = None) -> None:
         self.status = status
         self.detail = detail
+        self.problem = problem
         self.retryable = status in self.RETRYABLE_STATUSES
         super().__init__(f"HTTP {status}: {detail}")

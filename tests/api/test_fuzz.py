@@ -35,11 +35,13 @@ from tests.fixtures.postgres import PostgresServer
 from tests.fixtures.served_api import ServedApi
 from tierd.api.app import create_app
 from tierd.api.schemas import NotifyIn
-from tierd.config import Config
+from tierd.config import Config, PosixTier
+from tierd.daemon.backends import make_backend
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.catalog.models import Checkpoint, File, Replica, Run
 from tierd.daemon.context import Context
+from tierd.daemon.retention.service import RetentionService
 
 TOKENS = {"read": "fuzz-read", "operate": "fuzz-operate", "admin": "fuzz-admin"}
 CHECKS = [
@@ -104,8 +106,14 @@ def _serve(root: Path, db_url: str, tokens: list[dict[str, str]]) -> Iterator[Se
     db = Database(db_url)
     upgrade(db)
     _seed(db, config.tier0.path)
+    for tier in config.tiers:
+        if isinstance(tier, PosixTier):
+            tier.path.mkdir(parents=True, exist_ok=True)
+    ctx = Context(config=config, db=db, watcher_running=True)
+    # The daemon's retention service, not started: the API's reservations and /v1/tiers use it.
+    ctx.retention = RetentionService(ctx, {t.name: make_backend(t) for t in config.tiers})
     try:
-        with ServedApi(Context(config=config, db=db, watcher_running=True)) as served:
+        with ServedApi(ctx) as served:
             yield served
     finally:
         db.dispose()

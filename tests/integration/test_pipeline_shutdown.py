@@ -43,7 +43,8 @@ def test_sigterm_finishes_the_newest_and_leaves_older_resumable(
     daemon = DaemonProcess.prepare(tmp_path, config_dict(tmp_path, tiers, drain_timeout_seconds=DRAIN))
     config = load_config(daemon.config_path)
     db = Database(config.catalog.url)
-    old_data = write_files(tmp_path / "nvme" / "r" / "s1", {"a.bin": 48 * MiB, ".metadata": 100}, seed=1)
+    # 128 MiB at 8 MiB/s: still copying when the daemon's next poll (10 s) finds the new step.
+    old_data = write_files(tmp_path / "nvme" / "r" / "s1", {"a.bin": 128 * MiB, ".metadata": 100}, seed=1)
     old = record_checkpoint(db, config, "r", 1, "r/s1")
     client = moto_server.client()
 

@@ -1,8 +1,14 @@
-"""A small synchronous HTTP client for the tierd API (used by the CLI and training jobs)."""
+"""A small synchronous HTTP client for the tierd API (used by the CLI and training jobs).
+
+Every method returns the decoded JSON body and raises ApiError when the API answers 4xx/5xx
+(its ``problem`` holds the problem+json body); a daemon that cannot be reached raises httpx's
+own transport errors.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, cast
+from urllib.parse import quote
 
 import httpx
 
@@ -10,7 +16,11 @@ from tierd.errors import ApiError
 
 # ApiError lives in tierd.errors with every other error; it is re-exported here because it is
 # what this client raises, and callers catch it beside the client they hold.
-__all__ = ["ApiError", "Client"]
+__all__ = ["ApiError", "Client", "JsonObject", "PlanAction"]
+
+#: A JSON object as the API answers it (its shape is in tierd.api.schemas).
+JsonObject = dict[str, Any]
+PlanAction = Literal["keep", "delete", "blocked"]
 
 
 class Client:
@@ -34,30 +44,105 @@ class Client:
         """Send a request and return the decoded JSON body; raises ApiError on 4xx/5xx."""
         response = self._http.request(method, path, **kwargs)
         if response.status_code >= 400:
-            raise ApiError(response.status_code, _detail(response))
+            problem = _problem(response)
+            raise ApiError(response.status_code, _detail(response, problem), problem)
         return response.json() if response.content else None
 
-    def ready(self) -> Any:
-        """``GET /readyz``."""
-        return self.request("GET", "/readyz")
+    def _object(self, method: str, path: str, **kwargs: Any) -> JsonObject:
+        return cast(JsonObject, self.request(method, path, **kwargs))
 
-    def checkpoints(self, run: str | None = None, limit: int = 50, offset: int = 0) -> Any:
-        """``GET /v1/checkpoints``: one page, newest first."""
+    def ready(self) -> JsonObject:
+        """``GET /readyz``; raises ApiError (503) when the daemon is not ready."""
+        return self._object("GET", "/readyz")
+
+    def checkpoints(
+        self, run: str | None = None, limit: int = 50, offset: int = 0, step: int | None = None
+    ) -> JsonObject:
+        """``GET /v1/checkpoints``: one page, newest first, of one run (and step) when given."""
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         if run:
             params["run"] = run
-        return self.request("GET", "/v1/checkpoints", params=params)
+        if step is not None:
+            params["step"] = step
+        return self._object("GET", "/v1/checkpoints", params=params)
 
-    def checkpoint(self, checkpoint_id: int) -> Any:
-        """``GET /v1/checkpoints/{id}``."""
-        return self.request("GET", f"/v1/checkpoints/{checkpoint_id}")
+    def checkpoint(self, checkpoint_id: int) -> JsonObject:
+        """``GET /v1/checkpoints/{id}`` with its files; raises ApiError (404) for an unknown id."""
+        return self._object("GET", f"/v1/checkpoints/{checkpoint_id}")
+
+    def pin(self, checkpoint_id: int, reason: str = "") -> JsonObject:
+        """``PUT /v1/checkpoints/{id}/pin``: keep it on every tier; raises ApiError (404)."""
+        return self._object("PUT", f"/v1/checkpoints/{checkpoint_id}/pin", json={"reason": reason})
+
+    def unpin(self, checkpoint_id: int, reason: str = "") -> JsonObject:
+        """``DELETE /v1/checkpoints/{id}/pin``: give it back to retention; raises ApiError (404)."""
+        return self._object("DELETE", f"/v1/checkpoints/{checkpoint_id}/pin", params={"reason": reason})
+
+    def add_hold(self, checkpoint_id: int, name: str, reason: str) -> JsonObject:
+        """``POST /v1/checkpoints/{id}/holds`` (admin); raises ApiError (404, 409 if the name is set)."""
+        body = {"name": name, "reason": reason}
+        return self._object("POST", f"/v1/checkpoints/{checkpoint_id}/holds", json=body)
+
+    def release_hold(self, checkpoint_id: int, name: str, reason: str = "") -> JsonObject:
+        """``DELETE /v1/checkpoints/{id}/holds/{name}`` (admin); raises ApiError (404 for an unknown hold)."""
+        path = f"/v1/checkpoints/{checkpoint_id}/holds/{quote(name, safe='')}"
+        return self._object("DELETE", path, params={"reason": reason})
+
+    def delete(self, checkpoint_id: int, reason: str) -> JsonObject:
+        """``DELETE /v1/checkpoints/{id}`` (admin): delete on every tier after its delay.
+
+        Raises ApiError (404; 409 when pinned or held).
+        """
+        return self._object("DELETE", f"/v1/checkpoints/{checkpoint_id}", params={"reason": reason})
+
+    def undelete(self, checkpoint_id: int, reason: str = "") -> JsonObject:
+        """``POST /v1/checkpoints/{id}/undelete``: cancel its deletions and pin it.
+
+        Raises ApiError (404; 409 when nothing is left to undelete).
+        """
+        return self._object("POST", f"/v1/checkpoints/{checkpoint_id}/undelete", json={"reason": reason})
+
+    def tiers(self) -> list[JsonObject]:
+        """``GET /v1/tiers``: every tier in order, with its space and replicas by state."""
+        return cast(list[JsonObject], self.request("GET", "/v1/tiers"))
+
+    def reserve(self, tier: str, size: int) -> JsonObject:
+        """``POST /v1/tiers/{tier}/reservations``: make room for ``size`` bytes.
+
+        Raises ApiError (404 for a tier that is not POSIX; 409 when the room cannot be made,
+        with what blocks it in ``problem["blocked"]``).
+        """
+        path = f"/v1/tiers/{quote(tier, safe='')}/reservations"
+        return self._object("POST", path, json={"bytes": size})
+
+    def audit(
+        self, checkpoint_id: int | None = None, limit: int = 100, before: int | None = None
+    ) -> JsonObject:
+        """``GET /v1/audit``: events newest first, of one checkpoint when given."""
+        params: dict[str, Any] = {"limit": limit}
+        if checkpoint_id is not None:
+            params["checkpoint_id"] = checkpoint_id
+        if before is not None:
+            params["before"] = before
+        return self._object("GET", "/v1/audit", params=params)
+
+    def retention_plan(
+        self, tier: str | None = None, run: str | None = None, action: PlanAction | None = None
+    ) -> JsonObject:
+        """``GET /v1/retention/plan``: what each tier's retention would keep, delete and leave blocked."""
+        given = {"tier": tier, "run": run, "action": action}
+        return self._object("GET", "/v1/retention/plan", params={k: v for k, v in given.items() if v})
 
 
-def _detail(response: httpx.Response) -> str:
+def _problem(response: httpx.Response) -> dict[str, Any] | None:
     try:
         body = response.json()
     except ValueError:
-        return response.text or response.reason_phrase
-    if isinstance(body, dict):
-        return str(body.get("detail") or body.get("title") or body)
-    return str(body)
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _detail(response: httpx.Response, problem: dict[str, Any] | None) -> str:
+    if problem is not None:
+        return str(problem.get("detail") or problem.get("title") or problem)
+    return response.text or response.reason_phrase

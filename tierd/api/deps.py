@@ -64,8 +64,11 @@ def write_session(ctx: ContextDep) -> Iterator[Session]:
         yield session
 
 
-ReadSessionDep = Annotated[Session, Depends(read_session)]
-SessionDep = Annotated[Session, Depends(write_session)]
+# scope="function": the session closes (and commits) before the response is sent. FastAPI's
+# default closes it after, so a client could read the old state right after a 200, and a
+# commit that failed would already have been answered 200.
+ReadSessionDep = Annotated[Session, Depends(read_session, scope="function")]
+SessionDep = Annotated[Session, Depends(write_session, scope="function")]
 
 
 def require_role(role: Role) -> Callable[..., str]:

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, StringConstraints
 
 from tierd.config import Format
-from tierd.daemon.catalog.models import Checkpoint, File, Replica
+from tierd.daemon.catalog.models import Checkpoint, File, Hold, Replica
 
 __all__ = [
+    "AuditOut",
+    "AuditPage",
+    "FreeSpaceOut",
+    "HoldIn",
+    "HoldOut",
+    "MetricsIn",
+    "PlanItem",
+    "PlanOut",
+    "ReasonIn",
+    "ReservationIn",
+    "ReservationOut",
+    "TierOut",
+    "TierPlan",
     "BIGINT_MAX",
     "INTEGER_MAX",
     "NO_NUL",
@@ -34,6 +47,11 @@ INTEGER_MAX = 2**31 - 1
 NO_NUL = r"^[^\x00]*$"
 
 
+#: A metric's name and value (finite), as ``keep_best`` reads them.
+MetricName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=NO_NUL)]
+Metrics = Annotated[dict[MetricName, FiniteFloat], Field(max_length=64)]
+
+
 class NotifyIn(BaseModel):
     """A checkpoint step the job has finished writing."""
 
@@ -49,6 +67,9 @@ class NotifyIn(BaseModel):
         description="absolute inside tier 0, or relative to it",
     )
     format: Format | None = None
+    metrics: Metrics | None = Field(
+        default=None, description="figures of merit for keep_best, e.g. eval_loss"
+    )
 
 
 class Problem(BaseModel):
@@ -78,6 +99,10 @@ class Ready(BaseModel):
 
     status: Literal["ready"]
     node: str
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what needs an operator but does not stop the daemon (disk pressure)",
+    )
 
 
 class ReplicaOut(BaseModel):
@@ -91,9 +116,25 @@ class ReplicaOut(BaseModel):
     verified_at: datetime | None
     error: str | None
     updated_at: datetime
+    delete_after: datetime | None = Field(description="while deleting: undelete until then")
+    delete_reason: str | None
 
     @classmethod
     def of(cls, row: Replica) -> ReplicaOut:
+        """Build from a catalog row."""
+        return cls.model_validate(row, from_attributes=True)
+
+
+class HoldOut(BaseModel):
+    """A legal hold: while any is set, no tier deletes the checkpoint."""
+
+    name: str
+    reason: str
+    actor: str
+    created_at: datetime
+
+    @classmethod
+    def of(cls, row: Hold) -> HoldOut:
         """Build from a catalog row."""
         return cls.model_validate(row, from_attributes=True)
 
@@ -125,7 +166,8 @@ class CheckpointOut(BaseModel):
     format: str
     node: str
     pinned: bool
-    hold: str | None
+    holds: list[HoldOut]
+    metrics: dict[str, float]
     total_bytes: int
     file_count: int
     created_at: datetime
@@ -169,10 +211,125 @@ def _checkpoint_fields(row: Checkpoint) -> dict[str, object]:
         "format": row.format,
         "node": row.node,
         "pinned": row.pinned,
-        "hold": row.hold,
+        "holds": [HoldOut.of(h) for h in row.holds],
+        "metrics": dict(row.metrics or {}),
         "total_bytes": row.total_bytes,
         "file_count": row.file_count,
         "created_at": row.created_at,
         "completed_at": row.completed_at,
         "replicas": [ReplicaOut.of(r) for r in row.replicas],
     }
+
+
+Reason = Annotated[str, Field(max_length=1000, pattern=NO_NUL, description="why: kept in the audit log")]
+
+
+class ReasonIn(BaseModel):
+    """Why an operator does this (kept in the audit log)."""
+
+    reason: Reason = ""
+
+
+class HoldIn(BaseModel):
+    """A legal hold to set."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", examples=["litigation-2026-17"])
+    reason: Reason = Field(min_length=1)
+
+
+class MetricsIn(BaseModel):
+    """Metrics to merge into the checkpoint's (a name given again is replaced)."""
+
+    metrics: Metrics
+
+
+class ReservationIn(BaseModel):
+    """Room a job asks for before it writes a checkpoint."""
+
+    bytes: int = Field(ge=0, le=BIGINT_MAX)
+
+
+class ReservationOut(BaseModel):
+    """The room is there: ``bytes`` plus the tier's low mark are free."""
+
+    tier: str
+    free_bytes: int
+    wanted_free_bytes: int
+    evicted: list[int] = Field(description="checkpoints evicted from the tier to make the room")
+    evicted_bytes: int
+
+
+class PlanItem(BaseModel):
+    """One replica's verdict: kept (by which policy), deleted (why) or blocked (why)."""
+
+    checkpoint_id: int
+    run: str
+    step: int
+    replica_state: str
+    action: Literal["keep", "delete", "blocked"]
+    policy: str
+    reason: str
+    backing_tier: str | None = Field(description="deletes: the durable tier re-checked before it")
+
+
+class TierPlan(BaseModel):
+    """The plan of one tier."""
+
+    tier: str
+    durable: bool
+    policy: str
+    delete_delay_seconds: float
+    counts: dict[str, int] = Field(description="replicas by action")
+    items: list[PlanItem]
+
+
+class PlanOut(BaseModel):
+    """What retention would do now, per tier (``GET /v1/retention/plan``)."""
+
+    generated_at: datetime
+    dry_run: bool
+    tiers: list[TierPlan]
+
+
+class FreeSpaceOut(BaseModel):
+    """A POSIX tier's disk-pressure marks, as configured."""
+
+    evict_below: str
+    evict_to: str
+
+
+class TierOut(BaseModel):
+    """One tier: what it is, how full, what it holds, and whether disk pressure is stuck."""
+
+    name: str
+    kind: str
+    durable: bool
+    policy: str
+    delete_delay_seconds: float
+    size_bytes: int | None
+    free_bytes: int | None
+    used_bytes: int | None
+    free_space: FreeSpaceOut | None
+    pressure_blocked: str | None = Field(description="set while below the low mark with nothing evictable")
+    replicas: dict[str, int] = Field(description="replicas by state")
+    newest_verified_age_seconds: float | None
+
+
+class AuditOut(BaseModel):
+    """One audit event: who did what to which checkpoint, when and why."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    checkpoint_id: int | None
+    tier: str | None
+    reason: str
+    detail: dict[str, Any]
+
+
+class AuditPage(BaseModel):
+    """Audit events newest first; pass ``next_before`` as ``before`` for the next page."""
+
+    items: list[AuditOut]
+    next_before: int | None

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tierd.config import Config
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.metrics import Metrics
+
+if TYPE_CHECKING:
+    from tierd.daemon.retention.service import RetentionService
 
 __all__ = ["Context"]
 
@@ -24,6 +28,8 @@ class Context:
     #: clears it when it wakes. Services set it with ``ctx.wake_pipeline()``.
     pipeline_wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     metrics: Metrics = field(init=False)
+    #: The running retention service (pins, deletes and reservations from the API go through it).
+    retention: RetentionService | None = None
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(self.db, [tier.name for tier in self.config.tiers])

@@ -51,6 +51,48 @@ class Metrics:
             buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600),
             registry=self.registry,
         )
+        self.deletions = Counter(
+            "tierd_deletions_total",
+            "Replicas deleted, by tier and origin (retention, eviction, api)",
+            ["tier", "reason"],
+            registry=self.registry,
+        )
+        self.evictions = Counter(
+            "tierd_evictions_total", "Replicas evicted under disk pressure", ["tier"], registry=self.registry
+        )
+        self.deletions_refused = Counter(
+            "tierd_deletions_refused_total",
+            "Deletions refused right before they ran (pinned, held, re-check failed, no durable copy)",
+            ["tier", "reason"],
+            registry=self.registry,
+        )
+        self.deletion_failures = Counter(
+            "tierd_deletion_failures_total",
+            "Deletions the tier failed (retried on the next pass)",
+            ["tier"],
+            registry=self.registry,
+        )
+        self.reverify_failures = Counter(
+            "tierd_reverify_failures_total",
+            "Durable copies whose re-check before a delete found bad or missing bytes",
+            ["tier"],
+            registry=self.registry,
+        )
+        self.tier_free_bytes = Gauge(
+            "tierd_tier_free_bytes", "Free bytes on the tier's file system", ["tier"], registry=self.registry
+        )
+        self.tier_used_bytes = Gauge(
+            "tierd_tier_used_bytes", "Used bytes on the tier's file system", ["tier"], registry=self.registry
+        )
+        self.tier_size_bytes = Gauge(
+            "tierd_tier_size_bytes", "Size of the tier's file system", ["tier"], registry=self.registry
+        )
+        self.pressure_blocked = Gauge(
+            "tierd_tier_pressure_blocked",
+            "1 while the tier is below its low mark and nothing more may be evicted",
+            ["tier"],
+            registry=self.registry,
+        )
         self.registry.register(_CatalogCollector(db, tiers))
 
 
@@ -94,4 +136,8 @@ class _CatalogCollector(Collector):
                 created = created if created.tzinfo else created.replace(tzinfo=UTC)
                 age.add_metric([verified.tier], (now - created).total_seconds())
             verified_bytes.add_metric([verified.tier], float(verified.total_bytes))
-        return [replicas, age, verified_bytes]
+        pinned = GaugeMetricFamily("tierd_checkpoints_pinned", "Checkpoints pinned (kept on every tier)")
+        pinned.add_metric([], stats.pinned)
+        held = GaugeMetricFamily("tierd_checkpoints_held", "Checkpoints under one or more legal holds")
+        held.add_metric([], stats.held)
+        return [replicas, age, verified_bytes, pinned, held]

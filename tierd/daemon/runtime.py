@@ -15,10 +15,12 @@ from tierd.api.server import ApiService
 from tierd.config import Config
 from tierd.daemon import sdnotify
 from tierd.daemon.aio import blocking, shutdown_executor
+from tierd.daemon.backends import ByteBudget, close_backends, make_backend
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import check_schema
 from tierd.daemon.context import Context
 from tierd.daemon.detect.service import DetectService
+from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.service import PipelineService
 from tierd.daemon.retention.service import RetentionService
 from tierd.daemon.service import Service
@@ -37,12 +39,16 @@ class Daemon:
         self.db = Database(config.catalog.url, busy_timeout_ms=config.catalog.busy_timeout_ms)
         self.ctx = Context(config=config, db=self.db)
         self.api = ApiService(create_app(self.ctx), config.api.host, config.api.port)
+        # The pipeline and retention share the tiers' backends (and their buffer budget);
+        # the daemon closes them once every service has stopped.
+        self.budget = ByteBudget(PipelineOptions().memory_budget)
+        self.backends = {t.name: make_backend(t, budget=self.budget) for t in config.tiers}
         # Start order; stop order is the reverse of the work flow: first stop taking new
         # work (watcher), then drain transfers, and keep the API up until last.
         self.services: list[Service] = [
             DetectService(self.ctx),
-            PipelineService(self.ctx),
-            RetentionService(self.ctx),
+            PipelineService(self.ctx, backends=self.backends, budget=self.budget),
+            RetentionService(self.ctx, self.backends),
             self.api,
         ]
         self._stop = asyncio.Event()
@@ -88,6 +94,7 @@ class Daemon:
                 await service.stop(max(remaining, 0))
             except Exception:
                 log.exception("service_stop_failed", service=service.name)
+        await close_backends(self.backends)
         await blocking(self.db.dispose)
         shutdown_executor()
         log.info("stopped")

@@ -42,7 +42,10 @@ def add_checkpoint(
         )
         for index, (tier, replica_state) in enumerate(zip(TIERS, states, strict=True)):
             if replica_state is not None:
-                ckpt.replicas.append(Replica(tier=tier, tier_index=index, state=replica_state))
+                verified_at = ckpt.created_at if replica_state == "verified" else None
+                ckpt.replicas.append(
+                    Replica(tier=tier, tier_index=index, state=replica_state, verified_at=verified_at)
+                )
         s.add(ckpt)
         s.flush()
         return ckpt.id

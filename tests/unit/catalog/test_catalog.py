@@ -78,6 +78,19 @@ def test_list_is_newest_first_paged_and_filtered(db: Database) -> None:
         assert (total, [r.step for r in rows]) == (2, [3, 1])
 
 
+def test_list_filters_by_step_alone_and_with_a_run(db: Database) -> None:
+    demo = _add_checkpoint(db, "demo", 7)
+    other = _add_checkpoint(db, "demo:7", 7)
+    _add_checkpoint(db, "demo", 8)
+    with db.read_session() as s:
+        rows, total = checkpoints.list_checkpoints(s, step=7)
+        assert (total, sorted(r.id for r in rows)) == (2, sorted([demo, other]))
+        rows, total = checkpoints.list_checkpoints(s, run="demo", step=7)
+        assert (total, [r.id for r in rows]) == (1, [demo])
+        rows, total = checkpoints.list_checkpoints(s, run="demo", step=9)
+        assert (total, rows) == (0, [])
+
+
 def test_missing_checkpoint_raises_not_found(db: Database) -> None:
     with db.read_session() as s, pytest.raises(NotFound):
         checkpoints.get_checkpoint(s, 12345)

@@ -209,6 +209,11 @@ def _orbax_commit(root: Path, step: int) -> None:
 # -- Hugging Face Trainer ----------------------------------------------------------------
 
 
+def hf_eval_loss(step: int) -> float:
+    """The eval loss the HF layout's ``trainer_state.json`` logs at ``step``."""
+    return 1.0 + 1.0 / step
+
+
 def _hf_dir(root: Path, step: int) -> Path:
     return root / "out" / f"checkpoint-{step}"
 
@@ -227,7 +232,12 @@ def _hf_write(root: Path, step: int, cut: bool) -> None:
 
 
 def _hf_commit(root: Path, step: int) -> None:
-    state = {"global_step": step, "log_history": [], "best_metric": None}
+    history = [
+        {"loss": 9.0, "learning_rate": 1e-4, "epoch": 0.5, "step": step - 1},
+        {"loss": 2.5, "grad_norm": 1.5, "epoch": 1.0, "step": step},
+        {"eval_loss": hf_eval_loss(step), "eval_runtime": 0.1, "epoch": 1.0, "step": step},
+    ]
+    state = {"global_step": step, "log_history": history, "best_metric": None}
     (_hf_dir(root, step) / "trainer_state.json").write_text(json.dumps(state))
 
 

@@ -241,3 +241,12 @@ def test_other_formats_shards_are_not_single_file_checkpoints(tmp_path: Path) ->
     write_torch(d / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
     write_torch(d / "rng_state_0.pth")
     assert scan_root(make_spec(root, tmp_path), NothingKnown()) == []
+
+
+def test_a_checkpoint_being_deleted_is_not_detected(tmp_path: Path) -> None:
+    """Retention renames a step out of sight before removing it: the scan never offers it."""
+    root = tmp_path / "job"
+    save_dcp(root / "step_5", 5)
+    save_dcp(root / "step_6", 6)
+    (root / "step_5").rename(root / ".step_5.tierd-deleting")
+    assert [f.step for f in scan_root(make_spec(root, tmp_path), NothingKnown())] == [6]

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from tests.unit.detect.helpers import NothingKnown, make_spec
-from tests.unit.detect.layouts import LAYOUTS, crc64_b64
+from tests.unit.detect.layouts import LAYOUTS, crc64_b64, hf_eval_loss
 from tierd.config import Config
 from tierd.daemon.aio import blocking
 from tierd.daemon.catalog.checkpoints import find_step
@@ -25,6 +25,7 @@ from tierd.daemon.detect.scan import Found, scan_root
 from tierd.errors import Unstable
 
 DCP = next(layout for layout in LAYOUTS if layout.name == "dcp")
+HF = next(layout for layout in LAYOUTS if layout.name == "hf")
 
 
 @pytest.fixture
@@ -217,3 +218,38 @@ async def test_vanished_checkpoint_marks_its_tier0_replica_deleted(ctx: Context)
         assert row is not None
         assert row.state == "complete"
         assert row.replicas[0].state == "deleted"
+
+
+async def test_the_trainers_metrics_of_the_step_are_recorded(ctx: Context) -> None:
+    watch = ctx.config.watch[0]
+    HF.uncommitted(watch.path, 40)
+    HF.commit(watch.path, 40)
+    spec = make_spec(watch.path, ctx.config.tier0.path)
+    (found,) = [f for f in scan_root(spec, NothingKnown()) if f.step == 40]
+    _, checkpoint_id = await _record(ctx, found)
+    with ctx.db.read_session() as session:
+        row = session.get(Checkpoint, checkpoint_id)
+        assert row is not None
+        metrics = row.metrics
+    assert metrics == {"loss": 2.5, "grad_norm": 1.5, "eval_loss": hf_eval_loss(40), "eval_runtime": 0.1}
+
+
+async def test_files_retention_removes_from_tier0_are_not_a_change(ctx: Context) -> None:
+    found = _found(ctx)
+    _, checkpoint_id = await _record(ctx, found)
+    with ctx.db.session() as session:
+        row = session.get(Checkpoint, checkpoint_id)
+        assert row is not None
+        tier0 = next(r for r in row.replicas if r.tier_index == 0)
+        tier0.state = "deleting"
+    shard = next(f.path for f in found.verdict.files if f.path.suffix == ".distcp")
+    shard.unlink()  # the deleter removed it; a file nobody recorded keeps the directory there
+    (found.candidate.path / "notes.txt").write_text("not recorded")
+    (rec,) = await blocking(load_recorded, ctx.db, ctx.config.node)
+    change = await blocking(compare, rec, ctx.config.tier0.path.resolve())
+    assert change is not None
+    await blocking(apply_change, ctx.db, rec, change)
+    with ctx.db.read_session() as session:
+        row = session.get(Checkpoint, checkpoint_id)
+        assert row is not None
+        assert row.state == "complete"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
+from sqlalchemy.orm import Session
 
-from tierd.api.deps import ContextDep, Operator, Reader, ReadSessionDep
+from tierd.api.deps import Admin, ContextDep, Operator, Reader, ReadSessionDep, SessionDep
 from tierd.api.problems import ProblemRoute, problem_responses
 from tierd.api.schemas import (
     BIGINT_MAX,
@@ -15,15 +17,24 @@ from tierd.api.schemas import (
     CheckpointDetail,
     CheckpointOut,
     CheckpointPage,
+    HoldIn,
+    MetricsIn,
     NotifyIn,
+    ReasonIn,
 )
 from tierd.daemon.aio import blocking
 from tierd.daemon.catalog import checkpoints as queries
+from tierd.daemon.catalog import deletions, protection
 from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import utcnow
+from tierd.daemon.context import Context
 from tierd.daemon.detect.notify import notify_checkpoint
-from tierd.errors import CatalogError, NotFound
+from tierd.errors import CatalogError, Conflict, NotFound
 
 __all__ = ["router"]
+
+ReasonQuery = Annotated[str, Query(max_length=1000, pattern=NO_NUL, description="why: kept in the audit log")]
+HoldName = Annotated[str, Path(min_length=1, max_length=128, pattern=NO_NUL)]
 
 router = APIRouter(prefix="/v1/checkpoints", tags=["checkpoints"], route_class=ProblemRoute)
 CheckpointId = Annotated[int, Path(ge=0, le=INTEGER_MAX)]
@@ -34,11 +45,12 @@ def list_checkpoints(
     session: ReadSessionDep,
     _caller: Reader,
     run: Annotated[str | None, Query(max_length=255, pattern=NO_NUL)] = None,
+    step: Annotated[int | None, Query(ge=0, le=BIGINT_MAX, description="only this step")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Annotated[int, Query(ge=0, le=BIGINT_MAX)] = 0,
 ) -> CheckpointPage:
-    """Checkpoints newest first, optionally of one run, a page at a time."""
-    rows, total = queries.list_checkpoints(session, run=run, limit=limit, offset=offset)
+    """Checkpoints newest first, optionally of one run and one step, a page at a time."""
+    rows, total = queries.list_checkpoints(session, run=run, step=step, limit=limit, offset=offset)
     next_offset = offset + limit if offset + limit < total else None
     return CheckpointPage(
         items=[CheckpointOut.of(r) for r in rows],
@@ -75,5 +87,119 @@ async def notify(body: NotifyIn, ctx: ContextDep, caller: Operator, response: Re
     result = await notify_checkpoint(
         ctx, run=body.run, step=body.step, path=body.path, fmt=body.format, actor=f"api:{caller}"
     )
+    if body.metrics:
+        await blocking(_set_metrics, ctx.db, result.checkpoint_id, body.metrics, f"api:{caller}")
     response.status_code = result.status
     return await blocking(_out, ctx.db, result.checkpoint_id)
+
+
+def _set_metrics(db: Database, checkpoint_id: int, metrics: dict[str, float], actor: str) -> None:
+    with db.session() as session:
+        protection.set_metrics(session, checkpoint_id, metrics, actor=actor)
+
+
+# Pins, holds, metrics and deletion. Each answers the checkpoint as it now is.
+
+CheckpointProblems = problem_responses(NotFound)
+
+
+def _after(
+    ctx: Context, session: Session, checkpoint_id: int, *, wake_retention: bool = False
+) -> CheckpointOut:
+    session.flush()
+    if wake_retention and ctx.retention is not None:
+        ctx.retention.wake()
+    return CheckpointOut.of(queries.load_checkpoint(session, checkpoint_id))
+
+
+@router.put("/{checkpoint_id}/pin", responses=CheckpointProblems)
+def pin(
+    ctx: ContextDep,
+    session: SessionDep,
+    caller: Operator,
+    checkpoint_id: CheckpointId,
+    body: ReasonIn | None = None,
+) -> CheckpointOut:
+    """Pin ("golden"): kept on every tier, and copied again to every durable tier that dropped it."""
+    durable = [t.name for t in ctx.config.tiers if t.durable]
+    reason = body.reason if body else ""
+    protection.pin(session, checkpoint_id, actor=f"api:{caller}", reason=reason, durable_tiers=durable)
+    ctx.wake_pipeline()
+    return _after(ctx, session, checkpoint_id)
+
+
+@router.delete("/{checkpoint_id}/pin", responses=CheckpointProblems)
+def unpin(
+    ctx: ContextDep,
+    session: SessionDep,
+    caller: Operator,
+    checkpoint_id: CheckpointId,
+    reason: ReasonQuery = "",
+) -> CheckpointOut:
+    """Give the checkpoint back to retention."""
+    protection.unpin(session, checkpoint_id, actor=f"api:{caller}", reason=reason)
+    return _after(ctx, session, checkpoint_id, wake_retention=True)
+
+
+@router.post("/{checkpoint_id}/holds", status_code=201, responses=problem_responses(NotFound, Conflict))
+def add_hold(
+    ctx: ContextDep, session: SessionDep, caller: Admin, checkpoint_id: CheckpointId, body: HoldIn
+) -> CheckpointOut:
+    """Set a named legal hold (admin): no tier deletes the checkpoint while any hold is set."""
+    protection.add_hold(session, checkpoint_id, name=body.name, reason=body.reason, actor=f"api:{caller}")
+    return _after(ctx, session, checkpoint_id)
+
+
+@router.delete("/{checkpoint_id}/holds/{name}", responses=CheckpointProblems)
+def release_hold(
+    ctx: ContextDep,
+    session: SessionDep,
+    caller: Admin,
+    checkpoint_id: CheckpointId,
+    name: str,
+    reason: ReasonQuery = "",
+) -> CheckpointOut:
+    """Release a legal hold (admin)."""
+    protection.release_hold(session, checkpoint_id, name=name, actor=f"api:{caller}", reason=reason)
+    return _after(ctx, session, checkpoint_id, wake_retention=True)
+
+
+@router.put("/{checkpoint_id}/metrics", responses=CheckpointProblems)
+def put_metrics(
+    ctx: ContextDep, session: SessionDep, caller: Operator, checkpoint_id: CheckpointId, body: MetricsIn
+) -> CheckpointOut:
+    """Merge metrics into the checkpoint's (``keep_best`` reads them)."""
+    protection.set_metrics(session, checkpoint_id, body.metrics, actor=f"api:{caller}")
+    return _after(ctx, session, checkpoint_id, wake_retention=True)
+
+
+@router.delete("/{checkpoint_id}", status_code=202, responses=problem_responses(NotFound, Conflict))
+def delete_checkpoint(
+    ctx: ContextDep,
+    session: SessionDep,
+    caller: Admin,
+    checkpoint_id: CheckpointId,
+    reason: Annotated[
+        str, Query(min_length=1, max_length=1000, pattern=NO_NUL, description="why: kept in the audit log")
+    ],
+) -> CheckpointOut:
+    """Delete on every tier, each after its ``delete_delay`` (admin); 409 when pinned or held."""
+    delays = {t.name: timedelta(seconds=t.delete_delay) for t in ctx.config.tiers}
+    deletions.schedule_checkpoint_deletion(
+        session, checkpoint_id, delays=delays, now=utcnow(), actor=f"api:{caller}", reason=reason
+    )
+    return _after(ctx, session, checkpoint_id, wake_retention=True)
+
+
+@router.post("/{checkpoint_id}/undelete", responses=problem_responses(NotFound, Conflict))
+def undelete(
+    ctx: ContextDep,
+    session: SessionDep,
+    caller: Operator,
+    checkpoint_id: CheckpointId,
+    body: ReasonIn | None = None,
+) -> CheckpointOut:
+    """Cancel every deletion not yet begun, and pin the checkpoint (unpin gives it back to retention)."""
+    reason = body.reason if body else ""
+    deletions.undelete(session, checkpoint_id, actor=f"api:{caller}", reason=reason)
+    return _after(ctx, session, checkpoint_id)

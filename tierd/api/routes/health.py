@@ -10,6 +10,7 @@ from tierd.api.deps import ContextDep
 from tierd.api.problems import ProblemRoute, problem, problem_responses
 from tierd.api.schemas import Health, Ready
 from tierd.daemon.aio import blocking
+from tierd.daemon.context import Context
 from tierd.errors import CatalogError
 
 __all__ = ["router"]
@@ -41,4 +42,14 @@ async def readyz(ctx: ContextDep) -> Ready | JSONResponse:
         failures.append("draining for shutdown")
     if failures:
         return problem(503, "; ".join(failures), title="Not ready", checks=failures)
-    return Ready(status="ready", node=ctx.config.node)
+    return Ready(status="ready", node=ctx.config.node, warnings=_warnings(ctx))
+
+
+def _warnings(ctx: Context) -> list[str]:
+    if ctx.retention is None:
+        return []
+    return [
+        f"tier {tier}: disk pressure: {state.blocked}"
+        for tier, state in ctx.retention.pressure.state.items()
+        if state.blocked is not None
+    ]

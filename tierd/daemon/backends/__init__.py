@@ -6,6 +6,8 @@ object between tiers (server-side when the two allow it, else streamed).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from tierd.config import PosixTier, S3Tier
 from tierd.daemon.backends.base import (
     Backend,
@@ -18,6 +20,7 @@ from tierd.daemon.backends.base import (
     RangeReader,
     ResumeStore,
     SmallFile,
+    Space,
     UploadState,
     Verification,
     check_prefix,
@@ -27,6 +30,9 @@ from tierd.daemon.backends.base import (
 from tierd.daemon.backends.budget import ByteBudget, default_budget
 from tierd.daemon.backends.posix import PosixBackend
 from tierd.daemon.backends.s3 import S3Backend
+from tierd.logs import get_logger
+
+log = get_logger(__name__)
 
 __all__ = [
     "Backend",
@@ -42,12 +48,14 @@ __all__ = [
     "ResumeStore",
     "S3Backend",
     "SmallFile",
+    "Space",
     "UploadState",
     "Verification",
     "check_prefix",
     "check_relpath",
     "copy_object",
     "default_budget",
+    "close_backends",
     "make_backend",
 ]
 
@@ -61,3 +69,12 @@ def make_backend(tier: PosixTier | S3Tier, *, budget: ByteBudget | None = None) 
     if isinstance(tier, PosixTier):
         return PosixBackend(tier, budget=budget)
     return S3Backend(tier, budget=budget)
+
+
+async def close_backends(backends: Mapping[str, Backend]) -> None:
+    """Close each backend; a failure is logged, never raised (closing is best effort at exit)."""
+    for backend in backends.values():
+        try:
+            await backend.close()
+        except Exception as exc:
+            log.warning("backend_close_failed", tier=backend.name, error=str(exc))

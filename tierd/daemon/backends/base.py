@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from tierd.daemon.backends.budget import ByteBudget
 
 __all__ = [
+    "Space",
     "Backend",
     "BytesReader",
     "Features",
@@ -70,6 +71,14 @@ class Features:
     native_checksum: bool  # the store validates/reports a full-object CRC64NVME
     server_side_copy: bool  # copy_from() works for a source that can_copy_from() accepts
     multipart: bool  # parallel parts, resumable through a ResumeStore
+
+
+@dataclass(frozen=True)
+class Space:
+    """A tier's file system: its size and the bytes free to an unprivileged writer."""
+
+    total: int
+    free: int
 
 
 @dataclass(frozen=True)
@@ -295,6 +304,22 @@ class Backend(ABC):
     async def prefetch(self, relpaths: Sequence[str]) -> None:
         """Hint that these objects will be read soon (by default nothing); never raises."""
         return None
+
+    async def space(self) -> Space | None:
+        """Size and free bytes of the tier's file system; None for stores that do not fill up.
+
+        Raises TransientBackendError when the tier cannot be reached.
+        """
+        return None
+
+    async def remove_checkpoint(self, path: str, markers: Sequence[str], rest: Sequence[str]) -> None:
+        """Remove the files of the checkpoint at ``path`` so it never looks complete while half removed.
+
+        ``markers`` (completion markers) go before ``rest``; missing files are fine. By
+        default one ``delete`` after another. Raises Transient/PermanentBackendError.
+        """
+        for relpath in [*markers, *rest]:
+            await self.delete(relpath)
 
     async def local_disk(self) -> bool:
         """Whether the tier is a file system of this node's own disks (by default not); never raises.

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.models import AuditEvent
 
-__all__ = ["append_event", "list_events"]
+__all__ = ["append_event", "list_events", "recent_events"]
 
 
 def append_event(
@@ -40,4 +40,16 @@ def list_events(session: Session, *, checkpoint_id: int | None = None) -> list[A
     query = select(AuditEvent).order_by(AuditEvent.id)
     if checkpoint_id is not None:
         query = query.where(AuditEvent.checkpoint_id == checkpoint_id)
+    return list(session.scalars(query))
+
+
+def recent_events(
+    session: Session, *, checkpoint_id: int | None = None, limit: int = 100, before: int | None = None
+) -> list[AuditEvent]:
+    """At most ``limit`` events newest first (of one checkpoint when given), older than id ``before``."""
+    query = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)
+    if checkpoint_id is not None:
+        query = query.where(AuditEvent.checkpoint_id == checkpoint_id)
+    if before is not None:
+        query = query.where(AuditEvent.id < before)
     return list(session.scalars(query))

@@ -128,9 +128,15 @@ def complete_checkpoint(
     *,
     created_at: datetime,
     completed_at: datetime,
+    metrics: Mapping[str, float] | None = None,
 ) -> None:
-    """Mark ``row`` complete with ``files`` (checksums taken with this build's algorithm)."""
+    """Mark ``row`` complete with ``files`` (checksums taken with this build's algorithm).
+
+    ``metrics`` the format wrote join those already set (by a notify call, which wins).
+    """
     row.state = CheckpointState.COMPLETE.value
+    if metrics:
+        row.metrics = {**metrics, **(row.metrics or {})}
     row.total_bytes = sum(f.size for f in files)
     row.file_count = len(files)
     row.created_at = created_at
@@ -225,21 +231,30 @@ def load_checkpoint(session: Session, checkpoint_id: int) -> Checkpoint:
     return session.scalars(
         select(Checkpoint)
         .where(Checkpoint.id == checkpoint_id)
-        .options(selectinload(Checkpoint.run), selectinload(Checkpoint.replicas))
+        .options(
+            selectinload(Checkpoint.run), selectinload(Checkpoint.replicas), selectinload(Checkpoint.holds)
+        )
         .execution_options(populate_existing=True)
     ).one()
 
 
 def list_checkpoints(
-    session: Session, *, run: str | None = None, limit: int = 50, offset: int = 0
+    session: Session, *, run: str | None = None, step: int | None = None, limit: int = 50, offset: int = 0
 ) -> tuple[list[Checkpoint], int]:
-    """Checkpoints newest first (by creation time, then id), with replicas loaded; and the total."""
+    """Checkpoints newest first (by creation time, then id), with replicas loaded; and the total.
+
+    ``run`` and ``step`` filter (together they name at most one checkpoint: ``RUN:STEP``).
+    """
     query = select(Checkpoint).join(Checkpoint.run)
     if run is not None:
         query = query.where(Run.name == run)
+    if step is not None:
+        query = query.where(Checkpoint.step == step)
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     rows = session.scalars(
-        query.options(selectinload(Checkpoint.replicas), selectinload(Checkpoint.run))
+        query.options(
+            selectinload(Checkpoint.replicas), selectinload(Checkpoint.run), selectinload(Checkpoint.holds)
+        )
         .order_by(Checkpoint.created_at.desc(), Checkpoint.id.desc())
         .limit(limit)
         .offset(offset)
@@ -256,6 +271,7 @@ def get_checkpoint(session: Session, checkpoint_id: int) -> Checkpoint:
             selectinload(Checkpoint.replicas),
             selectinload(Checkpoint.files),
             selectinload(Checkpoint.run),
+            selectinload(Checkpoint.holds),
         )
     ).one_or_none()
     if row is None:

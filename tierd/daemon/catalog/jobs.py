@@ -29,6 +29,7 @@ from tierd.daemon.catalog.replicas import requeue_copying_replica
 __all__ = [
     "OPEN_STATES",
     "Claim",
+    "cancel_copy_jobs",
     "claim_next_copy_job",
     "end_job_run",
     "enqueue_copy_job",
@@ -243,6 +244,18 @@ def end_job_run(session: Session, job: Job, state: JobState, error: str | None) 
     job.lease_owner = None
     job.lease_expires_at = None
     job.last_error = error
+
+
+def cancel_copy_jobs(session: Session, checkpoint_id: int, reason: str) -> int:
+    """Cancel the checkpoint's open copy jobs; a running one loses its lease at its next save."""
+    jobs = session.scalars(
+        select(Job).where(
+            Job.checkpoint_id == checkpoint_id, Job.kind == JobKind.COPY.value, Job.state.in_(OPEN_STATES)
+        )
+    ).all()
+    for job in jobs:
+        end_job_run(session, job, JobState.CANCELLED, reason)
+    return len(jobs)
 
 
 def fail_job_run(session: Session, job: Job, error: str, *, reason: str, retry_at: datetime | None) -> None:

@@ -32,6 +32,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointState",
     "File",
+    "Hold",
     "Job",
     "JobFileDone",
     "Upload",
@@ -146,7 +147,8 @@ class Checkpoint(Base):
     state: Mapped[str] = mapped_column(String(16), default=CheckpointState.COMPLETE.value)
     node: Mapped[str] = mapped_column(String(255), default="")
     pinned: Mapped[bool] = mapped_column(Boolean, default=False)
-    hold: Mapped[str | None] = mapped_column(String(255), default=None)
+    #: Figures of merit (``eval_loss`` ...) from the notify call, the API or the format's own files.
+    metrics: Mapped[dict[str, float]] = mapped_column(JSON, default=dict)
     total_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     file_count: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
@@ -159,6 +161,25 @@ class Checkpoint(Base):
     replicas: Mapped[list[Replica]] = relationship(
         back_populates="checkpoint", order_by="Replica.tier_index", cascade="all, delete-orphan"
     )
+    holds: Mapped[list[Hold]] = relationship(
+        back_populates="checkpoint", order_by="Hold.name", cascade="all, delete-orphan"
+    )
+
+
+class Hold(Base):
+    """A legal hold on a checkpoint: while any exists, no tier deletes any of its replicas."""
+
+    __tablename__ = "holds"
+    __table_args__ = (UniqueConstraint("checkpoint_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoints.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(128))
+    reason: Mapped[str] = mapped_column(Text)
+    actor: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    checkpoint: Mapped[Checkpoint] = relationship(back_populates="holds")
 
 
 class File(Base):
@@ -196,6 +217,10 @@ class Replica(Base):
     bytes_done: Mapped[int] = mapped_column(BigInteger, default=0)
     verified_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
+    #: While ``deleting``: when the delete may run (undelete until then); None once it has begun.
+    delete_after: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    #: Why the replica is being (or was) deleted: the policy's reason, eviction, or the API's.
+    delete_reason: Mapped[str | None] = mapped_column(Text, default=None)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
     checkpoint: Mapped[Checkpoint] = relationship(back_populates="replicas")

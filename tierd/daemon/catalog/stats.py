@@ -1,4 +1,4 @@
-"""Totals over the catalog for the metrics scrape: replicas by tier and state, verified data by tier."""
+"""Totals over the catalog for the metrics scrape: replicas by tier and state, verified data, pins, holds."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import Checkpoint, Replica, ReplicaState
+from tierd.daemon.catalog.models import Checkpoint, Hold, Replica, ReplicaState
 
 __all__ = ["ReplicaStats", "TierVerified", "replica_stats"]
 
@@ -28,6 +28,8 @@ class ReplicaStats:
 
     counts: dict[tuple[str, str], int]
     verified: list[TierVerified]
+    pinned: int = 0
+    held: int = 0
 
 
 def replica_stats(db: Database) -> ReplicaStats:
@@ -42,7 +44,11 @@ def replica_stats(db: Database) -> ReplicaStats:
             .where(Replica.state == ReplicaState.VERIFIED.value)
             .group_by(Replica.tier)
         ).all()
+        pinned = session.scalar(select(func.count()).select_from(Checkpoint).where(Checkpoint.pinned))
+        held = session.scalar(select(func.count(func.distinct(Hold.checkpoint_id))))
     return ReplicaStats(
         counts={(tier, state): n for tier, state, n in counts},
         verified=[TierVerified(tier, created, int(total or 0)) for tier, created, total in newest],
+        pinned=int(pinned or 0),
+        held=int(held or 0),
     )

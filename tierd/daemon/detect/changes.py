@@ -127,10 +127,10 @@ def apply_change(db: Database, rec: Recorded, change: Change) -> None:
         row = find_checkpoint(session, rec.id)
         if row is None or row.state != CheckpointState.COMPLETE.value:
             return
+        replica = first_tier_replica(session, row.id)
+        if replica is None or replica.state != ReplicaState.VERIFIED.value:
+            return  # tier 0's copy is being deleted (or is gone): its files are meant to vanish
         if change.vanished:
-            replica = first_tier_replica(session, row.id)
-            if replica is None or replica.state != ReplicaState.VERIFIED.value:
-                return
             mark_replica_deleted(replica)
             append_event(
                 session,

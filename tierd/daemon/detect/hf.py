@@ -15,7 +15,9 @@ is claimed and never recorded.
 from __future__ import annotations
 
 import json
+import math
 import re
+from pathlib import Path
 
 from tierd.daemon.detect.dcp import dcp_problem, looks_like_dcp
 from tierd.daemon.detect.deepspeed import LATEST, deepspeed_problem, read_tag
@@ -32,7 +34,7 @@ from tierd.daemon.detect.layout import (
     walk_files,
 )
 
-__all__ = ["TRAINER_STATE", "HfDetector"]
+__all__ = ["TRAINER_STATE", "HfDetector", "trainer_metrics"]
 
 TRAINER_STATE = "trainer_state.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -53,6 +55,38 @@ def _state_ok(files: list[FileStat], directory_name: str) -> str | None:
     if not isinstance(data, dict) or "global_step" not in data:
         return f"{TRAINER_STATE} has no global_step"
     return None
+
+
+def trainer_metrics(path: Path) -> dict[str, float]:
+    """The numbers the Trainer logged at its checkpoint's step (``eval_loss``, ``loss``, ...).
+
+    Read from ``log_history``: every entry whose ``step`` is the state's ``global_step``,
+    later entries winning; ``step`` and ``epoch`` are positions, not metrics. Empty when the
+    file cannot be read (completeness is decided elsewhere).
+    """
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or not isinstance(data.get("log_history"), list):
+        return {}
+    step = data.get("global_step")
+    metrics: dict[str, float] = {}
+    for entry in data["log_history"]:
+        if isinstance(entry, dict) and entry.get("step") == step:
+            metrics.update(_numbers(entry))
+    return metrics
+
+
+def _numbers(entry: dict[str, object]) -> dict[str, float]:
+    return {
+        key: float(value)
+        for key, value in entry.items()
+        if key not in ("step", "epoch")
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    }
 
 
 def _rng_problem(files: list[FileStat]) -> str | None:
@@ -92,7 +126,8 @@ class HfDetector:
         )
         if problem is not None:
             return incomplete(problem)
-        return Verdict(True, f"{TRAINER_STATE} written", tuple(files))
+        metrics = trainer_metrics(candidate.path / TRAINER_STATE)
+        return Verdict(True, f"{TRAINER_STATE} written", tuple(files), metrics=metrics)
 
     def _nested_problem(self, candidate: Candidate, files: list[FileStat]) -> str | None:
         listing = list_dir(candidate.path)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from tierd.daemon.backends.posix.remove import TRASH_SUFFIX
+
 __all__ = [
     "Candidate",
     "Detector",
@@ -105,6 +107,8 @@ class Verdict:
     reason: str
     files: tuple[FileStat, ...] = ()
     retry_after: float | None = None
+    #: Figures of merit the format itself wrote for the step (the HF Trainer's eval metrics).
+    metrics: Mapping[str, float] = field(default_factory=dict)
 
 
 def incomplete(reason: str, retry_after: float | None = None) -> Verdict:
@@ -131,11 +135,16 @@ class Detector(Protocol):
 
 
 def list_dir(path: Path) -> Listing:
-    """List ``path`` with one ``scandir``; an unreadable or vanished directory lists empty."""
+    """List ``path`` with one ``scandir``; an unreadable or vanished directory lists empty.
+
+    A checkpoint tierd is deleting (renamed to ``.<name>.tierd-deleting``) is not listed.
+    """
     entries: dict[str, Entry] = {}
     try:
         with os.scandir(path) as it:
             for item in it:
+                if item.name.endswith(TRASH_SUFFIX):
+                    continue
                 try:
                     is_dir = item.is_dir(follow_symlinks=False)
                     is_file = item.is_file(follow_symlinks=False)

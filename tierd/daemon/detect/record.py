@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
@@ -68,6 +68,7 @@ class Detection:
     actor: str
     action: str
     reason: str
+    metrics: Mapping[str, float] = field(default_factory=dict)
 
 
 class Outcome(Enum):
@@ -126,7 +127,9 @@ def write_complete(db: Database, config: Config, det: Detection) -> tuple[Outcom
                 outcome = Outcome.COMPLETED
         newest = max((f.mtime_ns for f in det.files), default=0)
         created_at = datetime.fromtimestamp(newest / 1e9, UTC) if newest else now
-        complete_checkpoint(session, row, det.files, created_at=created_at, completed_at=now)
+        complete_checkpoint(
+            session, row, det.files, created_at=created_at, completed_at=now, metrics=det.metrics
+        )
         location = str(config.tier0.path.resolve() / det.relpath)
         add_first_replicas(
             session, row.id, [t.name for t in config.tiers], location=location, verified_at=now
@@ -204,7 +207,7 @@ async def record_checkpoint(
         again = await blocking(recheck)
         if not again.complete or set(again.files) != set(verdict.files):
             raise Unstable("the checkpoint changed while it was hashed")
-    det = Detection(run, step, fmt, relpath, hashed, actor, action, verdict.reason)
+    det = Detection(run, step, fmt, relpath, hashed, actor, action, verdict.reason, verdict.metrics)
     outcome, checkpoint_id = await blocking(write_complete, ctx.db, ctx.config, det)
     if outcome is not Outcome.EXISTING:
         ctx.metrics.detected.labels(fmt).inc()

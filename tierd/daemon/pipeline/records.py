@@ -138,7 +138,8 @@ def mark_verified(db: Database, plan: HopPlan, owner: str, location: str, second
     with db.session() as session:
         job = owned_job(session, claim.job_id, owner)
         replica = find_replica(session, claim.checkpoint_id, claim.dst_tier)
-        if job is None or replica is None:
+        # A replica deleted meanwhile (by an operator) is not brought back by a copy that finished.
+        if job is None or replica is None or replica.state != ReplicaState.COPYING.value:
             return False
         mark_replica_verified(replica, location, plan.total_bytes)
         end_job_run(session, job, JobState.DONE, None)

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tierd.daemon.aio import blocking
-from tierd.daemon.backends import Backend, ByteBudget, make_backend
+from tierd.daemon.backends import Backend, ByteBudget, close_backends, make_backend
 from tierd.daemon.catalog.jobs import (
     Claim,
     claim_next_copy_job,
@@ -65,7 +65,9 @@ class PipelineService:
         ctx: Context,
         options: PipelineOptions | None = None,
         backends: Mapping[str, Backend] | None = None,
+        budget: ByteBudget | None = None,
     ) -> None:
+        """``backends`` given (with the ``budget`` they share) stay open at stop: their owner closes them."""
         self.ctx = ctx
         self.options = options or PipelineOptions()
         self.tiers = list(ctx.config.tiers)
@@ -78,7 +80,7 @@ class PipelineService:
         self._stopping = False
         self._loop: asyncio.Task[None] | None = None
         self._janitor: Janitor | None = None
-        self._budget: ByteBudget | None = None  # the backends' shared one, when this service made them
+        self._budget = budget  # the backends' shared one, dropped while the pipeline is idle
 
     async def start(self) -> None:
         """Requeue this node's orphaned jobs, open the backends, start the loops."""
@@ -180,11 +182,8 @@ class PipelineService:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._loop
         await self._drain(deadline)
-        for backend in self.backends.values():
-            try:
-                await backend.close()
-            except Exception as exc:  # closing is best effort at exit
-                log.warning("backend_close_failed", tier=backend.name, error=str(exc))
+        if self._given_backends is None:
+            await close_backends(self.backends)
 
     async def _drain(self, deadline: float) -> None:
         """Cut older checkpoints' jobs now, the newest's at ``deadline``; log which was which."""

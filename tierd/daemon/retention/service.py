@@ -1,26 +1,251 @@
-"""The retention service. No policies are configurable yet, so it keeps every replica."""
+"""The retention service: applies each tier's policy, runs due deletions, relieves disk pressure.
+
+Every ``retention.interval`` (and when woken), one pass:
+
+1. reads the catalog once and plans (``snapshot``: the pure planner over every live checkpoint);
+2. schedules the plan's deletions (``deleting`` until now + the tier's ``delete_delay``) and
+   gives back retention deletions the plan no longer wants, in one transaction;
+3. runs the deletions that are due (``deleter``), each vetoed when the fresh plan keeps it;
+4. evicts on POSIX tiers below their low mark (``pressure``).
+
+With ``retention.dry_run`` a pass logs what it would schedule and touches nothing; due
+deletions and eviction do not run either. A tier with no retention block keeps everything.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from tierd.config import Config
+from tierd.daemon.aio import blocking
+from tierd.daemon.backends import Backend
+from tierd.daemon.catalog import deletions
+from tierd.daemon.catalog import retention as catalog_retention
+from tierd.daemon.catalog.deletions import DueDeletion, Origin
+from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.context import Context
+from tierd.daemon.retention.deleter import Deleter, Outcome
+from tierd.daemon.retention.plan import Action, Verdict
+from tierd.daemon.retention.pressure import Pressure
+from tierd.daemon.retention.snapshot import Snapshot, take_snapshot
+from tierd.errors import TierdError
 from tierd.logs import get_logger
 
-__all__ = ["RetentionService"]
+__all__ = ["PassReport", "RetentionService"]
 
 log = get_logger(__name__)
+ACTOR = "retention"
+#: A plan is made again at least this often even when nothing seems to have changed.
+REPLAN_SECONDS = 600.0
+
+
+@dataclass
+class PassReport:
+    """What one pass did."""
+
+    scheduled: int = 0
+    cancelled: int = 0
+    outcomes: list[Outcome] = field(default_factory=list)
+    dry_run: bool = False
+
+    @property
+    def deleted(self) -> int:
+        """Replicas whose bytes this pass removed."""
+        return sum(1 for o in self.outcomes if o.result == "deleted")
 
 
 class RetentionService:
-    """Keeps everything until retention policies exist; present so the lifecycle is complete."""
+    """Runs retention passes (see the module docstring)."""
 
     name = "retention"
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, backends: Mapping[str, Backend]) -> None:
         self.ctx = ctx
+        self.config = ctx.config
+        self.deleter = Deleter(ctx.config, ctx.db, backends, ctx.metrics, on_bad_copy=ctx.wake_pipeline)
+        self.pressure = Pressure(ctx.config, ctx.db, backends, self.deleter, ctx.metrics, self.snapshot)
+        self.wakeup = asyncio.Event()
+        self._loop: asyncio.Task[None] | None = None
+        self._pass_lock = asyncio.Lock()
+        self._stopping = False
+        self._woken = False
+        self._last_marker: tuple[object, ...] | None = None
+        self._replan_at: datetime | None = None
+        self._dry_logged: set[tuple[int, str]] = set()
+
+    def snapshot(self, now: datetime | None = None) -> Snapshot:
+        """The catalog planned now (blocking)."""
+        return take_snapshot(self.ctx.db, self.deleter.rules, now or utcnow())
 
     async def start(self) -> None:
-        """Nothing to evaluate: no tier has a retention policy."""
-        log.info("retention_keeps_everything", tiers=[t.name for t in self.ctx.config.tiers])
+        """Start the pass loop, and tell the log what each tier keeps."""
+        for tier, rules in zip(self.config.tiers, self.deleter.rules, strict=True):
+            log.info(
+                "retention_tier",
+                tier=tier.name,
+                durable=tier.durable,
+                policy=rules.policy.name,
+                delete_delay_seconds=tier.delete_delay,
+                dry_run=self.config.retention.dry_run,
+            )
+        self.ctx.retention = self
+        self._loop = asyncio.create_task(self._run(), name="retention:loop")
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            try:
+                await self.run_pass()
+            except TierdError as exc:
+                log.warning("retention_pass_failed", error=str(exc))
+            except Exception:
+                log.exception("retention_pass_crashed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wakeup.wait(), self.config.retention.interval)
+            self.wakeup.clear()
+
+    async def run_pass(self, now: datetime | None = None) -> PassReport:
+        """One pass (see the module docstring); passes never overlap.
+
+        The plan is made again only when the catalog changed since the last one (its
+        ``change_marker``), a ``keep_within`` window moved past a checkpoint, the service
+        was woken, or ``REPLAN_SECONDS`` passed: an idle daemon reads one row per pass.
+        """
+        async with self._pass_lock:
+            now = now or utcnow()
+            report = PassReport(dry_run=self.config.retention.dry_run)
+            marker = await blocking(self._marker)
+            snap = None
+            if self._stale(marker, now):
+                snap = await blocking(self.snapshot, now)
+                self._planned(marker, snap, now)
+                if report.dry_run:
+                    self._dry_run(snap)
+                else:
+                    report.scheduled, report.cancelled = await blocking(self._apply, snap, now)
+                    if report.scheduled or report.cancelled:
+                        snap = None  # the plan's own changes: the veto reads a fresh one
+            if report.dry_run:
+                return report
+            due = await blocking(self.deleter.due, now)
+            if due:
+                fresh = snap if snap is not None else await blocking(self.snapshot, now)
+                report.outcomes = await self.deleter.run(due, now, veto=functools.partial(_veto, fresh))
+            await self.pressure.relieve_all()
+            self._log(report)
+            return report
+
+    def _marker(self) -> tuple[object, ...]:
+        with self.ctx.db.read_session() as session:
+            return catalog_retention.change_marker(session)
+
+    def _stale(self, marker: tuple[object, ...], now: datetime) -> bool:
+        woken, self._woken = self._woken, False
+        return woken or marker != self._last_marker or self._replan_at is None or now >= self._replan_at
+
+    def _planned(self, marker: tuple[object, ...], snap: Snapshot, now: datetime) -> None:
+        self._last_marker = marker
+        self._replan_at = min(
+            now + timedelta(seconds=REPLAN_SECONDS), _next_window_edge(snap, self.config, now)
+        )
+
+    def wake(self) -> None:
+        """Plan again now (a pin, hold, metric or delete changed what retention decides)."""
+        self._woken = True
+        self.wakeup.set()
+
+    def _log(self, report: PassReport) -> None:
+        if report.scheduled or report.outcomes:
+            log.info(
+                "retention_pass",
+                scheduled=report.scheduled,
+                cancelled=report.cancelled,
+                deleted=report.deleted,
+                refused=sum(o.result == "refused" for o in report.outcomes),
+            )
+
+    def _apply(self, snap: Snapshot, now: datetime) -> tuple[int, int]:
+        """Schedule the plan's new deletions and cancel the ones it dropped, in one transaction."""
+        delays = {t.name: timedelta(seconds=t.delete_delay) for t in self.config.tiers}
+        items = [
+            deletions.Scheduled(v.checkpoint_id, v.tier, now + delays[v.tier], v.reason, v.policy)
+            for v in snap.plan.deletions()
+            if v.schedules_deletion
+        ]
+        cancelled = 0
+        with self.ctx.db.session() as session:
+            scheduled = len(
+                deletions.schedule_replica_deletions(session, items, origin=Origin.RETENTION, actor=ACTOR)
+            )
+            for verdict in snap.plan.cancellations():
+                if deletions.cancel_retention_deletion(
+                    session, verdict.checkpoint_id, verdict.tier, reason=verdict.reason, actor=ACTOR
+                ):
+                    cancelled += 1
+        return scheduled, cancelled
+
+    def _dry_run(self, snap: Snapshot) -> None:
+        """Log what would be scheduled: each decision once, and a count per tier every plan."""
+        would = {(v.checkpoint_id, v.tier): v for v in snap.plan.deletions() if v.schedules_deletion}
+        for key in would.keys() - self._dry_logged:
+            verdict = would[key]
+            log.info(
+                "retention_dry_run_would_delete",
+                checkpoint=verdict.checkpoint_id,
+                tier=verdict.tier,
+                policy=verdict.policy,
+                reason=verdict.reason,
+            )
+        self._dry_logged = set(would)
+        counts = {
+            t.name: sum(1 for tier in (k[1] for k in would) if tier == t.name) for t in self.config.tiers
+        }
+        log.info("retention_dry_run", would_delete=counts)
 
     async def stop(self, timeout: float) -> None:
-        """Nothing in flight to drain."""
+        """Stop the loop; a deletion under way may finish within ``timeout``, else resumes after restart."""
+        self._stopping = True
+        self.wakeup.set()
+        if self._loop is None:
+            return
+        _, late = await asyncio.wait([self._loop], timeout=max(timeout, 0))
+        if late:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop
+            log.info("retention_cut", detail="a pass was cut; begun deletions finish after restart")
+
+
+def _veto(snap: Snapshot, due: DueDeletion) -> str | None:
+    """Why a due deletion must not run now, by the fresh plan; None when it may."""
+    checkpoint = snap.by_id(due.checkpoint_id)
+    if checkpoint is None:
+        return None  # the checkpoint row is gone: nothing protects its bytes any more
+    if due.origin is Origin.RETENTION:
+        verdict: Verdict | None = snap.plan.verdict(due.checkpoint_id, due.tier)
+        if verdict is not None and verdict.action is not Action.DELETE:
+            return verdict.reason
+        return None
+    if due.origin is Origin.EVICTION:
+        blocks = snap.protections[due.checkpoint_id]
+        return "; ".join(b.reason for b in blocks) or None
+    return None  # an operator's deletion: the deleter still refuses pinned or held checkpoints
+
+
+def _next_window_edge(snap: Snapshot, config: Config, now: datetime) -> datetime:
+    """The first moment a ``keep_within`` window stops covering a checkpoint (far off if none)."""
+    edge = now + timedelta(days=3650)
+    windows = [t.retention.keep_within for t in config.tiers if t.retention.keep_within is not None]
+    if not windows:
+        return edge
+    for checkpoint in snap.checkpoints:
+        if checkpoint.facts.complete:
+            for seconds in windows:
+                leaves = checkpoint.facts.finished_at + timedelta(seconds=seconds)
+                if now < leaves < edge:
+                    edge = leaves
+    return edge

@@ -56,6 +56,7 @@ from tierd.daemon.backends.base import (
     RangeReader,
     ResumeStore,
     SmallFile,
+    Space,
     Verification,
     WriteBatch,
     check_prefix,
@@ -70,11 +71,11 @@ from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix import fstype
 from tierd.daemon.backends.posix.batch import PosixBatch
 from tierd.daemon.backends.posix.errors import os_errors, translate_oserror
+from tierd.daemon.backends.posix.remove import remove_checkpoint_tree, unlink_and_prune
 from tierd.daemon.backends.posix.temp import (
     TEMP_MARK,
     TempFile,
     discard_all,
-    fsync_dir,
     is_temp_name,
     remove_abandoned,
     remove_stale_temps,
@@ -512,12 +513,36 @@ class PosixBackend(Backend):
         """
         path = self._path(relpath)
         with os_errors("delete", str(path)):
-            await blocking(_unlink_and_prune, self.root, path)
+            await blocking(unlink_and_prune, self.root, path)
+
+    async def remove_checkpoint(self, path: str, markers: Sequence[str], rest: Sequence[str]) -> None:
+        """Rename the checkpoint's directory out of sight, then remove it (see ``posix.remove``).
+
+        Raises PermanentBackendError (EACCES, ...) or TransientBackendError.
+        """
+        top = self._path(path)
+        ordered = [self._path(p) for p in [*markers, *rest]]
+        with os_errors("delete", str(top)):
+            await blocking(remove_checkpoint_tree, self.root, top, ordered)
+
+    async def space(self) -> Space:
+        """Size and free bytes (for an unprivileged writer) of the root's file system.
+
+        Raises TransientBackendError when the root is missing.
+        """
+        await self._require_root()
+        with os_errors("statvfs", str(self.root)):
+            st = await blocking(os.statvfs, self.root)
+        return Space(total=st.f_blocks * st.f_frsize, free=st.f_bavail * st.f_frsize)
 
     async def hash(self, relpath: str) -> str:
-        """Read back and hash the whole file. Raises NotFound when missing."""
+        """Read back and hash the whole file. Raises NotFound when missing.
+
+        Through a reused aligned buffer: a fresh zero-filled 4 MiB one per file made
+        re-checking 600 files of 8 KiB take 1.1 s instead of 0.04 s.
+        """
         path = self._path(relpath)
-        async with self.budget.buffer(HASH_BUFFER) as view:
+        async with self.budget.aligned(HASH_BUFFER) as view:
             with os_errors("hash", str(path)):
                 return await uninterrupted(blocking_on(view, posixcopy.hash_path, path))
 
@@ -611,18 +636,3 @@ def _source_ended(where: str, offset: int, size: int) -> IntegrityError:
     return IntegrityError(
         f"{where}: source ended at byte {offset}, expected {size} bytes (did the file shrink?)"
     )
-
-
-def _unlink_and_prune(root: Path, path: Path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return
-    fsync_dir(path.parent)
-    parent = path.parent
-    while parent != root and root in parent.parents:
-        try:
-            os.rmdir(parent)
-        except OSError:
-            return  # not empty (or gone): stop pruning
-        parent = parent.parent

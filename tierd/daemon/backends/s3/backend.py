@@ -78,6 +78,7 @@ from tierd.daemon.backends.s3.fast.lean import LeanRequests
 from tierd.daemon.backends.s3.fast.pipeline import PipelinedGets
 from tierd.daemon.backends.s3.multipart import MAX_PART, Multipart
 from tierd.daemon.backends.s3.reads import BodyReader, RangeGet, content_range_total, hash_ranges
+from tierd.daemon.backends.s3.remove import delete_keys
 from tierd.errors import IntegrityError, NotFound, TierdError, TransientBackendError
 from tierd.logs import get_logger
 
@@ -519,6 +520,16 @@ class S3Backend(Backend):
         client = await self.client()
         with s3_errors("delete", self.location(relpath)):
             await client.delete_object(Bucket=self.bucket, Key=self._key(relpath))
+
+    async def remove_checkpoint(self, path: str, markers: Sequence[str], rest: Sequence[str]) -> None:
+        """DeleteObjects: the completion markers in a call of their own, then the rest by 1,000.
+
+        Raises PermanentBackendError (access denied, no such bucket) or TransientBackendError.
+        """
+        client = await self.client()
+        batches = [[self._key(p) for p in markers], [self._key(p) for p in rest]]
+        with s3_errors("delete", self.location(path)):
+            await delete_keys(client, self.bucket, [b for b in batches if b], self.location(path))
 
     async def hash(self, relpath: str) -> str:
         """GET every byte (ranges in parallel) and return its CRC64NVME.

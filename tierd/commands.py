@@ -1,0 +1,416 @@
+"""The ``tierd`` commands that talk to a running daemon through its API (:class:`tierd.api.client.Client`).
+
+Each takes ``--url`` and ``--token`` (``$TIERD_TOKEN``) and ``--json``, which prints the API's
+JSON as it came; otherwise it prints a short line or an aligned table. A checkpoint is named by
+its id or by ``RUN:STEP`` (split on the last ``:``, so a run name may hold one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ByteSize, TypeAdapter, ValidationError
+
+from tierd.api.client import Client, JsonObject
+from tierd.config import default_config_path, load_config
+from tierd.display import (
+    checkpoint_label,
+    format_bytes,
+    format_duration,
+    format_time,
+    holds_text,
+    protection,
+    table,
+)
+from tierd.errors import ApiError, NotFound
+
+__all__ = ["CheckpointRef", "add_commands", "checkpoint_ref"]
+
+MAX_ID = 2**63 - 1
+_DIGITS = re.compile(r"[0-9]+")
+_BYTE_SIZE: TypeAdapter[ByteSize] = TypeAdapter(ByteSize)
+Command = Callable[[argparse.Namespace], int]
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    """A checkpoint as the user named it: an id, or a run and a step."""
+
+    text: str
+    id: int | None = None
+    run: str = ""
+    step: int = 0
+
+
+def checkpoint_ref(text: str) -> CheckpointRef:
+    """Parse ``7`` (an id) or ``RUN:STEP``; raises argparse.ArgumentTypeError for anything else."""
+    if _DIGITS.fullmatch(text) and int(text) <= MAX_ID:
+        return CheckpointRef(text, id=int(text))
+    run, colon, step = text.rpartition(":")
+    if not colon or not run or not _DIGITS.fullmatch(step) or int(step) > MAX_ID:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a checkpoint id nor RUN:STEP")
+    return CheckpointRef(text, run=run, step=int(step))
+
+
+def _size(text: str) -> int:
+    try:
+        return int(_BYTE_SIZE.validate_python(text))
+    except ValidationError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (500GB, 1TiB or bytes)") from None
+
+
+def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add every command that talks to the daemon to ``sub`` (an argparse subparsers action)."""
+    _command(sub, common, "status", "ask the running daemon whether it is ready", _cmd_status)
+    ls = _command(sub, common, "ls", "list checkpoints, newest first", _cmd_ls)
+    ls.add_argument("--run", help="only this run")
+    ls.add_argument("--limit", type=int, default=50)
+    _with_ref(_command(sub, common, "show", "show one checkpoint with its files", _cmd_show))
+    _add_protection_commands(sub, common)
+    _command(sub, common, "tiers", "each tier's space, policy and replicas", _cmd_tiers)
+    reserve = _command(sub, common, "reserve", "make room on a POSIX tier before a save", _cmd_reserve)
+    reserve.add_argument("tier")
+    reserve.add_argument("size", type=_size, help="bytes to make room for: 500GB, 1TiB or a number")
+    audit = _command(sub, common, "audit", "the audit log, newest first", _cmd_audit)
+    audit.add_argument("ref", type=checkpoint_ref, nargs="?", metavar="ID|RUN:STEP", help="only this one")
+    audit.add_argument("--limit", type=int, default=50)
+    audit.add_argument("--before", type=int, help="only events older than this event id")
+    retention = sub.add_parser("retention", help="retention").add_subparsers(metavar="COMMAND")
+    plan = _command(retention, common, "plan", "what retention keeps, deletes and blocks, and why", _cmd_plan)
+    plan.add_argument("--tier", help="only this tier")
+    plan.add_argument("--run", help="only this run")
+    plan.add_argument("--action", choices=("keep", "delete", "blocked"), help="only this action")
+
+
+def _add_protection_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    reason = "why (kept in the audit log)"
+    pin = _with_ref(_command(sub, common, "pin", "pin a checkpoint: kept on every tier", _cmd_pin))
+    pin.add_argument("--reason", default="", help=reason)
+    unpin = _with_ref(
+        _command(sub, common, "unpin", "give a pinned checkpoint back to retention", _cmd_unpin)
+    )
+    unpin.add_argument("--reason", default="", help=reason)
+    hold = _with_ref(_command(sub, common, "hold", "set a named legal hold (admin)", _cmd_hold))
+    hold.add_argument("--name", required=True, help="the hold's name, e.g. case-9")
+    hold.add_argument("--reason", required=True, help=reason)
+    release = _with_ref(_command(sub, common, "release", "release a legal hold (admin)", _cmd_release))
+    release.add_argument("--name", required=True, help="the hold's name")
+    release.add_argument("--reason", default="", help=reason)
+    delete = _with_ref(
+        _command(sub, common, "delete", "delete on every tier after its delay (admin)", _cmd_delete)
+    )
+    delete.add_argument("--reason", required=True, help=reason)
+    undelete = _with_ref(_command(sub, common, "undelete", "cancel a deletion and pin", _cmd_undelete))
+    undelete.add_argument("--reason", default="", help=reason)
+
+
+def _command(
+    sub: Any, common: argparse.ArgumentParser, name: str, help_: str, func: Command
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help_, parents=[common])
+    parser.set_defaults(func=func)
+    parser.add_argument("--url", help="the daemon's API (default: from the config's api.listen)")
+    parser.add_argument("--token", default=os.environ.get("TIERD_TOKEN"), help="bearer token ($TIERD_TOKEN)")
+    parser.add_argument("--json", action="store_true", help="print the API's JSON")
+    return parser
+
+
+def _with_ref(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument(
+        "ref", type=checkpoint_ref, metavar="ID|RUN:STEP", help="a checkpoint id, or RUN:STEP"
+    )
+    return parser
+
+
+def _client(args: argparse.Namespace) -> Client:
+    url = args.url
+    if url is None:
+        config = load_config(args.config or default_config_path())
+        host = config.api.host
+        host = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
+        url = f"http://{'[' + host + ']' if ':' in host else host}:{config.api.port}"
+    return Client(url, token=args.token)
+
+
+def _resolve(client: Client, ref: CheckpointRef) -> int:
+    """The id of the checkpoint ``ref`` names; raises NotFound for a run and step not recorded."""
+    if ref.id is not None:
+        return ref.id
+    page = client.checkpoints(run=ref.run, step=ref.step, limit=1)
+    if not page["items"]:
+        raise NotFound(f"run {ref.run!r} has no checkpoint at step {ref.step}")
+    return int(page["items"][0]["id"])
+
+
+def _emit(args: argparse.Namespace, body: object, lines: list[str] | Callable[[], list[str]]) -> int:
+    """Print ``body`` as JSON with ``--json``, else the human ``lines``; returns exit code 0."""
+    if args.json:
+        print(json.dumps(body, indent=2))
+    else:
+        print("\n".join(lines() if callable(lines) else lines))
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        try:
+            body = client.ready()
+        except ApiError as exc:
+            if args.json and exc.problem is not None:
+                print(json.dumps(exc.problem, indent=2))
+            else:
+                print(f"not ready: {exc.detail}")
+            return 1
+    return _emit(
+        args, body, [f"ready (node {body['node']})", *(f"warning: {w}" for w in body.get("warnings", []))]
+    )
+
+
+def _cmd_ls(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        page = client.checkpoints(run=args.run, limit=args.limit)
+    return _emit(args, page, lambda: _ls_lines(page))
+
+
+def _ls_lines(page: JsonObject) -> list[str]:
+    rows = [
+        (
+            c["id"],
+            c["run"],
+            c["step"],
+            c["state"],
+            format_bytes(c["total_bytes"]),
+            protection(c),
+            " ".join(f"{r['tier']}={r['state']}" for r in c["replicas"]),
+        )
+        for c in page["items"]
+    ]
+    lines = table(("ID", "RUN", "STEP", "STATE", "SIZE", "PROTECTION", "REPLICAS"), rows, right=(0, 2, 4))
+    if page["next_offset"] is not None:
+        lines.append(f"({len(rows)} of {page['total']}; --limit shows more)")
+    return lines
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        body = client.checkpoint(_resolve(client, args.ref))
+    return _emit(args, body, lambda: _show_lines(body))
+
+
+def _show_lines(c: JsonObject) -> list[str]:
+    facts = [
+        ("state", f"{c['state']} ({c['format']}" + (f", node {c['node']})" if c["node"] else ")")),
+        ("path", c["path"]),
+        ("size", f"{format_bytes(c['total_bytes'])} in {c['file_count']} files"),
+        ("created", format_time(c["created_at"])),
+        ("completed", format_time(c["completed_at"])),
+        ("pinned", "yes" if c["pinned"] else "no"),
+        *(
+            (f"hold {h['name']}", f"{h['reason']} (by {h['actor']}, {format_time(h['created_at'])})")
+            for h in c["holds"]
+        ),
+        ("metrics", " ".join(f"{k}={v:g}" for k, v in sorted(c["metrics"].items())) or "-"),
+    ]
+    lines = [checkpoint_label(c), *(f"  {line}" for line in table(("", ""), facts)[1:])]
+    replicas = [
+        (
+            r["tier"],
+            r["state"],
+            format_time(r["verified_at"]),
+            format_time(r["delete_after"]),
+            r["delete_reason"] or r["error"] or "",
+        )
+        for r in c["replicas"]
+    ]
+    lines += ["", *table(("TIER", "STATE", "VERIFIED (UTC)", "DELETE AFTER (UTC)", "NOTE"), replicas)]
+    files = [
+        (f["path"], format_bytes(f["size"]), f"{f['checksum_algorithm']}:{f['checksum']}") for f in c["files"]
+    ]
+    return [*lines, "", *table(("FILE", "SIZE", "CHECKSUM"), files, right=(1,))]
+
+
+def _mutate(
+    args: argparse.Namespace, call: Callable[[Client, int], JsonObject], say: Callable[[JsonObject], str]
+) -> int:
+    """Resolve the checkpoint, call the API on it, print its JSON or ``label: say(...)``."""
+    with _client(args) as client:
+        body = call(client, _resolve(client, args.ref))
+    return _emit(args, body, lambda: [f"{checkpoint_label(body)}: {say(body)}"])
+
+
+def _held(c: JsonObject, prefix: str = "held") -> str:
+    return f" ({prefix}: {holds_text(c)})" if c["holds"] else ""
+
+
+def _cmd_pin(args: argparse.Namespace) -> int:
+    return _mutate(args, lambda cl, cid: cl.pin(cid, args.reason), lambda c: "pinned")
+
+
+def _cmd_unpin(args: argparse.Namespace) -> int:
+    return _mutate(
+        args, lambda cl, cid: cl.unpin(cid, args.reason), lambda c: "unpinned" + _held(c, "still held")
+    )
+
+
+def _cmd_hold(args: argparse.Namespace) -> int:
+    return _mutate(
+        args,
+        lambda cl, cid: cl.add_hold(cid, args.name, args.reason),
+        lambda c: f"hold {args.name} set" + _held(c),
+    )
+
+
+def _cmd_release(args: argparse.Namespace) -> int:
+    def say(c: JsonObject) -> str:
+        return f"hold {args.name} released" + (_held(c, "still held") or " (no holds left)")
+
+    return _mutate(args, lambda cl, cid: cl.release_hold(cid, args.name, args.reason), say)
+
+
+def _cmd_delete(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        body = client.delete(_resolve(client, args.ref), args.reason)
+
+    def lines() -> list[str]:
+        rows = [(r["tier"], r["state"], format_time(r["delete_after"])) for r in body["replicas"]]
+        undo = f"`tierd undelete {body['id']}` cancels it until then"
+        head = f"{checkpoint_label(body)}: deletion scheduled; {undo}"
+        return [head, *(f"  {line}" for line in table(("TIER", "STATE", "DELETE AFTER (UTC)"), rows))]
+
+    return _emit(args, body, lines)
+
+
+def _cmd_undelete(args: argparse.Namespace) -> int:
+    def say(c: JsonObject) -> str:
+        return f"deletion cancelled; now pinned (`tierd unpin {c['id']}` gives it back to retention)"
+
+    return _mutate(args, lambda cl, cid: cl.undelete(cid, args.reason), say)
+
+
+def _cmd_tiers(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        tiers = client.tiers()
+    return _emit(args, tiers, lambda: _tier_lines(tiers))
+
+
+def _tier_lines(tiers: list[JsonObject]) -> list[str]:
+    def maybe_bytes(value: int | None) -> str:
+        return "-" if value is None else format_bytes(value)
+
+    def marks(t: JsonObject) -> str:
+        space = t["free_space"]
+        return f"{space['evict_below']} -> {space['evict_to']}" if space else "-"
+
+    rows = [
+        (
+            t["name"],
+            t["kind"],
+            "yes" if t["durable"] else "no",
+            t["policy"],
+            format_duration(t["delete_delay_seconds"]),
+            maybe_bytes(t["size_bytes"]),
+            maybe_bytes(t["free_bytes"]),
+            marks(t),
+            " ".join(f"{state}={n}" for state, n in sorted(t["replicas"].items())) or "-",
+            "-"
+            if t["newest_verified_age_seconds"] is None
+            else format_duration(t["newest_verified_age_seconds"]),
+        )
+        for t in tiers
+    ]
+    headers = (
+        "TIER",
+        "KIND",
+        "DURABLE",
+        "POLICY",
+        "DELAY",
+        "SIZE",
+        "FREE",
+        "EVICT",
+        "REPLICAS",
+        "NEWEST AGE",
+    )
+    lines = table(headers, rows, right=(5, 6))
+    return lines + [
+        f"{t['name']}: under disk pressure: {t['pressure_blocked']}" for t in tiers if t["pressure_blocked"]
+    ]
+
+
+def _cmd_reserve(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        body = client.reserve(args.tier, args.size)
+
+    def lines() -> list[str]:
+        free, wanted = format_bytes(body["free_bytes"]), format_bytes(body["wanted_free_bytes"])
+        room = f"tier {body['tier']}: {free} free, {wanted} wanted"
+        if not body["evicted"]:
+            return [room]
+        ids = " ".join(str(i) for i in body["evicted"])
+        return [f"{room}; evicted {format_bytes(body['evicted_bytes'])}: checkpoints {ids}"]
+
+    return _emit(args, body, lines)
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        checkpoint_id = _resolve(client, args.ref) if args.ref else None
+        page = client.audit(checkpoint_id, limit=args.limit, before=args.before)
+    return _emit(args, page, lambda: _audit_lines(page))
+
+
+def _audit_lines(page: JsonObject) -> list[str]:
+    rows = [
+        (
+            e["id"],
+            format_time(e["at"]),
+            e["actor"],
+            e["action"],
+            e["checkpoint_id"] or "-",
+            e["tier"] or "-",
+            e["reason"],
+        )
+        for e in page["items"]
+    ]
+    lines = table(("ID", "AT (UTC)", "ACTOR", "ACTION", "CHECKPOINT", "TIER", "REASON"), rows, right=(0, 4))
+    if page["next_before"] is not None:
+        lines.append(f"(older events: --before {page['next_before']})")
+    return lines
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        plan = client.retention_plan(tier=args.tier, run=args.run, action=args.action)
+    return _emit(args, plan, lambda: _plan_lines(plan))
+
+
+def _plan_lines(plan: JsonObject) -> list[str]:
+    mode = "retention.dry_run is on: the daemon acts on none of it" if plan["dry_run"] else "a dry run"
+    lines = [f"retention plan at {format_time(plan['generated_at'])} UTC ({mode})"]
+    for t in plan["tiers"]:
+        counts = ", ".join(f"{action} {n}" for action, n in t["counts"].items())
+        durable = "durable" if t["durable"] else "not durable"
+        delay = format_duration(t["delete_delay_seconds"])
+        lines += ["", f"{t['tier']} ({durable}, policy {t['policy']}, delete delay {delay}): {counts}"]
+        rows = [
+            (
+                i["checkpoint_id"],
+                i["run"],
+                i["step"],
+                i["replica_state"],
+                i["action"],
+                i["policy"],
+                i["backing_tier"] or "-",
+                i["reason"],
+            )
+            for i in t["items"]
+        ]
+        if rows:
+            headers = ("ID", "RUN", "STEP", "REPLICA", "ACTION", "POLICY", "BACKED BY", "REASON")
+            lines += [f"  {line}" for line in table(headers, rows, right=(0, 2))]
+    return lines

@@ -1,0 +1,114 @@
+"""What a retention pass reads: every live checkpoint with its protections and replica states.
+
+Four queries, whatever the catalog's size (no per-checkpoint round trips, and the files
+table is never read): checkpoints with their run, replicas, holds, and the open jobs that
+read a checkpoint. They run on the session's connection (Core rows, not the ORM's result
+machinery) and read only the columns the planner uses: 10,000 checkpoints and 40,000
+replicas load in about 0.1 s (``bench/bench_retention.py``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from tierd.daemon.catalog.models import (
+    AuditEvent,
+    Checkpoint,
+    CheckpointState,
+    Hold,
+    Job,
+    JobState,
+    Replica,
+    Run,
+)
+
+__all__ = ["CheckpointRow", "change_marker", "load_retention_rows"]
+
+#: A running job reads its checkpoint; a queued one picks its source when it starts (never a
+#: replica being deleted), so it does not hold up deletion or eviction.
+READING_JOBS = (JobState.RUNNING.value,)
+
+
+@dataclass
+class CheckpointRow:
+    """One checkpoint as retention sees it."""
+
+    id: int
+    run: str
+    step: int
+    state: str
+    created_at: datetime
+    completed_at: datetime | None
+    total_bytes: int
+    metrics: dict[str, float]
+    pinned: bool
+    holds: list[str] = field(default_factory=list)
+    in_use: bool = False
+    #: tier name -> replica state
+    replicas: dict[str, str] = field(default_factory=dict)
+
+
+def load_retention_rows(session: Session) -> list[CheckpointRow]:
+    """Every checkpoint not yet deleted, oldest first, with what protects it and where it is."""
+    rows: dict[int, CheckpointRow] = {}
+    conn = session.connection()
+    query = (
+        select(
+            Checkpoint.id,
+            Run.name,
+            Checkpoint.step,
+            Checkpoint.state,
+            Checkpoint.created_at,
+            Checkpoint.completed_at,
+            Checkpoint.total_bytes,
+            Checkpoint.metrics,
+            Checkpoint.pinned,
+        )
+        .join(Run, Run.id == Checkpoint.run_id)
+        .where(Checkpoint.state != CheckpointState.DELETED.value)
+        .order_by(Checkpoint.created_at, Checkpoint.id)
+    )
+    for cid, run, step, state, created, completed, total, metrics, pinned in conn.execute(query):
+        rows[cid] = CheckpointRow(
+            cid, run, step, state, created, completed, total, dict(metrics or {}), pinned, [], False, {}
+        )
+    live = select(Checkpoint.id).where(Checkpoint.state != CheckpointState.DELETED.value)
+    replicas = select(Replica.checkpoint_id, Replica.tier, Replica.state).where(
+        Replica.checkpoint_id.in_(live)
+    )
+    for cid, tier, state in conn.execute(replicas):
+        if (row := rows.get(cid)) is not None:
+            row.replicas[tier] = state
+    holds: dict[int, list[str]] = defaultdict(list)
+    for cid, name in conn.execute(select(Hold.checkpoint_id, Hold.name).order_by(Hold.name)):
+        holds[cid].append(name)
+    for cid, names in holds.items():
+        if (row := rows.get(cid)) is not None:
+            row.holds = names
+    for cid in conn.scalars(select(Job.checkpoint_id).where(Job.state.in_(READING_JOBS)).distinct()):
+        if (row := rows.get(cid)) is not None:
+            row.in_use = True
+    return list(rows.values())
+
+
+def change_marker(session: Session) -> tuple[object, ...]:
+    """A value that changes whenever anything a retention plan reads changes (one cheap query).
+
+    Pins, holds, metrics and new checkpoints write audit events; replicas and jobs carry
+    ``updated_at``; a hold or checkpoint row removed changes a count.
+    """
+    row = session.execute(
+        select(
+            select(func.max(AuditEvent.id)).scalar_subquery(),
+            select(func.max(Replica.updated_at)).scalar_subquery(),
+            select(func.max(Job.updated_at)).scalar_subquery(),
+            select(func.count(Checkpoint.id)).scalar_subquery(),
+            select(func.count(Hold.id)).scalar_subquery(),
+        )
+    ).one()
+    return tuple(row)

@@ -1,0 +1,212 @@
+"""Running deletions that are due: the one path by which tierd removes a replica's bytes.
+
+For each due deletion, in order:
+
+1. claim it (``begin_deletion``): from here on it cannot be undeleted; after a crash it
+   is found again and finished;
+2. refuse it when the checkpoint is pinned or held (checked again right before the delete);
+3. re-check a verified replica on another durable tier (``verify_before_delete`` of that
+   tier). A failed re-check deletes nothing: the bad replica is marked failed, so the
+   scheduler copies it again from a good one, and the deletion waits for the next pass.
+   Only when every other copy is itself on its way out (the whole checkpoint is deleted,
+   by the API or because every tier's policy drops it) is no durable copy required;
+4. remove the bytes, completion markers first (a POSIX tier renames the directory out of
+   sight before anything), then mark the replica ``deleted``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from tierd.config import Config
+from tierd.daemon.aio import blocking
+from tierd.daemon.backends import Backend
+from tierd.daemon.catalog import deletions
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.deletions import DeletionContext, DueDeletion, Origin
+from tierd.daemon.catalog.models import ReplicaState, utcnow
+from tierd.daemon.detect.markers import split_markers
+from tierd.daemon.metrics import Metrics
+from tierd.daemon.retention.recheck import FileRecord, Recheck, recheck_replica
+from tierd.daemon.retention.state import tier_rules
+from tierd.errors import TierdError
+from tierd.logs import get_logger
+
+__all__ = ["Deleter", "Outcome", "Veto"]
+
+log = get_logger(__name__)
+
+ACTOR = "retention"
+#: Replica states that mean the copy is leaving or was never made: no longer a copy to rely on.
+NOT_A_COPY = frozenset(
+    {
+        ReplicaState.DELETING.value,
+        ReplicaState.DELETED.value,
+        ReplicaState.PENDING.value,
+        ReplicaState.FAILED.value,
+    }
+)
+
+
+#: Looks at a due deletion before it is claimed and returns why it must not run, or None.
+Veto = Callable[[DueDeletion], "str | None"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One deletion's end: ``deleted``, ``skipped`` (undeleted meanwhile), ``refused`` or ``failed``."""
+
+    result: str
+    detail: str = ""
+
+
+class Deleter:
+    """Runs due deletions with their re-checks (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: Config,
+        db: Database,
+        backends: Mapping[str, Backend],
+        metrics: Metrics,
+        *,
+        on_bad_copy: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``on_bad_copy`` runs when a re-check marks a replica failed (the pipeline copies it again)."""
+        self.on_bad_copy = on_bad_copy
+        self.config = config
+        self.db = db
+        self.backends = backends
+        self.metrics = metrics
+        self.rules = tier_rules(config)
+        self.durable = [t.name for t in config.tiers if t.durable]
+        self._tiers = {t.name: t for t in config.tiers}
+
+    def due(self, now: datetime) -> list[DueDeletion]:
+        """The deletions whose time has come on this daemon's tiers, or that had begun (blocking)."""
+        with self.db.read_session() as session:
+            return deletions.due_deletions(session, now, list(self.backends))
+
+    async def run(self, due: Sequence[DueDeletion], now: datetime, *, veto: Veto) -> list[Outcome]:
+        """Run each due deletion, unless ``veto`` refuses it (returning why) before it is claimed.
+
+        The veto is the pass's fresh plan no longer deleting it, or a protection.
+        """
+        outcomes = []
+        for item in due:
+            # A deletion that had begun before a crash may have removed bytes: it is finished,
+            # or (when refused below) its replica is copied again; never given back as it was.
+            refusal = veto(item) if not item.begun else None
+            if refusal is not None:
+                await blocking(self._cancel, item, refusal)
+                outcomes.append(Outcome("refused", refusal))
+                continue
+            outcomes.append(await self.delete(item, now=now))
+        return outcomes
+
+    def _cancel(self, due: DueDeletion, refusal: str) -> None:
+        with self.db.session() as session:
+            deletions.cancel_deletion(session, due.replica_id, reason=refusal, actor=ACTOR)
+
+    async def delete(self, due: DueDeletion, *, now: datetime | None = None) -> Outcome:
+        """Run one deletion (claimed first unless it has begun already)."""
+        if not due.begun and not await blocking(self._begin, due.replica_id, now or utcnow()):
+            return Outcome("skipped", "undeleted or changed before it began")
+        try:
+            return await self._run(due)
+        except TierdError as exc:
+            # The claim stays: the next pass finds the begun deletion and tries again.
+            log.warning("deletion_failed", checkpoint=due.checkpoint_id, tier=due.tier, error=str(exc))
+            self.metrics.deletion_failures.labels(due.tier).inc()
+            return Outcome("failed", str(exc))
+
+    def _begin(self, replica_id: int, now: datetime) -> bool:
+        with self.db.session() as session:
+            return deletions.begin_deletion(session, replica_id, now)
+
+    async def _run(self, due: DueDeletion) -> Outcome:
+        context = await blocking(self._context, due.checkpoint_id)
+        refusal = context.protected_by or await self._recheck_elsewhere(due, context)
+        if refusal:
+            await blocking(self._abandon, due, refusal)
+            self.metrics.deletions_refused.labels(due.tier, _kind(refusal)).inc()
+            log.warning("deletion_refused", checkpoint=due.checkpoint_id, tier=due.tier, reason=refusal)
+            return Outcome("refused", refusal)
+        # Looked at again right before the bytes go: a pin or hold set meanwhile still wins.
+        context = await blocking(self._context, due.checkpoint_id)
+        if context.protected_by:
+            await blocking(self._abandon, due, context.protected_by)
+            return Outcome("refused", context.protected_by)
+        await self._remove(due, [f[0] for f in context.files])
+        await blocking(self._finish, due)
+        self.metrics.deletions.labels(due.tier, due.origin.value).inc()
+        log.info(
+            "replica_deleted",
+            checkpoint=due.checkpoint_id,
+            run=due.run,
+            step=due.step,
+            tier=due.tier,
+            reason=due.reason,
+        )
+        return Outcome("deleted", due.reason)
+
+    def _context(self, checkpoint_id: int) -> DeletionContext:
+        with self.db.read_session() as session:
+            return deletions.deletion_context(session, checkpoint_id)
+
+    async def _recheck_elsewhere(self, due: DueDeletion, context: DeletionContext) -> str | None:
+        """None when a durable copy elsewhere re-checked good (or none is needed); else why not."""
+        others = [
+            t for t in self.durable if t != due.tier and context.states.get(t) == ReplicaState.VERIFIED.value
+        ]
+        if not others:
+            leaving = all(state in NOT_A_COPY for tier, state in context.states.items() if tier != due.tier)
+            if leaving and due.origin is not Origin.EVICTION:
+                return None  # the whole checkpoint is being removed: no copy to keep
+            return "no verified copy on another durable tier"
+        # The most durable copy is the one re-checked (the planner backs deletes the same way).
+        tier = others[-1]
+        files = [FileRecord(*f) for f in context.files]
+        result = await recheck_replica(self.backends[tier], files, self._tiers[tier].verify_before_delete)
+        if result.ok:
+            return None
+        await self._recheck_failed(due, tier, result)
+        return f"re-check of the copy on {tier} failed: {result.problem}"
+
+    async def _recheck_failed(self, due: DueDeletion, tier: str, result: Recheck) -> None:
+        if result.inconclusive:
+            return  # the store did not answer: nothing is known to be wrong with the copy
+        self.metrics.reverify_failures.labels(tier).inc()
+        log.error("reverify_failed", checkpoint=due.checkpoint_id, tier=tier, problem=result.problem)
+        await blocking(self._mark_failed, due.checkpoint_id, tier, result.problem)
+        self.on_bad_copy()
+
+    def _mark_failed(self, checkpoint_id: int, tier: str, problem: str) -> None:
+        with self.db.session() as session:
+            deletions.mark_replica_failed(session, checkpoint_id, tier, error=problem, actor=ACTOR)
+
+    def _abandon(self, due: DueDeletion, reason: str) -> None:
+        with self.db.session() as session:
+            deletions.abandon_deletion(session, due.replica_id, reason=reason, actor=ACTOR, touched=due.begun)
+
+    async def _remove(self, due: DueDeletion, relpaths: Sequence[str]) -> None:
+        markers, rest = split_markers(due.format, relpaths, marker=self.config.marker_for(due.path))
+        await self.backends[due.tier].remove_checkpoint(due.path, markers, rest)
+
+    def _finish(self, due: DueDeletion) -> None:
+        action = "evicted" if due.origin is Origin.EVICTION else "deleted"
+        with self.db.session() as session:
+            deletions.finish_deletion(session, due.replica_id, actor=ACTOR, action=action)
+
+
+def _kind(refusal: str) -> str:
+    """A bounded metric label for a refusal's reason."""
+    if refusal == "pinned":
+        return "pinned"
+    if refusal.startswith("held"):
+        return "held"
+    if refusal.startswith("re-check"):
+        return "recheck_failed"
+    return "no_durable_copy"

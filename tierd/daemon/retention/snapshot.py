@@ -1,0 +1,78 @@
+"""The catalog's rows turned into what the pure planner takes (one read, no I/O after it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+
+from tierd.daemon.catalog import retention as catalog_retention
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import CheckpointState as StoredState
+from tierd.daemon.catalog.retention import CheckpointRow
+from tierd.daemon.retention.plan import Plan, plan_retention
+from tierd.daemon.retention.policies import CheckpointFacts
+from tierd.daemon.retention.state import Block, CheckpointState, ReplicaState, TierRules, protections
+
+__all__ = ["Snapshot", "take_snapshot"]
+
+#: The stored values' states, looked up without the enum's (slower) call.
+_REPLICA_STATES = {state.value: state for state in ReplicaState}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every live checkpoint as the planner sees it, and the plan made from them."""
+
+    checkpoints: tuple[CheckpointState, ...]
+    plan: Plan
+    taken_at: datetime
+    _index: dict[int, CheckpointState] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._index.update((c.id, c) for c in self.checkpoints)
+
+    def by_id(self, checkpoint_id: int) -> CheckpointState | None:
+        """One checkpoint, or None when it is gone."""
+        return self._index.get(checkpoint_id)
+
+    @cached_property
+    def protections(self) -> dict[int, tuple[Block, ...]]:
+        """What protects each checkpoint on every tier (computed once)."""
+        return protections(self.checkpoints)
+
+
+def take_snapshot(db: Database, rules: Sequence[TierRules], now: datetime) -> Snapshot:
+    """Read the catalog once and plan over it (blocking: run it through ``aio.blocking``)."""
+    with db.read_session() as session:
+        rows = catalog_retention.load_retention_rows(session)
+    checkpoints = tuple(_state_of(row) for row in rows)
+    return Snapshot(checkpoints, plan_retention(checkpoints, rules, now), now)
+
+
+def _state_of(row: CheckpointRow) -> CheckpointState:
+    complete = row.state == StoredState.COMPLETE.value
+    facts = CheckpointFacts(
+        id=row.id,
+        run=row.run,
+        step=row.step,
+        created_at=row.created_at,
+        completed_at=(row.completed_at or row.created_at) if complete else None,
+        metrics=row.metrics,
+    )
+    return CheckpointState(
+        facts=facts,
+        replicas={
+            tier: _REPLICA_STATES.get(state) or ReplicaState(state) for tier, state in row.replicas.items()
+        },
+        size_bytes=row.total_bytes,
+        pinned=row.pinned,
+        holds=tuple(row.holds),
+        in_use=row.in_use,
+    )
+
+
+def _replica_state(stored: str) -> ReplicaState:
+    """The state a stored value names; raises ValueError for one that names none."""
+    return _REPLICA_STATES.get(stored) or ReplicaState(stored)

@@ -1,0 +1,79 @@
+"""Text for people, from the API's JSON: sizes, durations, times and aligned tables (the CLI's output)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from tierd.daemon.retention.eviction import format_bytes
+
+__all__ = [
+    "checkpoint_label",
+    "format_bytes",
+    "format_duration",
+    "format_time",
+    "holds_text",
+    "protection",
+    "table",
+]
+
+_DURATION_UNITS = (("d", 86_400), ("h", 3600), ("m", 60), ("s", 1))
+
+
+def table(
+    headers: Sequence[str], rows: Iterable[Sequence[object]], *, right: Sequence[int] = ()
+) -> list[str]:
+    """Lines of an aligned table; columns listed in ``right`` are right-aligned (numbers).
+
+    The last column is not padded, so a long reason or path does not widen the others.
+    """
+    cells = [[str(c) for c in row] for row in [headers, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        padded = [
+            cell.rjust(width) if i in right else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(padded).rstrip())
+    return lines
+
+
+def format_duration(seconds: float) -> str:
+    """``5400`` as ``1h30m``: the two largest units, whole seconds (``0s`` for nothing)."""
+    remaining = round(seconds)
+    parts = []
+    for unit, size in _DURATION_UNITS:
+        if remaining >= size:
+            parts.append(f"{remaining // size}{unit}")
+            remaining %= size
+    return "".join(parts[:2]) or "0s"
+
+
+def format_time(value: str | None) -> str:
+    """An API timestamp as ``2026-01-01 12:00:00`` in UTC (``-`` when there is none)."""
+    if not value:
+        return "-"
+    moment = datetime.fromisoformat(value)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def checkpoint_label(checkpoint: dict[str, Any]) -> str:
+    """``checkpoint 7 (demo:100)``."""
+    return f"checkpoint {checkpoint['id']} ({checkpoint['run']}:{checkpoint['step']})"
+
+
+def holds_text(checkpoint: dict[str, Any]) -> str:
+    """The names of the checkpoint's legal holds, comma-separated (empty when none)."""
+    return ", ".join(h["name"] for h in checkpoint["holds"])
+
+
+def protection(checkpoint: dict[str, Any]) -> str:
+    """What the user protects the checkpoint with: ``pinned``, ``held: a, b``, both, or ``-``."""
+    parts = ["pinned"] if checkpoint["pinned"] else []
+    if checkpoint["holds"]:
+        parts.append(f"held: {holds_text(checkpoint)}")
+    return "; ".join(parts) or "-"
