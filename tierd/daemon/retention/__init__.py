@@ -1,1 +1,12 @@
-"""Decide which checkpoints to keep on each tier."""
+"""Decide which checkpoints to keep on each tier, and delete the rest safely.
+
+Pure, no I/O: ``policies`` (keep_last, keep_every_steps, keep_within, keep_best, any of them),
+``state`` (what the planner is given; what protects a checkpoint everywhere), ``plan`` (per
+tier and replica: keep, delete or blocked, each with its reason), ``eviction`` (what disk
+pressure may take, and what blocks the rest).
+
+With I/O: ``snapshot`` (the catalog read once, then planned), ``recheck`` (a replica's bytes
+against their first-sight checksums), ``deleter`` (the one path that removes a replica's
+bytes: claim, protection, re-check of a durable copy, markers first), ``pressure`` (eviction
+below the low mark, reservations), ``service`` (the passes).
+"""
