@@ -35,6 +35,7 @@ from tierd.daemon.catalog.models import (
     utcnow,
 )
 from tierd.daemon.catalog.protection import checkpoint_for_update, give_back
+from tierd.daemon.catalog.replicas import find_replica
 from tierd.errors import Conflict
 
 __all__ = [
@@ -49,7 +50,7 @@ __all__ = [
     "deletion_context",
     "due_deletions",
     "finish_deletion",
-    "mark_replica_failed",
+    "mark_recheck_failed",
     "schedule_checkpoint_deletion",
     "Scheduled",
     "schedule_replica_deletion",
@@ -257,27 +258,10 @@ def cancel_retention_deletion(
     session: Session, checkpoint_id: int, tier: str, *, reason: str, actor: str
 ) -> bool:
     """Give back a replica whose retention deletion has not begun, as its policy keeps it again."""
-    replica = session.scalars(
-        select(Replica).where(Replica.checkpoint_id == checkpoint_id, Replica.tier == tier)
-    ).one_or_none()
-    if (
-        replica is None
-        or replica.state != DELETING
-        or replica.delete_after is None
-        or Origin.of(replica.delete_reason) is not Origin.RETENTION
-    ):
+    replica = find_replica(session, checkpoint_id, tier)
+    if replica is None or Origin.of(replica.delete_reason) is not Origin.RETENTION:
         return False
-    give_back(replica)
-    append_event(
-        session,
-        actor=actor,
-        action="deletion_cancelled",
-        checkpoint_id=checkpoint_id,
-        reason=reason,
-        detail={},
-        tier=tier,
-    )
-    return True
+    return cancel_deletion(session, replica.id, reason=reason, actor=actor)
 
 
 def undelete(session: Session, checkpoint_id: int, *, actor: str, reason: str) -> list[str]:
@@ -373,7 +357,7 @@ def finish_deletion(session: Session, replica_id: int, *, actor: str, action: st
             checkpoint.state = CheckpointState.DELETED.value
 
 
-def mark_replica_failed(session: Session, checkpoint_id: int, tier: str, *, error: str, actor: str) -> None:
+def mark_recheck_failed(session: Session, checkpoint_id: int, tier: str, *, error: str, actor: str) -> None:
     """A re-verification found bad bytes: the replica is ``failed`` (the scheduler copies it again)."""
     session.execute(
         update(Replica)

@@ -185,7 +185,7 @@ class Deleter:
 
     def _mark_failed(self, checkpoint_id: int, tier: str, problem: str) -> None:
         with self.db.session() as session:
-            deletions.mark_replica_failed(session, checkpoint_id, tier, error=problem, actor=ACTOR)
+            deletions.mark_recheck_failed(session, checkpoint_id, tier, error=problem, actor=ACTOR)
 
     def _abandon(self, due: DueDeletion, reason: str) -> None:
         with self.db.session() as session:
