@@ -296,6 +296,7 @@ def finish_restore(
     *,
     error: str | None,
     progress: Mapping[str, Any],
+    source_tier: str | None = None,
     tier0_location: str | None = None,
 ) -> bool:
     """End a restore ``done`` (``error`` None) or ``failed``, in the audit log.
@@ -308,6 +309,8 @@ def finish_restore(
         if job is None:
             return False
         job.detail = {**(job.detail or {}), **progress}
+        if source_tier is not None:
+            job.src_tier = source_tier
         state = JobState.DONE if error is None else JobState.FAILED
         end_job_run(session, job, state, error)
         if tier0_location is not None and error is None:

@@ -21,11 +21,12 @@ __all__ = ["BAD_REPLICA", "FallbackCopier", "FallbackHook"]
 
 #: Errors that say this tier's copy of the file is bad, not that the copy failed.
 BAD_REPLICA = (IntegrityError, NotFound)
-#: ``fallback(spec, bad_tier, next_tier, error)``, awaited before the next tier is tried.
-FallbackHook = Callable[[FileSpec, str, str, TierdError], Awaitable[None]]
+#: ``fallback(spec, bad_tier, next_tier, error)``, awaited before the next tier is tried (and
+#: with ``next_tier`` None when no tier is left).
+FallbackHook = Callable[[FileSpec, str, str | None, TierdError], Awaitable[None]]
 
 
-async def _no_hook(spec: FileSpec, bad: str, good: str, error: TierdError) -> None:
+async def _no_hook(spec: FileSpec, bad: str, good: str | None, error: TierdError) -> None:
     return None
 
 
@@ -54,4 +55,5 @@ class FallbackCopier(FileCopier):
                 return await copier.copy(spec, progress)
             except BAD_REPLICA as exc:
                 error, bad = exc, copier.src.name
+        await self.fallback(spec, bad, None, error)
         raise error

@@ -35,11 +35,12 @@ class Fallbacks:
         self.wake_pipeline = wake_pipeline
         self.marked: set[str] = set()
 
-    async def record(self, spec: FileSpec, bad: str, good: str, error: TierdError) -> None:
-        """``spec`` on tier ``bad`` failed with ``error``; it is taken from ``good`` next."""
+    async def record(self, spec: FileSpec, bad: str, good: str | None, error: TierdError) -> None:
+        """``spec`` on ``bad`` failed with ``error``; it is taken from ``good`` next (None: none left)."""
         text = f"{type(error).__name__}: {error}"
-        self.items.append({"file": spec.relpath, "from_tier": bad, "to_tier": good, "error": text})
-        log.warning("restore_fallback", file=spec.relpath, bad_tier=bad, next_tier=good, error=text)
+        if good is not None:
+            self.items.append({"file": spec.relpath, "from_tier": bad, "to_tier": good, "error": text})
+        log.warning("restore_bad_replica", file=spec.relpath, bad_tier=bad, next_tier=good, error=text)
         if bad in self.marked:
             return
         self.marked.add(bad)

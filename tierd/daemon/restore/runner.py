@@ -305,6 +305,7 @@ class RestoreRunner:
             self.owner,
             error=error,
             progress=self._progress(),
+            source_tier=self.source,
         )
         log.warning("restore_failed", restore=self.claim.job_id, error=error, removed=removed)
         return "failed"
@@ -322,6 +323,7 @@ class RestoreRunner:
             self.owner,
             error=None,
             progress=self._progress(),
+            source_tier=self.source,
             tier0_location=location,
         )
         if not ok:
