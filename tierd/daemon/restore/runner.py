@@ -3,10 +3,11 @@
 The copy is the pipeline's (``pipeline.copyset.copy_checkpoint_files`` over a
 ``FileCopier``): each file is written under a temporary name in the target, verified
 against the checksum taken at first sight while it is written, renamed into place and
-fsynced; the data goes first, and the format's completion markers (``detect.markers``) only
-once the data is durable. A file whose copy on the source is bad is taken from the next
-tier with a verified replica (``copier.FallbackCopier``), and the bad replica is marked
-failed for the pipeline to copy again. A heartbeat saves progress and renews the lease.
+fsynced (reads pay the source tier's ``bandwidth_limit``, as copies into it do). The data
+goes first, and the format's completion markers (``detect.markers``) only once the data is
+durable. A file whose copy on the source is bad is taken from the next tier with a
+verified replica (``copier.FallbackCopier``), and the bad replica is marked failed for the
+pipeline to copy again. A heartbeat saves progress and renews the lease.
 
 Ends: ``done`` (with ``to: tier0`` and every file restored, the tier-0 replica is verified
 again); ``failed`` or ``cancelled`` (what the restore wrote is removed); ``released`` at
@@ -36,7 +37,7 @@ from tierd.daemon.detect.markers import split_markers
 from tierd.daemon.pipeline.copyset import copy_checkpoint_files
 from tierd.daemon.pipeline.records import FileSpec
 from tierd.daemon.pipeline.retry import FILE_ATTEMPTS, FILE_BACKOFF, Backoff
-from tierd.daemon.pipeline.throttle import PriorityPool
+from tierd.daemon.pipeline.throttle import PriorityPool, TokenBucket
 from tierd.daemon.pipeline.transfer import FileCopier
 from tierd.daemon.restore.cleanup import remove_restored
 from tierd.daemon.restore.copier import FallbackCopier
@@ -76,6 +77,7 @@ class _Work:
     layout: Layout
     dst: PosixBackend
     sources: list[Backend]
+    buckets: list[TokenBucket | None]  # each source tier's bandwidth cap
     data: list[FileSpec]
     markers: list[FileSpec]
     concurrency: int
@@ -175,12 +177,13 @@ class RestoreRunner:
             layout=layout,
             dst=dst,
             sources=[Rebased(self.backends[t.name], layout.prefix) for t in tiers],
+            buckets=[TokenBucket(int(t.bandwidth_limit)) if t.bandwidth_limit else None for t in tiers],
             data=[s for s in specs if s.relpath not in chosen],
             markers=[s for s in specs if s.relpath in chosen],
             concurrency=max(t.concurrency for t in tiers),
         )
 
-    def _copier(self, work: _Work, sources: list[Backend], batch: WriteBatch) -> FileCopier:
+    def _copier(self, work: _Work, batch: WriteBatch) -> FileCopier:
         copiers = [
             FileCopier(
                 src=src,
@@ -188,14 +191,14 @@ class RestoreRunner:
                 slots=PriorityPool(work.concurrency),
                 priority=0,
                 resume=None,
-                bucket=None,
+                bucket=bucket,
                 readback=False,
                 backoff=self.options.file_backoff,
                 attempts=self.options.file_attempts,
                 integrity_attempts=1,  # a mismatch is this tier's copy: the next tier's is tried
                 batch=batch,
             )
-            for src in sources
+            for src, bucket in zip(work.sources, work.buckets, strict=True)
         ]
         first = copiers[0]
         return FallbackCopier(**{**vars(first), "fallbacks": copiers[1:], "fallback": self.fallbacks.record})
@@ -211,7 +214,7 @@ class RestoreRunner:
                 continue
             batch = work.dst.batch()
             await copy_checkpoint_files(
-                self._copier(work, work.sources, batch),
+                self._copier(work, batch),
                 batch,
                 files,
                 concurrency=work.concurrency,
