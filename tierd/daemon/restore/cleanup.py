@@ -16,7 +16,7 @@ from pathlib import Path
 from tierd.daemon.backends.posix.remove import unlink_and_prune
 from tierd.daemon.backends.posix.temp import temp_names_in, temp_stem
 
-__all__ = ["remove_restored"]
+__all__ = ["remove_restored", "remove_temps"]
 
 
 def remove_restored(
@@ -28,15 +28,9 @@ def remove_restored(
     ``fresh``). Directories emptied are pruned up to ``target``, which goes too when fresh
     and empty. Never raises: what cannot be removed is left.
     """
-    removed = 0
+    removed = remove_temps(root, names)
     for name in names:
         final = root / name
-        stem = temp_stem(final)
-        for temp in temp_names_in(final.parent):
-            if temp.startswith(stem):
-                with suppress(OSError):
-                    os.unlink(final.parent / temp)
-                    removed += 1
         if fresh or name in placed:
             with suppress(OSError):
                 if final.is_file() and not final.is_symlink():
@@ -47,6 +41,26 @@ def remove_restored(
         with suppress(OSError):
             os.rmdir(target)
     return removed
+
+
+def remove_temps(root: Path, names: Sequence[str]) -> int:
+    """Remove the temporary files of ``names`` under ``root`` (no write of them may be under way)."""
+    removed = 0
+    for directory, stems in _stems_by_directory(root, names).items():
+        for temp in temp_names_in(directory):
+            if temp.startswith(stems):
+                with suppress(OSError):
+                    os.unlink(directory / temp)
+                    removed += 1
+    return removed
+
+
+def _stems_by_directory(root: Path, names: Sequence[str]) -> dict[Path, tuple[str, ...]]:
+    found: dict[Path, list[str]] = {}
+    for name in names:
+        final = root / name
+        found.setdefault(final.parent, []).append(temp_stem(final))
+    return {directory: tuple(stems) for directory, stems in found.items()}
 
 
 def _prune_empty(target: Path, directory: Path) -> None:

@@ -21,7 +21,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from tierd.daemon.pipeline.records import FileSpec
 from tierd.daemon.pipeline.retry import FILE_ATTEMPTS, FILE_BACKOFF, Backoff
 from tierd.daemon.pipeline.throttle import PriorityPool, TokenBucket
 from tierd.daemon.pipeline.transfer import FileCopier
-from tierd.daemon.restore.cleanup import remove_restored
+from tierd.daemon.restore.cleanup import remove_restored, remove_temps
 from tierd.daemon.restore.copier import FallbackCopier
 from tierd.daemon.restore.fallback import Fallbacks
 from tierd.daemon.restore.layout import Layout, layout_of
@@ -78,8 +78,8 @@ class _Work:
     dst: PosixBackend
     sources: list[Backend]
     buckets: list[TokenBucket | None]  # each source tier's bandwidth cap
-    data: list[FileSpec]
-    markers: list[FileSpec]
+    passes: list[list[FileSpec]]  # see ``copy_passes``
+    mtimes: dict[str, int]  # each file's recorded mtime, by its name under the root
     concurrency: int
 
 
@@ -167,6 +167,7 @@ class RestoreRunner:
             plan.format, [s.relpath for s in specs], marker=self.config.marker_for(plan.path)
         )
         chosen = set(markers)
+        data, last = [s for s in specs if s.relpath not in chosen], [s for s in specs if s.relpath in chosen]
         self.meter.resuming = not is_fresh(layout.target)
         self.meter.file_ids = {
             layout.name_of(f.relpath): f.id for f in plan.files if f.relpath in layout.names
@@ -178,8 +179,8 @@ class RestoreRunner:
             dst=dst,
             sources=[Rebased(self.backends[t.name], layout.prefix) for t in tiers],
             buckets=[TokenBucket(int(t.bandwidth_limit)) if t.bandwidth_limit else None for t in tiers],
-            data=[s for s in specs if s.relpath not in chosen],
-            markers=[s for s in specs if s.relpath in chosen],
+            passes=copy_passes(data, last),
+            mtimes={s.relpath: s.mtime_ns for s in specs},
             concurrency=max(t.concurrency for t in tiers),
         )
 
@@ -204,14 +205,12 @@ class RestoreRunner:
         return FallbackCopier(**{**vars(first), "fallbacks": copiers[1:], "fallback": self.fallbacks.record})
 
     async def _copy(self, work: _Work, plan: RestorePlan) -> None:
-        """The data, then the markers, each set committed before the next begins."""
+        """Each of ``work.passes`` in turn (see ``copy_passes``)."""
 
         async def skip(spec: FileSpec) -> bool:
             return await _in_place(work.dst, spec)
 
-        for files in (work.data, work.markers):
-            if not files:
-                continue
+        for files in work.passes:
             batch = work.dst.batch()
             await copy_checkpoint_files(
                 self._copier(work, batch),
@@ -316,6 +315,7 @@ class RestoreRunner:
     async def _done(self, work: _Work) -> Outcome:
         whole = self.claim.detail.get("files") is None and self.claim.detail.get("ranks") is None
         location = None
+        await blocking(remove_temps, work.layout.root, list(work.mtimes))  # a shutdown's cut writes
         if self.claim.detail.get("to_tier0") and whole:
             await blocking(_keep_mtimes, work)
             location = str(self.config.tier0.path.resolve() / work.path)
@@ -354,6 +354,22 @@ async def _in_place(dst: Backend, spec: FileSpec) -> bool:
 
 def _keep_mtimes(work: _Work) -> None:
     """Give tier 0's restored files their recorded mtimes, so detection sees them unchanged."""
-    for spec in [*work.data, *work.markers]:
-        path: Path = work.layout.root / spec.relpath
-        os.utime(path, ns=(spec.mtime_ns, spec.mtime_ns))
+    for name, mtime_ns in work.mtimes.items():
+        path: Path = work.layout.root / name
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+def copy_passes(data: list[FileSpec], markers: list[FileSpec]) -> list[list[FileSpec]]:
+    """The copies to make, one after another, so that the markers land last.
+
+    ``copy_checkpoint_files`` commits everything else before it copies the file ordered last
+    (by ``mtime_ns``), alone. One pass does when there is one marker or none: the marker is
+    ordered last, or, with none, the smallest file (the file copied alone is the tail nobody
+    shares). Several markers take a second pass, after the data is committed, in the order
+    they were written. ``mtime_ns`` here is only that order; the recorded one is kept apart.
+    """
+    smallest = min(data, key=lambda s: (s.size, s.relpath), default=None)
+    ordered = [replace(s, mtime_ns=int(s is smallest and len(markers) != 1)) for s in data]
+    if len(markers) == 1:
+        return [[*ordered, replace(markers[0], mtime_ns=2)]]
+    return [files for files in (ordered, markers) if files]
