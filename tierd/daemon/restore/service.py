@@ -131,6 +131,10 @@ class RestoreService:
         await blocking(requests.cancel_restore, db, config, job_id, actor=actor, reason=reason, clean=False)
         running.task.cancel()
         await asyncio.wait([running.task])
+        task = running.task
+        if task.cancelled() or task.exception() is not None or task.result() != "cancelled":
+            # Cut before its copy began (or it failed meanwhile): remove what it made here.
+            await blocking(requests.clean_up, db, config, job_id)
 
     async def stop(self, timeout: float) -> None:
         """Claim nothing more; let running restores finish within ``timeout``, then requeue them."""
