@@ -11,6 +11,8 @@ import argparse
 import json
 import os
 import re
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +79,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     reserve = _command(sub, common, "reserve", "make room on a POSIX tier before a save", _cmd_reserve)
     reserve.add_argument("tier")
     reserve.add_argument("size", type=_size, help="bytes to make room for: 500GB, 1TiB or a number")
+    _add_restore_commands(sub, common)
     audit = _command(sub, common, "audit", "the audit log, newest first", _cmd_audit)
     audit.add_argument("ref", type=checkpoint_ref, nargs="?", metavar="ID|RUN:STEP", help="only this one")
     audit.add_argument("--limit", type=int, default=50)
@@ -413,4 +416,137 @@ def _plan_lines(plan: JsonObject) -> list[str]:
         if rows:
             headers = ("ID", "RUN", "STEP", "REPLICA", "ACTION", "POLICY", "BACKED BY", "REASON")
             lines += [f"  {line}" for line in table(headers, rows, right=(0, 2))]
+    return lines
+
+
+# Restores and the jobs in flight.
+
+#: Seconds between two looks at a restore followed with ``--wait``.
+WAIT_POLL = 0.5
+_RESTORE_END = frozenset({"done", "failed", "cancelled"})
+
+
+def _ranks(text: str) -> list[int]:
+    """``0-7`` or ``0,2,4-5``; raises argparse.ArgumentTypeError for anything else."""
+    ranks: set[int] = set()
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        if not _DIGITS.fullmatch(low) or (dash and not _DIGITS.fullmatch(high)):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a rank list such as 0-7 or 0,2,4-5")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first or last - first > 100_000:
+            raise argparse.ArgumentTypeError(f"{part!r}: not a range of ranks")
+        ranks.update(range(first, last + 1))
+    return sorted(ranks)
+
+
+def _add_restore_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    restore = _command(
+        sub, common, "restore", "restore a checkpoint into a directory or to tier 0", _cmd_restore
+    )
+    restore.add_argument("ref", nargs="?", type=checkpoint_ref, metavar="ID|RUN:STEP", help="the checkpoint")
+    restore.add_argument("--latest", metavar="RUN", help="instead of ID|RUN:STEP: the run's newest step")
+    where = restore.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to", metavar="DIR", help="the directory to restore into")
+    where.add_argument("--to-tier0", action="store_true", help="back to its own path on tier 0")
+    restore.add_argument("--ranks", type=_ranks, help="only these ranks' shards (and the shared metadata)")
+    restore.add_argument("--files", nargs="+", metavar="GLOB", help="only files matching these globs")
+    restore.add_argument("--source-tier", metavar="TIER", help="read this tier first")
+    restore.add_argument("--overwrite", action="store_true", help="restore into a non-empty directory")
+    restore.add_argument("--wait", action="store_true", help="follow it to its end (progress on a terminal)")
+    _command(sub, common, "jobs", "copies, deletions and restores in flight", _cmd_jobs)
+
+
+def _restore_body(args: argparse.Namespace) -> JsonObject:
+    """The RestoreIn body the arguments ask for; raises argparse.ArgumentTypeError."""
+    ref: CheckpointRef | None = args.ref
+    if (ref is None) == (args.latest is None):
+        raise argparse.ArgumentTypeError("name the checkpoint: ID, RUN:STEP or --latest RUN")
+    body: JsonObject = (
+        {"run": args.latest, "latest": True}
+        if ref is None
+        else ({"checkpoint_id": ref.id} if ref.id is not None else {"run": ref.run, "step": ref.step})
+    )
+    if args.to_tier0:
+        body["to"] = "tier0"
+    else:
+        body["target"] = args.to if os.path.isabs(args.to) else os.path.join(os.getcwd(), args.to)
+    extra = {"ranks": args.ranks, "files": args.files, "source_tier": args.source_tier}
+    body.update({key: value for key, value in extra.items() if value is not None})
+    if args.overwrite:
+        body["overwrite"] = True
+    return body
+
+
+def _cmd_restore(args: argparse.Namespace) -> int:
+    try:
+        body = _restore_body(args)
+    except argparse.ArgumentTypeError as exc:
+        print(f"tierd restore: {exc}", file=sys.stderr)
+        return 2
+    with _client(args) as client:
+        restore = client.restore(body)
+        if args.wait:
+            restore = _follow(client, restore, live=not args.json and sys.stdout.isatty())
+    _emit(args, restore, lambda: [_restore_line(restore)])
+    return 0 if restore["state"] in ("done", "queued", "running") else 1
+
+
+def _follow(client: Client, restore: JsonObject, *, live: bool) -> JsonObject:
+    """Poll the restore until it ends, rewriting one progress line when ``live``."""
+    while restore["state"] not in _RESTORE_END:
+        if live:
+            print(f"\r\033[K{_restore_line(restore)}", end="", flush=True)
+        time.sleep(WAIT_POLL)
+        restore = client.restore_status(int(restore["id"]))
+    if live:
+        print("\r\033[K", end="")
+    return restore
+
+
+def _restore_line(r: JsonObject) -> str:
+    """``restore 3 running: 45% 1.2 GiB of 2.6 GiB, 12/30 files, 250 MiB/s, 6s left (from pfs)``."""
+    total = r["bytes_total"] or 1
+    parts = [
+        f"restore {r['id']} {r['state']}: {100 * r['bytes_done'] // total}%",
+        f"{format_bytes(r['bytes_done'])} of {format_bytes(r['bytes_total'])}",
+        f"{r['files_done']}/{r['files_total']} files",
+    ]
+    if r["rate_bytes_per_second"]:
+        parts.append(f"{format_bytes(int(r['rate_bytes_per_second']))}/s")
+    if r["eta_seconds"] is not None:
+        parts.append(f"{format_duration(r['eta_seconds'])} left")
+    line = (
+        ", ".join(parts) + f" -> {r['target']}" + (f" (from {r['source_tier']})" if r["source_tier"] else "")
+    )
+    for fallback in r["fallbacks"]:
+        line += f"\n  {fallback['file']}: bad on {fallback['from_tier']}, taken from {fallback['to_tier']}"
+    return line + (f"\n  error: {r['error']}" if r["error"] else "")
+
+
+def _cmd_jobs(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        body = client.jobs()
+    return _emit(args, body, lambda: _jobs_lines(body))
+
+
+def _jobs_lines(body: JsonObject) -> list[str]:
+    copies = [
+        (
+            c["id"],
+            f"{c['run']}:{c['step']}",
+            f"{c['src_tier'] or '-'} -> {c['dst_tier']}",
+            c["state"],
+            f"{format_bytes(c['bytes_done'])}/{format_bytes(c['bytes_total'])}",
+            c["error"] or "",
+        )
+        for c in body["copies"]
+    ]
+    deletions = [
+        (f"{d['run']}:{d['step']}", d["tier"], format_time(d["delete_after"]), d["reason"] or "")
+        for d in body["deletions"]
+    ]
+    lines = [f"copies: {len(copies)}", *table(("ID", "CHECKPOINT", "HOP", "STATE", "DONE", "ERROR"), copies)]
+    lines += [f"deletions: {len(deletions)}", *table(("CHECKPOINT", "TIER", "AFTER", "REASON"), deletions)]
+    lines += [f"restores: {len(body['restores'])}", *(_restore_line(r) for r in body["restores"])]
     return lines

@@ -42,6 +42,7 @@ __all__ = [
     "FreeSpace",
     "KeepBestConfig",
     "PosixTier",
+    "RestoreSettings",
     "RetentionSettings",
     "S3Tier",
     "SpaceAmount",
@@ -316,6 +317,22 @@ class RetentionSettings(_Strict):
     interval: Annotated[Duration, Field(gt=0)] = 60.0
 
 
+class RestoreSettings(_Strict):
+    """Restores: the directories a restore may write into (absent: tier 0's path only)."""
+
+    allowed_roots: list[Path] | None = Field(default=None, min_length=1)
+
+    @field_validator("allowed_roots")
+    @classmethod
+    def _absolute(cls, roots: list[Path] | None) -> list[Path] | None:
+        for index, root in enumerate(roots or []):
+            if not root.is_absolute():
+                raise ValueError(f"entry {index}: {root} is not an absolute path")
+            if ".." in root.parts:
+                raise ValueError(f"entry {index}: {root} has a '..' component")
+        return roots
+
+
 class _TierBase(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")
     # Small files are bound by fsyncs (POSIX) or round trips (S3), not bandwidth: sixteen in
@@ -407,6 +424,7 @@ class Config(BaseSettings):
     watch: list[WatchConfig] = Field(default_factory=list)
     tiers: list[TierConfig] = Field(min_length=1)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    restore: RestoreSettings = Field(default_factory=RestoreSettings)
 
     @model_validator(mode="before")
     @classmethod
@@ -442,6 +460,11 @@ class Config(BaseSettings):
         tier = self.tiers[0]
         assert isinstance(tier, PosixTier)
         return tier
+
+    @property
+    def restore_roots(self) -> list[Path]:
+        """The directories a restore may write into: ``restore.allowed_roots``, else tier 0's path."""
+        return list(self.restore.allowed_roots or [self.tier0.path])
 
     def marker_for(self, relpath: str) -> str | None:
         """The marker file name configured for the watch holding ``relpath`` (relative to tier 0)."""
@@ -506,16 +529,29 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Make relative tier, watch and SQLite paths relative to the config file."""
+    """Make relative tier, watch, restore root and SQLite paths relative to the config file."""
     out = dict(raw)
     for key in ("tiers", "watch"):
         items = out.get(key)
         if isinstance(items, list):
             out[key] = [_resolve_item_path(item, base) for item in items]
+    restore = out.get("restore")
+    if isinstance(restore, dict) and isinstance(restore.get("allowed_roots"), list):
+        out["restore"] = {
+            **restore,
+            "allowed_roots": [_resolve_root(r, base) for r in restore["allowed_roots"]],
+        }
     catalog = out.get("catalog")
     if isinstance(catalog, dict) and isinstance(catalog.get("url"), str):
         out["catalog"] = {**catalog, "url": _resolve_sqlite_url(catalog["url"], base)}
     return out
+
+
+def _resolve_root(root: Any, base: Path) -> Any:
+    """A relative restore root made absolute against ``base`` (its ``..`` folded in)."""
+    if not isinstance(root, str) or Path(root).expanduser().is_absolute():
+        return root
+    return os.path.normpath(base / Path(root).expanduser())
 
 
 def _resolve_item_path(item: Any, base: Path) -> Any:

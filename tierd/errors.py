@@ -9,6 +9,7 @@
     ├── NotFound                    a checkpoint, replica or object does not exist
     ├── Conflict                    the request contradicts the current state
     ├── NotifyRejected              a notify names a path tierd cannot record (outside tier 0, missing)
+    ├── RestoreRefused              a restore would write outside the allowed roots, or over files
     ├── Unstable                    files changed while hashed: record nothing, look again later (retryable)
     ├── BackendError                a tier refused or failed an operation
     │   ├── TransientBackendError   network blips, throttling, 5xx: retryable
@@ -20,8 +21,8 @@
 
 Third-party errors (botocore, ``OSError``, SQLAlchemy) are translated into these at one
 boundary per component, so the rest of tierd only ever sees tierd errors. The API answers
-each with a status (``tierd.api.problems``): NotFound 404, Conflict 409, NotifyRejected 422,
-CatalogError and ShuttingDown 503.
+each with a status (``tierd.api.problems``): NotFound 404, Conflict 409, NotifyRejected and
+RestoreRefused 422, CatalogError and ShuttingDown 503.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "NotFound",
     "NotifyRejected",
     "PermanentBackendError",
+    "RestoreRefused",
     "SchemaError",
     "ShuttingDown",
     "TierdError",
@@ -82,6 +84,10 @@ class Conflict(TierdError):
 
 class NotifyRejected(TierdError):
     """A notify names a path tierd cannot record (outside tier 0, its root, or missing)."""
+
+
+class RestoreRefused(TierdError):
+    """A restore would write outside the allowed roots, through a symlink, or over existing files."""
 
 
 class Unstable(TierdError):

@@ -126,6 +126,32 @@ class Client:
             params["before"] = before
         return self._object("GET", "/v1/audit", params=params)
 
+    def restore(self, body: JsonObject) -> JsonObject:
+        """``POST /v1/restores`` with a RestoreIn ``body``: the restore, queued (202).
+
+        Raises ApiError (404 unknown checkpoint or run; 409 nothing verified to restore from;
+        422 a refused target or a malformed body).
+        """
+        return self._object("POST", "/v1/restores", json=body)
+
+    def restore_status(self, restore_id: int) -> JsonObject:
+        """``GET /v1/restores/{id}``: state, progress, rate and ETA; raises ApiError (404)."""
+        return self._object("GET", f"/v1/restores/{restore_id}")
+
+    def restores(self, state: str | None = None, limit: int = 100) -> JsonObject:
+        """``GET /v1/restores``: restores newest first, only in ``state`` when given."""
+        params: dict[str, Any] = {"limit": limit} | ({"state": state} if state else {})
+        return self._object("GET", "/v1/restores", params=params)
+
+    def cancel_restore(self, restore_id: int, reason: str = "") -> JsonObject:
+        """``DELETE /v1/restores/{id}``: cancel it, remove what it wrote; raises ApiError (404, 409 done)."""
+        params = {"reason": reason} if reason else {}
+        return self._object("DELETE", f"/v1/restores/{restore_id}", params=params)
+
+    def jobs(self) -> JsonObject:
+        """``GET /v1/jobs``: copies, deletions and restores in flight."""
+        return self._object("GET", "/v1/jobs")
+
     def retention_plan(
         self, tier: str | None = None, run: str | None = None, action: PlanAction | None = None
     ) -> JsonObject:

@@ -22,7 +22,15 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tierd.api.schemas import Problem
-from tierd.errors import CatalogError, Conflict, NotFound, NotifyRejected, ShuttingDown, TierdError
+from tierd.errors import (
+    CatalogError,
+    Conflict,
+    NotFound,
+    NotifyRejected,
+    RestoreRefused,
+    ShuttingDown,
+    TierdError,
+)
 from tierd.logs import get_logger
 
 __all__ = [
@@ -43,6 +51,7 @@ _STATUS_FOR: list[tuple[type[TierdError], int]] = [
     (NotFound, 404),
     (Conflict, 409),
     (NotifyRejected, 422),
+    (RestoreRefused, 422),
     (ShuttingDown, 503),
     (CatalogError, 503),
 ]

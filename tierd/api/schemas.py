@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, StringConstraints, model_validator
 
 from tierd.config import Format
 from tierd.daemon.catalog.models import Checkpoint, File, Hold, Replica
+from tierd.daemon.catalog.restores import RestoreRow
 
 __all__ = [
     "AuditOut",
@@ -30,6 +31,13 @@ __all__ = [
     "CheckpointDetail",
     "CheckpointOut",
     "CheckpointPage",
+    "CopyJobOut",
+    "DeletionOut",
+    "FallbackOut",
+    "JobsOut",
+    "RestoreIn",
+    "RestoreOut",
+    "RestorePage",
     "FileOut",
     "Health",
     "NotifyIn",
@@ -333,3 +341,142 @@ class AuditPage(BaseModel):
 
     items: list[AuditOut]
     next_before: int | None
+
+
+# Restores and the jobs in flight.
+
+RestoreState = Literal["queued", "running", "done", "failed", "cancelled"]
+Glob = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=NO_NUL)]
+
+
+class RestoreIn(BaseModel):
+    """A restore: one way to name the checkpoint, and one destination."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"run": "llama", "latest": True, "target": "/nvme/restore/llama"}]},
+    )
+
+    checkpoint_id: int | None = Field(default=None, ge=0, le=INTEGER_MAX)
+    run: str | None = Field(default=None, min_length=1, max_length=255, pattern=NO_NUL)
+    step: int | None = Field(default=None, ge=0, le=BIGINT_MAX)
+    latest: bool = Field(default=False, description="with run: its newest complete step with a verified copy")
+    target: str | None = Field(
+        default=None, min_length=1, max_length=4096, pattern=NO_NUL, description="an absolute directory"
+    )
+    to: Literal["tier0"] | None = Field(default=None, description="back to its own path on tier 0")
+    files: list[Glob] | None = Field(default=None, min_length=1, max_length=1000)
+    ranks: list[Annotated[int, Field(ge=0, le=1_000_000)]] | None = Field(
+        default=None, min_length=1, max_length=100_000
+    )
+    source_tier: str | None = Field(default=None, min_length=1, max_length=32, pattern=NO_NUL)
+    overwrite: bool = False
+
+    @model_validator(mode="after")
+    def _one_of_each(self) -> RestoreIn:
+        ways = [self.checkpoint_id is not None, self.step is not None, self.latest]
+        if sum(ways) != 1:
+            raise ValueError("name the checkpoint one way: checkpoint_id, run and step, or run and latest")
+        if (self.run is None) == (self.checkpoint_id is None):
+            raise ValueError("run goes with step or latest, and not with checkpoint_id")
+        if (self.target is None) == (self.to is None):
+            raise ValueError('give exactly one destination: target or "to": "tier0"')
+        return self
+
+
+class FallbackOut(BaseModel):
+    """A file taken from another tier because the first one's copy was bad."""
+
+    file: str
+    from_tier: str
+    to_tier: str
+    error: str
+
+
+class RestoreOut(BaseModel):
+    """A restore job: its request, state and progress."""
+
+    id: int
+    state: RestoreState
+    checkpoint_id: int
+    run: str
+    step: int
+    target: str = Field(description="the absolute path restored into")
+    to_tier0: bool
+    source_tier: str | None
+    bytes_done: int
+    bytes_total: int
+    files_done: int
+    files_total: int
+    rate_bytes_per_second: float | None
+    eta_seconds: float | None
+    error: str | None
+    fallbacks: list[FallbackOut]
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, row: RestoreRow) -> RestoreOut:
+        """From a catalog restore row."""
+        job, detail = row.job, dict(row.job.detail or {})
+        return cls(
+            id=job.id,
+            state=job.state,
+            checkpoint_id=job.checkpoint_id,
+            run=row.run,
+            step=row.step,
+            target=str(detail.get("target", "")),
+            to_tier0=bool(detail.get("to_tier0")),
+            source_tier=job.src_tier,
+            bytes_done=int(detail.get("bytes_done", 0)),
+            bytes_total=int(detail.get("bytes_total", 0)),
+            files_done=int(detail.get("files_done", 0)),
+            files_total=int(detail.get("files_total", 0)),
+            rate_bytes_per_second=detail.get("rate_bytes_per_second") if job.state == "running" else None,
+            eta_seconds=detail.get("eta_seconds") if job.state == "running" else None,
+            error=job.last_error,
+            fallbacks=[FallbackOut(**item) for item in detail.get("fallbacks") or []],
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+        )
+
+
+class RestorePage(BaseModel):
+    """Restores, newest first."""
+
+    items: list[RestoreOut]
+
+
+class CopyJobOut(BaseModel):
+    """A copy between tiers, queued or running."""
+
+    id: int
+    checkpoint_id: int
+    run: str
+    step: int
+    src_tier: str | None
+    dst_tier: str | None
+    state: str
+    attempts: int
+    bytes_done: int
+    bytes_total: int
+    error: str | None
+
+
+class DeletionOut(BaseModel):
+    """A replica in ``deleting``: removed once ``delete_after`` passes (or now, when it is None)."""
+
+    checkpoint_id: int
+    run: str
+    step: int
+    tier: str
+    delete_after: datetime | None
+    reason: str | None
+
+
+class JobsOut(BaseModel):
+    """What is in flight: copies, deletions and restores."""
+
+    copies: list[CopyJobOut]
+    deletions: list[DeletionOut]
+    restores: list[RestoreOut]

@@ -11,6 +11,7 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.metrics import Metrics
 
 if TYPE_CHECKING:
+    from tierd.daemon.restore.service import RestoreService
     from tierd.daemon.retention.service import RetentionService
 
 __all__ = ["Context"]
@@ -30,6 +31,8 @@ class Context:
     metrics: Metrics = field(init=False)
     #: The running retention service (pins, deletes and reservations from the API go through it).
     retention: RetentionService | None = None
+    #: The running restore service (the API's restores are woken and cancelled through it).
+    restore: RestoreService | None = None
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(self.db, [tier.name for tier in self.config.tiers])

@@ -1,4 +1,4 @@
-"""``tierd run``: one asyncio process hosting the watcher, pipeline, retention and HTTP server."""
+"""``tierd run``: one asyncio process hosting the watcher, pipeline, retention, restore and HTTP server."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from tierd.daemon.context import Context
 from tierd.daemon.detect.service import DetectService
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.service import PipelineService
+from tierd.daemon.restore.service import RestoreService
 from tierd.daemon.retention.service import RetentionService
 from tierd.daemon.service import Service
 from tierd.logs import get_logger
@@ -39,7 +40,7 @@ class Daemon:
         self.db = Database(config.catalog.url, busy_timeout_ms=config.catalog.busy_timeout_ms)
         self.ctx = Context(config=config, db=self.db)
         self.api = ApiService(create_app(self.ctx), config.api.host, config.api.port)
-        # The pipeline and retention share the tiers' backends (and their buffer budget);
+        # The pipeline, retention and restore share the tiers' backends (and their buffer budget);
         # the daemon closes them once every service has stopped.
         self.budget = ByteBudget(PipelineOptions().memory_budget)
         self.backends = {t.name: make_backend(t, budget=self.budget) for t in config.tiers}
@@ -49,6 +50,7 @@ class Daemon:
             DetectService(self.ctx),
             PipelineService(self.ctx, backends=self.backends, budget=self.budget),
             RetentionService(self.ctx, self.backends),
+            RestoreService(self.ctx, self.backends, self.budget),
             self.api,
         ]
         self._stop = asyncio.Event()

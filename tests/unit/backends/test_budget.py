@@ -118,6 +118,20 @@ async def test_idle_aligned_buffers_and_those_in_use_stay_within_the_limit() -> 
     assert budget.idle_bytes == 0
 
 
+async def test_a_size_whose_idle_buffers_were_all_taken_is_not_evicted_from() -> None:
+    budget = ByteBudget(4 * MIB)
+    async with budget.aligned(MIB):
+        pass
+    async with budget.aligned(2 * MIB):
+        pass
+    assert budget.idle_bytes == 3 * MIB
+    # The only idle 1 MiB buffer taken again, then room made by evicting the 2 MiB one (was IndexError).
+    async with budget.aligned(MIB), budget.aligned(3 * MIB) as view:
+        assert len(view) == 3 * MIB
+        assert budget.idle_bytes == 0
+    assert budget.idle_bytes + budget.used <= budget.limit
+
+
 async def test_for_each_bounds_concurrency_and_raises_the_first_error() -> None:
     running, peak = 0, 0
 

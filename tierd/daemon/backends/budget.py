@@ -114,7 +114,10 @@ class ByteBudget:
         idle = self._idle.get(nbytes)
         if idle:
             self.idle_bytes -= nbytes
-            return idle.pop()
+            buffer = idle.pop()
+            if not idle:
+                del self._idle[nbytes]  # an empty list left here would be "evicted" from below
+            return buffer
         while self._idle and self.idle_bytes + self.used > self.limit:
             size, buffers = next(iter(self._idle.items()))
             buffers.pop()

@@ -1,0 +1,197 @@
+"""The restore runner and service over real tiers: POSIX directories and an S3 bucket on moto."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.s3servers import S3Server
+from tests.integration.daemon_helpers import tier_dict
+from tests.unit.restore.world import Gate, RestoreWorld
+from tests.unit.retention.world import posix_tier
+from tierd.daemon.backends import close_backends
+from tierd.daemon.catalog import restores
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.retention import load_retention_rows
+from tierd.errors import Conflict, NotFound, RestoreRefused
+
+STEP = {"__0_0.distcp": os.urandom(300_000), "__1_0.distcp": os.urandom(2_500_000), ".metadata": b"meta" * 50}
+GONE_FROM_NVME = {"nvme": "deleted", "pfs": "verified", "s3": "verified"}
+
+
+@pytest.fixture
+async def lab(tmp_path: Path, sqlite_db: Database, moto_server: S3Server) -> AsyncIterator[RestoreWorld]:
+    tiers = [
+        posix_tier(tmp_path, "nvme"),
+        posix_tier(tmp_path, "pfs"),
+        tier_dict(moto_server.new_tier("s3")),
+    ]
+    made = RestoreWorld.make(tmp_path, sqlite_db, tiers)
+    yield made
+    await close_backends(made.world.backends)
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+async def test_restores_from_the_nearest_verified_tier_markers_last(lab: RestoreWorld) -> None:
+    cid = await lab.add(1, GONE_FROM_NVME, STEP)
+    target = lab.root / "restores" / "one"
+    row = await lab.run(checkpoint_id=cid, target=str(target))
+    assert (row.job.state, row.job.src_tier, row.job.last_error) == ("done", "pfs", None)
+    assert files_under(target) == STEP
+    marker_mtime = (target / ".metadata").stat().st_mtime_ns
+    assert all((target / name).stat().st_mtime_ns <= marker_mtime for name in STEP)
+    detail = row.job.detail
+    assert (detail["files_done"], detail["bytes_done"]) == (3, sum(map(len, STEP.values())))
+    assert detail["fallbacks"] == []
+    assert ("restore_requested", None) in lab.world.actions(cid)
+    assert ("restore_done", "pfs") in lab.world.actions(cid)
+    assert lab.world.states(cid) == GONE_FROM_NVME
+
+
+async def test_restores_from_s3_when_only_the_bucket_holds_it(lab: RestoreWorld) -> None:
+    cid = await lab.add(2, {"nvme": "deleted", "pfs": "deleted", "s3": "verified"}, STEP)
+    target = lab.root / "restores" / "from-s3"
+    row = await lab.run(run="demo", latest=True, target=str(target))
+    assert (row.job.state, row.job.src_tier, row.job.checkpoint_id) == ("done", "s3", cid)
+    assert files_under(target) == STEP
+
+
+async def test_a_bad_byte_falls_back_to_the_next_tier_and_marks_the_replica_failed(lab: RestoreWorld) -> None:
+    cid = await lab.add(3, GONE_FROM_NVME, STEP)
+    shard = lab.world.tier_path("pfs", "demo/step00003/__1_0.distcp")
+    data = bytearray(shard.read_bytes())
+    data[12345] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    target = lab.root / "restores" / "fallback"
+    row = await lab.run(checkpoint_id=cid, target=str(target))
+    assert row.job.state == "done"
+    assert files_under(target) == STEP
+    [fallback] = row.job.detail["fallbacks"]
+    assert (fallback["file"], fallback["from_tier"], fallback["to_tier"]) == ("__1_0.distcp", "pfs", "s3")
+    assert "IntegrityError" in fallback["error"]
+    assert lab.world.states(cid)["pfs"] == "failed"
+    assert ("reverify_failed", "pfs") in lab.world.actions(cid)
+
+
+async def test_every_copy_bad_fails_and_leaves_nothing(lab: RestoreWorld) -> None:
+    cid = await lab.add(4, {"nvme": "deleted", "pfs": "verified"}, STEP)
+    os.unlink(lab.world.tier_path("pfs", "demo/step00004/__0_0.distcp"))
+    target = lab.root / "restores" / "doomed"
+    row = await lab.run(checkpoint_id=cid, target=str(target))
+    assert row.job.state == "failed"
+    assert "NotFound" in (row.job.last_error or "")
+    assert not target.exists()
+    assert ("restore_failed", "pfs") in lab.world.actions(cid)
+    assert lab.world.states(cid)["pfs"] == "failed"  # for the pipeline to copy again
+
+
+async def test_to_tier0_puts_it_back_and_verifies_the_tier0_replica(lab: RestoreWorld) -> None:
+    cid = await lab.add(5, GONE_FROM_NVME, STEP)
+    row = await lab.run(checkpoint_id=cid, to_tier0=True)
+    home = lab.world.tier_path("nvme", "demo/step00005")
+    assert (row.job.state, row.job.detail["target"]) == ("done", str(home))
+    assert files_under(home) == STEP
+    assert lab.world.states(cid)["nvme"] == "verified"
+    assert lab.world.replica(cid, "nvme").location == str(home.resolve())
+    assert (home / "__1_0.distcp").stat().st_mtime_ns == 1_000_000_000  # the recorded mtime
+
+
+async def test_ranks_take_only_their_shards_and_the_metadata(lab: RestoreWorld) -> None:
+    cid = await lab.add(6, GONE_FROM_NVME, STEP)
+    target = lab.root / "restores" / "rank1"
+    row = await lab.run(checkpoint_id=cid, target=str(target), ranks=[1])
+    assert row.job.state == "done"
+    assert files_under(target) == {k: STEP[k] for k in ("__1_0.distcp", ".metadata")}
+    assert (row.job.detail["files_total"], row.job.detail["files_done"]) == (2, 2)
+    assert lab.world.states(cid)["nvme"] == "deleted"
+
+
+async def test_files_already_in_place_are_kept_and_wrong_ones_replaced(lab: RestoreWorld) -> None:
+    cid = await lab.add(7, GONE_FROM_NVME, STEP)
+    target = lab.root / "restores" / "resume"
+    target.mkdir()
+    (target / "__1_0.distcp").write_bytes(STEP["__1_0.distcp"])
+    (target / "__0_0.distcp").write_bytes(b"stale bytes")
+    kept = (target / "__1_0.distcp").stat().st_ino
+    row = await lab.run(checkpoint_id=cid, target=str(target), overwrite=True)
+    assert row.job.state == "done"
+    assert files_under(target) == STEP
+    assert (target / "__1_0.distcp").stat().st_ino == kept
+
+
+async def test_cancel_mid_way_removes_what_it_wrote(lab: RestoreWorld) -> None:
+    cid = await lab.add(8, GONE_FROM_NVME, STEP)
+    gate = Gate(lab.world.backends["pfs"])
+    service = lab.service({**lab.world.backends, "pfs": gate})
+    target = lab.root / "restores" / "cancelled"
+    job_id = lab.ask(checkpoint_id=cid, target=str(target))
+    await service.start()
+    await gate.reached.wait()
+    with lab.db.read_session() as s:
+        assert next(r for r in load_retention_rows(s) if r.id == cid).in_use  # retention keeps its source
+    await service.cancel(job_id, actor="test", reason="changed my mind")
+    await service.stop(5)
+    assert lab.row(job_id).job.state == "cancelled"
+    assert not target.exists()
+    assert ("restore_cancelled", None) in lab.world.actions(cid)
+    await service.cancel(job_id, actor="test", reason="again")  # a cancelled one stays as it is
+    done = lab.ask(checkpoint_id=cid, target=str(target))
+    await lab.runner().run()
+    with pytest.raises(Conflict, match="already done"):
+        await service.cancel(done, actor="test", reason="too late")
+
+
+async def test_shutdown_requeues_and_the_next_run_resumes(lab: RestoreWorld) -> None:
+    cid = await lab.add(9, GONE_FROM_NVME, STEP)
+    gate = Gate(lab.world.backends["pfs"])
+    service = lab.service({**lab.world.backends, "pfs": gate})
+    target = lab.root / "restores" / "resumed"
+    job_id = lab.ask(checkpoint_id=cid, target=str(target))
+    await service.start()
+    await gate.reached.wait()
+    await service.stop(0)
+    assert lab.row(job_id).job.state == "queued"
+    await lab.runner().run()
+    row = lab.row(job_id)
+    assert row.job.state == "done"
+    assert files_under(target) == STEP
+
+
+async def test_refused_requests(lab: RestoreWorld) -> None:
+    cid = await lab.add(10, GONE_FROM_NVME, STEP)
+    inside = lab.root / "restores"
+    with pytest.raises(RestoreRefused, match="outside"):
+        lab.ask(checkpoint_id=cid, target=str(lab.root / "elsewhere"))
+    (inside / "busy").mkdir()
+    (inside / "busy" / "x").write_bytes(b"x")
+    with pytest.raises(RestoreRefused, match="not an empty directory"):
+        lab.ask(checkpoint_id=cid, target=str(inside / "busy"))
+    with pytest.raises(RestoreRefused, match="not a configured tier"):
+        lab.ask(checkpoint_id=cid, target=str(inside / "a"), source_tier="tape")
+    with pytest.raises(Conflict, match="no verified replica on tier nvme"):
+        lab.ask(checkpoint_id=cid, target=str(inside / "a"), source_tier="nvme")
+    with pytest.raises(RestoreRefused, match="no file"):
+        lab.ask(checkpoint_id=cid, target=str(inside / "a"), files=["*.nothing"])
+    with pytest.raises(NotFound):
+        lab.ask(checkpoint_id=cid + 100, target=str(inside / "a"))
+    with pytest.raises(NotFound):
+        lab.ask(run="nope", latest=True, target=str(inside / "a"))
+    gone = await lab.add(11, {"nvme": "deleted", "pfs": "deleted"}, STEP)
+    with pytest.raises(Conflict, match="no verified replica"):
+        lab.ask(checkpoint_id=gone, target=str(inside / "a"))
+    with lab.db.read_session() as s:
+        assert restores.list_restores(s) == []
+
+
+async def test_source_tier_is_read_first(lab: RestoreWorld) -> None:
+    cid = await lab.add(12, GONE_FROM_NVME, STEP)
+    row = await lab.run(checkpoint_id=cid, target=str(lab.root / "restores" / "s"), source_tier="s3")
+    assert (row.job.state, row.job.src_tier) == ("done", "s3")
+    await asyncio.sleep(0)

@@ -1,0 +1,53 @@
+"""Where each selected file of a restore goes: the destination root, the target, and the names.
+
+A restore into ``target`` writes ``<target>/<name>``, ``name`` being the file's path relative
+to the checkpoint; a restore ``to: tier0`` writes the file at its own path under tier 0 (the
+target is then ``<tier 0>/<checkpoint path>``). The sources are read through
+``Rebased(tier, prefix)`` so that a copy names the file the same on both sides.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tierd.config import Config
+from tierd.daemon.restore.paths import local_names
+from tierd.daemon.restore.select import select_names
+
+__all__ = ["Layout", "layout_of"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The destination of a restore and the name (under ``root``) of each selected catalog relpath."""
+
+    root: Path
+    target: Path
+    prefix: str  # what a source's relpath is, less the name
+    names: Mapping[str, str]  # catalog relpath -> name under root, selected files only
+
+    def name_of(self, relpath: str) -> str:
+        """The file's name under ``root``."""
+        return self.names[relpath]
+
+
+def layout_of(config: Config, path: str, relpaths: Sequence[str], detail: Mapping[str, Any]) -> Layout:
+    """The layout of a restore of the checkpoint at ``path`` with files ``relpaths``, as ``detail`` asks.
+
+    Raises RestoreRefused when a catalog file name would land outside the target.
+    """
+    local = local_names(path, relpaths)
+    chosen = set(select_names(list(local.values()), ranks=detail.get("ranks"), globs=detail.get("files")))
+    whole_file = any(relpath == path for relpath in relpaths)
+    prefix = posixpath.dirname(path) if whole_file else path
+    if detail.get("to_tier0"):
+        root = config.tier0.path
+        names = {relpath: relpath for relpath, name in local.items() if name in chosen}
+        return Layout(root, root / path, "", names)
+    target = Path(detail["target"])
+    names = {relpath: name for relpath, name in local.items() if name in chosen}
+    return Layout(target, target, prefix, names)

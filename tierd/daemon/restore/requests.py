@@ -1,0 +1,133 @@
+"""Asking for a restore and cancelling one: the checks and catalog writes behind the API.
+
+Both block (catalog and file system): call them through ``tierd.daemon.aio.blocking``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from tierd.config import Config
+from tierd.daemon.catalog import restores
+from tierd.daemon.catalog.checkpoints import files_of
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import ReplicaState
+from tierd.daemon.catalog.replicas import replicas_by_tier
+from tierd.daemon.restore.cleanup import remove_restored
+from tierd.daemon.restore.layout import layout_of
+from tierd.daemon.restore.paths import check_target, is_fresh
+from tierd.errors import Conflict, RestoreRefused
+
+__all__ = ["RestoreRequest", "cancel_restore", "clean_up", "request_restore"]
+
+
+@dataclass(frozen=True)
+class RestoreRequest:
+    """What a caller asks for (the API's RestoreIn, once its shape is checked)."""
+
+    checkpoint_id: int | None = None
+    run: str | None = None
+    step: int | None = None
+    latest: bool = False
+    target: str | None = None
+    to_tier0: bool = False
+    files: Sequence[str] | None = None
+    ranks: Sequence[int] | None = None
+    source_tier: str | None = None
+    overwrite: bool = False
+
+
+def request_restore(db: Database, config: Config, request: RestoreRequest, *, actor: str) -> int:
+    """Check ``request`` and queue the restore; returns its id.
+
+    Raises NotFound (checkpoint or run), Conflict (nothing verified to restore from, or not
+    on ``source_tier``), RestoreRefused (the target, a tier name or the selection).
+    """
+    with db.session() as session:
+        checkpoint = restores.resolve_checkpoint(
+            session,
+            checkpoint_id=request.checkpoint_id,
+            run=request.run,
+            step=request.step,
+            latest=request.latest,
+        )
+        if request.to_tier0:
+            roots, wanted = [config.tier0.path], str(config.tier0.path / checkpoint.path)
+        else:
+            roots, wanted = config.restore_roots, request.target or ""
+        target = check_target(wanted, roots, overwrite=request.overwrite)
+        _check_source(session, config, checkpoint.id, request.source_tier)
+        files = files_of(session, checkpoint.id)
+        detail = {
+            "node": config.node,
+            "target": str(target),
+            "to_tier0": request.to_tier0,
+            "files": list(request.files) if request.files is not None else None,
+            "ranks": sorted(set(request.ranks)) if request.ranks is not None else None,
+            "source_tier": request.source_tier,
+            "overwrite": request.overwrite,
+            "fresh": is_fresh(target),
+        }
+        layout = layout_of(config, checkpoint.path, [f.relpath for f in files], detail)
+        chosen = [f for f in files if f.relpath in layout.names]
+        if not chosen:
+            raise RestoreRefused(
+                f"no file of checkpoint {checkpoint.id} matches the files and ranks asked for"
+            )
+        detail |= {
+            "files_total": len(chosen),
+            "bytes_total": sum(f.size for f in chosen),
+            "files_done": 0,
+            "bytes_done": 0,
+            "fallbacks": [],
+        }
+        return restores.create_restore(session, checkpoint, detail, actor=actor).id
+
+
+def _check_source(session: Session, config: Config, checkpoint_id: int, tier: str | None) -> None:
+    if tier is None:
+        return
+    if tier not in {t.name for t in config.tiers}:
+        raise RestoreRefused(f"source_tier {tier!r} is not a configured tier")
+    replica = replicas_by_tier(session, checkpoint_id).get(tier)
+    if replica is None or replica.state != ReplicaState.VERIFIED.value:
+        raise Conflict(f"checkpoint {checkpoint_id} has no verified replica on tier {tier}")
+
+
+def cancel_restore(
+    db: Database, config: Config, job_id: int, *, actor: str, reason: str, clean: bool
+) -> bool:
+    """Cancel the restore, and with ``clean`` remove what it wrote; returns whether it was open.
+
+    Raises NotFound, Conflict (the restore is done or failed).
+    """
+    with db.session() as session:
+        was_open = restores.cancel_restore(session, job_id, actor=actor, reason=reason)
+    if was_open and clean:
+        clean_up(db, config, job_id)
+    return was_open
+
+
+def clean_up(db: Database, config: Config, job_id: int) -> int:
+    """Remove what restore ``job_id`` wrote (see ``cleanup``); returns how many files went."""
+    with db.read_session() as session:
+        record = restores.restore_record(session, job_id)
+    if record is None:
+        return 0
+    detail, path, relpaths, placed = record
+    try:
+        layout = layout_of(config, path, relpaths, detail)
+    except RestoreRefused:
+        return 0  # names that could never have been written
+    names = [layout.name_of(r) for r in layout.names]
+    return remove_restored(
+        layout.root,
+        Path(detail["target"]),
+        names,
+        fresh=bool(detail.get("fresh")),
+        placed={layout.name_of(r) for r in placed if r in layout.names},
+    )

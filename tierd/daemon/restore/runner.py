@@ -1,0 +1,375 @@
+"""Run one claimed restore: the selected files from the nearest verified tier into the target.
+
+The copy is the pipeline's (``pipeline.copyset.copy_checkpoint_files`` over a
+``FileCopier``): each file is written under a temporary name in the target, verified
+against the checksum taken at first sight while it is written, renamed into place and
+fsynced (reads pay the source tier's ``bandwidth_limit``, as copies into it do). The data
+goes first, and the format's completion markers (``detect.markers``) only once the data is
+durable. A file whose copy on the source is bad is taken from the next tier with a
+verified replica (``copier.FallbackCopier``), and the bad replica is marked failed for the
+pipeline to copy again. A heartbeat saves progress and renews the lease.
+
+Ends: ``done`` (with ``to: tier0`` and every file restored, the tier-0 replica is verified
+again); ``failed`` or ``cancelled`` (what the restore wrote is removed); ``released`` at
+shutdown (queued again with its progress: the next start skips the files already in place
+with the right size and checksum); ``lost`` when another worker took the lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tierd.config import Config, PosixTier
+from tierd.daemon.aio import blocking
+from tierd.daemon.backends.base import Backend, WriteBatch
+from tierd.daemon.backends.budget import ByteBudget
+from tierd.daemon.backends.posix.backend import PosixBackend
+from tierd.daemon.catalog import restores
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.restores import RestoreClaim, RestorePlan
+from tierd.daemon.detect.markers import split_markers
+from tierd.daemon.pipeline.copyset import copy_checkpoint_files
+from tierd.daemon.pipeline.records import FileSpec
+from tierd.daemon.pipeline.retry import FILE_ATTEMPTS, FILE_BACKOFF, Backoff
+from tierd.daemon.pipeline.throttle import PriorityPool, TokenBucket
+from tierd.daemon.pipeline.transfer import FileCopier
+from tierd.daemon.restore.cleanup import remove_restored, remove_temps
+from tierd.daemon.restore.copier import FallbackCopier
+from tierd.daemon.restore.fallback import Fallbacks
+from tierd.daemon.restore.layout import Layout, layout_of
+from tierd.daemon.restore.paths import check_target, is_fresh
+from tierd.daemon.restore.progress import Meter
+from tierd.daemon.restore.source import Rebased
+from tierd.errors import CatalogError, IntegrityError, NotFound, RestoreRefused, TierdError
+from tierd.logs import get_logger
+
+__all__ = ["Outcome", "RestoreOptions", "RestoreRunner"]
+
+log = get_logger(__name__)
+Outcome = str  # "done" | "failed" | "cancelled" | "released" | "lost"
+
+
+@dataclass(frozen=True)
+class RestoreOptions:
+    """How the restore service polls, leases and retries (tests shorten them)."""
+
+    poll_interval: float = 2.0
+    lease_seconds: float = 60.0
+    renew_interval: float = 15.0
+    progress_interval: float = 0.5
+    #: Restores run at once by one daemon.
+    parallel: int = 2
+    file_attempts: int = FILE_ATTEMPTS
+    file_backoff: Backoff = FILE_BACKOFF
+
+
+@dataclass(frozen=True)
+class _Work:
+    """A prepared restore: the layout, the destination, the sources nearest first, the files."""
+
+    path: str  # the checkpoint's, relative to every tier's root
+    layout: Layout
+    dst: PosixBackend
+    sources: list[Backend]
+    buckets: list[TokenBucket | None]  # each source tier's bandwidth cap
+    passes: list[list[FileSpec]]  # see ``copy_passes``
+    mtimes: dict[str, int]  # each file's recorded mtime, by its name under the root
+    concurrency: int
+
+
+class RestoreRunner:
+    """Runs one claimed restore to an outcome (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        db: Database,
+        backends: Mapping[str, Backend],
+        budget: ByteBudget | None,
+        owner: str,
+        claim: RestoreClaim,
+        options: RestoreOptions,
+        wake_pipeline: Callable[[], None],
+    ) -> None:
+        self.config, self.db, self.backends, self.budget = config, db, backends, budget
+        self.owner, self.claim, self.options = owner, claim, options
+        self.meter = Meter(int(claim.detail.get("bytes_total", 0)), int(claim.detail.get("files_total", 0)))
+        self.fallbacks = Fallbacks(
+            db, claim.checkpoint_id, list(claim.detail.get("fallbacks") or []), wake_pipeline
+        )
+        self.cancel_requested = False  # set by the service before it cancels the task (DELETE)
+        self.lost = False
+        self.source: str | None = None
+
+    async def run(self) -> Outcome:
+        """Restore, then record the outcome; re-raises CancelledError after releasing the job at shutdown."""
+        plan = await blocking(restores.start_restore, self.db, self.claim, self.owner)
+        if plan is None:
+            return "lost"
+        try:
+            work = await blocking(self._prepare, plan)
+        except TierdError as exc:
+            return await self._fail(None, exc)
+        log.info(
+            "restore_started", restore=self.claim.job_id, source=self.source, target=str(work.layout.target)
+        )
+        main = asyncio.current_task()
+        assert main is not None
+        heartbeat = asyncio.create_task(self._heartbeat(main), name=f"restore:heartbeat:{self.claim.job_id}")
+        try:
+            await self._copy(work, plan)
+        except asyncio.CancelledError:
+            heartbeat.cancel()
+            return await self._interrupted(work, main)
+        except Exception as exc:
+            heartbeat.cancel()
+            return await self._fail(work, exc)
+        finally:
+            heartbeat.cancel()
+        return await self._done(work)
+
+    def _prepare(self, plan: RestorePlan) -> _Work:
+        """The layout, destination and sources (blocking). Raises RestoreRefused, Conflict."""
+        detail = self.claim.detail
+        layout = layout_of(self.config, plan.path, [f.relpath for f in plan.files], detail)
+        roots = [self.config.tier0.path] if detail.get("to_tier0") else self.config.restore_roots
+        check_target(str(layout.target), roots, overwrite=True)  # the roots may have changed since
+        tiers = [t for t in self.config.tiers if t.name in plan.verified_tiers]
+        if detail.get("to_tier0"):
+            tiers = [t for t in tiers if t.name != self.config.tier0.name]  # never read what is rewritten
+        wanted = detail.get("source_tier")
+        tiers.sort(key=lambda t: t.name != wanted)  # stable: the asked-for tier first, then nearest first
+        if not tiers:
+            raise RestoreRefused(
+                f"checkpoint {plan.claim.checkpoint_id} has no verified replica to restore from"
+            )
+        self.source = tiers[0].name
+        layout.root.mkdir(parents=True, exist_ok=True)
+        dst = PosixBackend(
+            PosixTier(
+                name="restore", kind="posix", path=layout.root, concurrency=self.config.tier0.concurrency
+            ),
+            budget=self.budget,
+        )
+        specs = [
+            FileSpec(layout.name_of(f.relpath), f.size, f.checksum, f.mtime_ns)
+            for f in plan.files
+            if f.relpath in layout.names
+        ]
+        markers, _ = split_markers(
+            plan.format, [s.relpath for s in specs], marker=self.config.marker_for(plan.path)
+        )
+        chosen = set(markers)
+        data, last = [s for s in specs if s.relpath not in chosen], [s for s in specs if s.relpath in chosen]
+        self.meter.resuming = not is_fresh(layout.target)
+        self.meter.file_ids = {
+            layout.name_of(f.relpath): f.id for f in plan.files if f.relpath in layout.names
+        }
+        self.meter.placed_all |= {layout.name_of(r) for r in plan.done if r in layout.names}
+        return _Work(
+            path=plan.path,
+            layout=layout,
+            dst=dst,
+            sources=[Rebased(self.backends[t.name], layout.prefix) for t in tiers],
+            buckets=[TokenBucket(int(t.bandwidth_limit)) if t.bandwidth_limit else None for t in tiers],
+            passes=copy_passes(data, last),
+            mtimes={s.relpath: s.mtime_ns for s in specs},
+            concurrency=max(t.concurrency for t in tiers),
+        )
+
+    def _copier(self, work: _Work, batch: WriteBatch) -> FileCopier:
+        copiers = [
+            FileCopier(
+                src=src,
+                dst=work.dst,
+                slots=PriorityPool(work.concurrency),
+                priority=0,
+                resume=None,
+                bucket=bucket,
+                readback=False,
+                backoff=self.options.file_backoff,
+                attempts=self.options.file_attempts,
+                integrity_attempts=1,  # a mismatch is this tier's copy: the next tier's is tried
+                batch=batch,
+            )
+            for src, bucket in zip(work.sources, work.buckets, strict=True)
+        ]
+        first = copiers[0]
+        return FallbackCopier(**{**vars(first), "fallbacks": copiers[1:], "fallback": self.fallbacks.record})
+
+    async def _copy(self, work: _Work, plan: RestorePlan) -> None:
+        """Each of ``work.passes`` in turn (see ``copy_passes``)."""
+
+        async def skip(spec: FileSpec) -> bool:
+            return await _in_place(work.dst, spec)
+
+        for files in work.passes:
+            batch = work.dst.batch()
+            await copy_checkpoint_files(
+                self._copier(work, batch),
+                batch,
+                files,
+                concurrency=work.concurrency,
+                skip=skip if self.meter.resuming else None,
+                progress=lambda spec: self.meter.counter(spec.relpath, spec.size),
+                done=lambda spec, info: self.meter.finish(spec, skipped=info is None),
+            )
+
+    async def _heartbeat(self, main: asyncio.Task[object]) -> None:
+        """Save progress every ``progress_interval``, renewing the lease every ``renew_interval``."""
+        last_renew = time.monotonic()
+        while True:
+            await asyncio.sleep(self.options.progress_interval)
+            renew = time.monotonic() - last_renew >= self.options.renew_interval
+            try:
+                ok = await self._save(renew=renew)
+            except CatalogError as exc:
+                log.warning("restore_progress_not_saved", restore=self.claim.job_id, error=str(exc))
+                continue
+            if not ok:
+                self.lost = True  # cancelled (DELETE) or taken by another worker
+                main.cancel()
+                return
+            if renew:
+                last_renew = time.monotonic()
+
+    async def _save(self, *, renew: bool) -> bool:
+        placed, upto = self.meter.placed_since_saved()
+        ids = [self.meter.file_ids[name] for name in placed if name in self.meter.file_ids]
+        saved = await blocking(
+            restores.save_restore_progress,
+            self.db,
+            self.claim.job_id,
+            self.owner,
+            self._progress(),
+            ids,
+            source_tier=self.source,
+            lease_seconds=self.options.lease_seconds if renew else None,
+        )
+        if saved:
+            self.meter.saved(upto)
+        return saved
+
+    def _progress(self) -> dict[str, Any]:
+        return {**self.meter.snapshot(), "fallbacks": self.fallbacks.items}
+
+    async def _interrupted(self, work: _Work, main: asyncio.Task[object]) -> Outcome:
+        """Cancelled: by DELETE (clean up), by a lost lease (stop), or by shutdown (release, re-raise)."""
+        if self.cancel_requested or (self.lost and await blocking(self._was_cancelled)):
+            main.uncancel()
+            removed = await blocking(self._clean, work)
+            log.info("restore_cancelled", restore=self.claim.job_id, removed=removed)
+            return "cancelled"
+        if self.lost:
+            main.uncancel()
+            log.warning("restore_lease_lost", restore=self.claim.job_id)
+            return "lost"
+        try:
+            await asyncio.shield(self._save(renew=False))
+            await asyncio.shield(blocking(restores.release_restore, self.db, self.claim.job_id, self.owner))
+        except CatalogError as exc:
+            log.warning("restore_release_failed", restore=self.claim.job_id, error=str(exc))
+        log.info("restore_released", restore=self.claim.job_id, bytes_done=self.meter.bytes_done)
+        raise asyncio.CancelledError
+
+    def _was_cancelled(self) -> bool:
+        with self.db.read_session() as session:
+            return restores.get_restore(session, self.claim.job_id).job.state == "cancelled"
+
+    def _clean(self, work: _Work | None) -> int:
+        if work is None:
+            return 0
+        names = [work.layout.name_of(r) for r in work.layout.names]
+        return remove_restored(
+            work.layout.root,
+            work.layout.target,
+            names,
+            fresh=bool(self.claim.detail.get("fresh")),
+            placed=self.meter.placed_all,
+        )
+
+    async def _fail(self, work: _Work | None, exc: BaseException) -> Outcome:
+        error = f"{type(exc).__name__}: {exc}"
+        if not isinstance(exc, TierdError):
+            log.error("restore_error", restore=self.claim.job_id, error=error, exc_info=exc)
+        removed = await blocking(self._clean, work)
+        await blocking(
+            restores.finish_restore,
+            self.db,
+            self.claim.job_id,
+            self.owner,
+            error=error,
+            progress=self._progress(),
+            source_tier=self.source,
+        )
+        log.warning("restore_failed", restore=self.claim.job_id, error=error, removed=removed)
+        return "failed"
+
+    async def _done(self, work: _Work) -> Outcome:
+        whole = self.claim.detail.get("files") is None and self.claim.detail.get("ranks") is None
+        location = None
+        await blocking(remove_temps, work.layout.root, list(work.mtimes))  # a shutdown's cut writes
+        if self.claim.detail.get("to_tier0") and whole:
+            await blocking(_keep_mtimes, work)
+            location = str(self.config.tier0.path.resolve() / work.path)
+        ok = await blocking(
+            restores.finish_restore,
+            self.db,
+            self.claim.job_id,
+            self.owner,
+            error=None,
+            progress=self._progress(),
+            source_tier=self.source,
+            tier0_location=location,
+        )
+        if not ok:
+            return "lost"
+        log.info(
+            "restore_done",
+            restore=self.claim.job_id,
+            **self.meter.snapshot(),
+            fallbacks=len(self.fallbacks.items),
+        )
+        return "done"
+
+
+async def _in_place(dst: Backend, spec: FileSpec) -> bool:
+    """Whether ``dst`` already holds ``spec`` with its size and checksum (a resumed restore)."""
+    try:
+        info = await dst.stat(spec.relpath)
+        if info.size != spec.size:
+            return False
+        await dst.verify(spec.relpath, spec.checksum)
+    except (NotFound, IntegrityError):
+        return False
+    return True
+
+
+def _keep_mtimes(work: _Work) -> None:
+    """Give tier 0's restored files their recorded mtimes, so detection sees them unchanged."""
+    for name, mtime_ns in work.mtimes.items():
+        path: Path = work.layout.root / name
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+def copy_passes(data: list[FileSpec], markers: list[FileSpec]) -> list[list[FileSpec]]:
+    """The copies to make, one after another, so that the markers land last.
+
+    ``copy_checkpoint_files`` commits everything else before it copies the file ordered last
+    (by ``mtime_ns``), alone. One pass does when there is one marker or none: the marker is
+    ordered last, or, with none, the smallest file (the file copied alone is the tail nobody
+    shares). Several markers take a second pass, after the data is committed, in the order
+    they were written. ``mtime_ns`` here is only that order; the recorded one is kept apart.
+    """
+    smallest = min(data, key=lambda s: (s.size, s.relpath), default=None)
+    ordered = [replace(s, mtime_ns=int(s is smallest and len(markers) != 1)) for s in data]
+    if len(markers) == 1:
+        return [[*ordered, replace(markers[0], mtime_ns=2)]]
+    return [files for files in (ordered, markers) if files]

@@ -1,0 +1,148 @@
+"""The restore service: claims this node's queued restores and runs them (``runner``).
+
+Restores are jobs (``catalog.restores``): asked for through the API, claimed under a lease,
+requeued at start-up when a killed daemon left them running (``catalog.jobs.
+requeue_orphaned_jobs``, which the pipeline runs first), and resumed. ``cancel`` (DELETE)
+stops a running restore here and waits for it to remove what it wrote; a queued one is
+cleaned up at once. At stop, running restores are given ``timeout`` to finish, then put back
+in the queue with their progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tierd.daemon.aio import blocking
+from tierd.daemon.backends.base import Backend
+from tierd.daemon.backends.budget import ByteBudget
+from tierd.daemon.catalog.jobs import owner_id
+from tierd.daemon.catalog.models import utcnow
+from tierd.daemon.catalog.restores import claim_next_restore
+from tierd.daemon.context import Context
+from tierd.daemon.restore import requests
+from tierd.daemon.restore.runner import RestoreOptions, RestoreRunner
+from tierd.daemon.service import InFlight
+from tierd.errors import TierdError
+from tierd.logs import get_logger
+
+__all__ = ["RestoreService"]
+
+log = get_logger(__name__)
+
+
+@dataclass
+class _Running:
+    runner: RestoreRunner
+    task: asyncio.Task[object]
+
+
+class RestoreService:
+    """Runs restore jobs (see the module docstring)."""
+
+    name = "restore"
+
+    def __init__(
+        self,
+        ctx: Context,
+        backends: Mapping[str, Backend],
+        budget: ByteBudget | None = None,
+        options: RestoreOptions | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.backends = backends
+        self.budget = budget
+        self.options = options or RestoreOptions()
+        self.owner = owner_id(ctx.config.node)
+        self.wakeup = asyncio.Event()
+        self._inflight = InFlight(self.name)
+        self._running: dict[int, _Running] = {}
+        self._loop: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    async def start(self) -> None:
+        """Start claiming restores; the API reaches the service through ``ctx.restore``."""
+        self.ctx.restore = self
+        self._loop = asyncio.create_task(self._run(), name="restore:loop")
+
+    def wake(self) -> None:
+        """Look for queued restores now (one was just asked for)."""
+        self.wakeup.set()
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            self.wakeup.clear()
+            try:
+                await self._claim_all()
+            except TierdError as exc:
+                log.warning("restore_pass_failed", error=str(exc))
+            except Exception:
+                log.exception("restore_pass_crashed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wakeup.wait(), self.options.poll_interval)
+
+    async def _claim_all(self) -> None:
+        while not self._stopping and len(self._running) < self.options.parallel:
+            claim = await blocking(
+                claim_next_restore,
+                self.ctx.db,
+                self.owner,
+                self.ctx.config.node,
+                lease_seconds=self.options.lease_seconds,
+                now=utcnow(),
+            )
+            if claim is None:
+                return
+            runner = RestoreRunner(
+                config=self.ctx.config,
+                db=self.ctx.db,
+                backends=self.backends,
+                budget=self.budget,
+                owner=self.owner,
+                claim=claim,
+                options=self.options,
+                wake_pipeline=self.ctx.wake_pipeline,
+            )
+            task = self._inflight.spawn(self._drive(runner), f"restore {claim.job_id}")
+            self._running[claim.job_id] = _Running(runner, task)
+
+    async def _drive(self, runner: RestoreRunner) -> str:
+        try:
+            return await runner.run()
+        finally:
+            self._running.pop(runner.claim.job_id, None)
+            self.wakeup.set()
+
+    async def cancel(self, job_id: int, *, actor: str, reason: str) -> None:
+        """Cancel a restore and remove what it wrote (waiting for it if it runs here).
+
+        Raises NotFound, Conflict (done or failed).
+        """
+        config, db = self.ctx.config, self.ctx.db
+        running = self._running.get(job_id)
+        if running is None:
+            await blocking(
+                requests.cancel_restore, db, config, job_id, actor=actor, reason=reason, clean=True
+            )
+            return
+        running.runner.cancel_requested = True
+        await blocking(requests.cancel_restore, db, config, job_id, actor=actor, reason=reason, clean=False)
+        running.task.cancel()
+        await asyncio.wait([running.task])
+        task = running.task
+        if task.cancelled() or task.exception() is not None or task.result() != "cancelled":
+            # Cut before its copy began (or it failed meanwhile): remove what it made here.
+            await blocking(requests.clean_up, db, config, job_id)
+
+    async def stop(self, timeout: float) -> None:
+        """Claim nothing more; let running restores finish within ``timeout``, then requeue them."""
+        self._stopping = True
+        self.wakeup.set()
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop
+        await self._inflight.drain(timeout)
+        self.ctx.restore = None
