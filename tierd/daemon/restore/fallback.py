@@ -1,6 +1,6 @@
 """What a restore does when a tier's copy of a file is bad: report it, and mark the replica failed.
 
-The replica goes ``failed`` (``catalog.deletions.mark_replica_failed``, audited as
+The replica goes ``failed`` (``catalog.deletions.mark_recheck_failed``, audited as
 ``reverify_failed``), once per tier, so the pipeline copies it again from a good tier, and
 the restore's ``fallbacks`` lists each file taken from another tier, and why.
 """
@@ -53,6 +53,6 @@ class Fallbacks:
 
     def _mark_failed(self, tier: str, error: str) -> None:
         with self.db.session() as session:
-            deletions.mark_replica_failed(
+            deletions.mark_recheck_failed(
                 session, self.checkpoint_id, tier, error=f"restore found bad bytes: {error}", actor=ACTOR
             )
