@@ -195,7 +195,8 @@ def _ensure_local(
 def _holds(checkpoint: JsonObject, dest: Path, ranks: Sequence[int] | None) -> _Op[bool]:
     """Whether ``dest`` already holds the checkpoint, verified by the daemon.
 
-    It does when ``dest`` is where tier 0's verified replica is, or when a restore of this
+    It does when ``dest`` is where tier 0's verified replica is (the folder of a one-file
+    checkpoint), or when a restore of this
     checkpoint into ``dest`` finished there (the daemon checked every byte) and every file it
     restored is still there at its recorded size. A restore by ranks counts only for the same
     ranks (when the restore says which it took).
@@ -214,6 +215,8 @@ def _holds(checkpoint: JsonObject, dest: Path, ranks: Sequence[int] | None) -> _
         and _covers(job.get("ranks"), ranks)
     }
     sizes = {_relative(f["path"], checkpoint["path"]): f["size"] for f in checkpoint["files"]}
+    if [f["path"] for f in checkpoint["files"]] == [checkpoint["path"]]:  # one file: dest is its folder
+        tier0 = [str(PurePosixPath(location).parent) for location in tier0]
     return cast(bool, (yield _Local(functools.partial(_on_disk, dest, tier0, restored, sizes))))
 
 
