@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict_loader import load
+from torch.multiprocessing.spawn import start_processes
 
 from tests.fixtures.job_daemon import JobDaemon
 from tests.integration.daemon_helpers import wait_for
@@ -53,7 +53,7 @@ def test_the_coordinator_notifies_each_step_with_metrics_and_world_size(
     tierd: JobDaemon, tmp_path: Path
 ) -> None:
     run_dir = tierd.run_dir(RUN)
-    mp.spawn(train, args=(str(tmp_path / "init"), str(run_dir)), nprocs=WORLD, join=True)
+    start_processes(train, args=(str(tmp_path / "init"), str(run_dir)), nprocs=WORLD, start_method="spawn")  # type: ignore[no-untyped-call]
 
     wait_for(lambda: len(tierd.checkpoints(RUN)) == 2, 30, "both steps to be recorded")
     recorded = tierd.checkpoints(RUN)
