@@ -385,8 +385,10 @@ class Client:
         ranks: Sequence[int] | None = None,
         durable: bool = True,
     ) -> Path:
-        """``dest`` holding the step (or the newest durable one), restored there only if needed.
+        """``dest`` holding the step, restored there only if it does not hold it verified already.
 
+        ``step`` is a step or ``"latest"``: the newest complete step, verified on a durable tier
+        unless ``durable=False``. ``ranks`` restores only those ranks' shards (and the metadata).
         Raises NotFound (nothing to restore), TierdError (the restore failed), ApiError, Unreachable.
         """
         return self._run(_ensure_local(run, step, Path(dest), ranks, durable))
