@@ -84,6 +84,11 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     audit.add_argument("ref", type=checkpoint_ref, nargs="?", metavar="ID|RUN:STEP", help="only this one")
     audit.add_argument("--limit", type=int, default=50)
     audit.add_argument("--before", type=int, help="only events older than this event id")
+    _command(sub, common, "runs", "every run: its newest complete step, and per tier", _cmd_runs)
+    latest = _command(sub, common, "latest", "a run's newest complete step (to resume from)", _cmd_latest)
+    latest.add_argument("run")
+    latest.add_argument("--tier", help="the newest verified on this tier")
+    latest.add_argument("--durable", action="store_true", help="the newest verified on a durable tier")
     retention = sub.add_parser("retention", help="retention").add_subparsers(metavar="COMMAND")
     plan = _command(retention, common, "plan", "what retention keeps, deletes and blocks, and why", _cmd_plan)
     plan.add_argument("--tier", help="only this tier")
@@ -550,3 +555,32 @@ def _jobs_lines(body: JsonObject) -> list[str]:
     lines += [f"deletions: {len(deletions)}", *table(("CHECKPOINT", "TIER", "AFTER", "REASON"), deletions)]
     lines += [f"restores: {len(body['restores'])}", *(_restore_line(r) for r in body["restores"])]
     return lines
+
+
+def _cmd_runs(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        page = client.runs()
+
+    def lines() -> list[str]:
+        def step(value: int | None) -> str:
+            return "-" if value is None else str(value)
+
+        rows = [
+            (
+                r["run"],
+                r["checkpoints"],
+                step(r["newest_step"]),
+                " ".join(f"{t}={step(v['newest_verified_step'])}" for t, v in r["tiers"].items()) or "-",
+            )
+            for r in page["items"]
+        ]
+        return table(("RUN", "CHECKPOINTS", "NEWEST", "NEWEST VERIFIED PER TIER"), rows, right=(1, 2))
+
+    return _emit(args, page, lines)
+
+
+def _cmd_latest(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        body = client.latest(args.run, tier=args.tier, durable=args.durable)
+    verified = " ".join(r["tier"] for r in body["replicas"] if r["state"] == "verified") or "-"
+    return _emit(args, body, [f"{checkpoint_label(body)} at {body['path']} (verified on: {verified})"])

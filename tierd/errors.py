@@ -16,8 +16,10 @@
     │   └── PermanentBackendError   access denied, no such bucket, bad request: not retryable
     ├── IntegrityError              bytes do not match the checksum recorded at first sight
     ├── ShuttingDown                the daemon is draining and takes no new work
-    └── ApiError                    the HTTP API answered a problem: its status and detail (client side;
-                                    retryable for 408, 429, 502, 503 and 504)
+    ├── ApiError                    the HTTP API answered a problem: its status and detail (client side;
+    │                               retryable for 408, 429, 502, 503 and 504)
+    ├── Unreachable                 the daemon's API could not be reached (client side; retryable)
+    └── WaitTimeout                 a wait (``tierd.client``'s ``wait_durable``) ran out of time (retryable)
 
 Third-party errors (botocore, ``OSError``, SQLAlchemy) are translated into these at one
 boundary per component, so the rest of tierd only ever sees tierd errors. The API answers
@@ -44,7 +46,9 @@ __all__ = [
     "ShuttingDown",
     "TierdError",
     "TransientBackendError",
+    "Unreachable",
     "Unstable",
+    "WaitTimeout",
 ]
 
 
@@ -139,3 +143,15 @@ class ApiError(TierdError):
         self.problem = problem
         self.retryable = status in self.RETRYABLE_STATUSES
         super().__init__(f"HTTP {status}: {detail}")
+
+
+class Unreachable(TierdError):
+    """The daemon's API could not be reached (refused, reset, timed out): try again later."""
+
+    retryable = True
+
+
+class WaitTimeout(TierdError):
+    """What a client waited for did not happen in time (e.g. a step becoming durable)."""
+
+    retryable = True

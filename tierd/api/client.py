@@ -102,6 +102,20 @@ class Client:
         """
         return self._object("POST", f"/v1/checkpoints/{checkpoint_id}/undelete", json={"reason": reason})
 
+    def runs(self) -> JsonObject:
+        """``GET /v1/runs``: every run with its newest complete step, and newest verified per tier."""
+        return self._object("GET", "/v1/runs")
+
+    def latest(self, run: str, tier: str | None = None, durable: bool = False) -> JsonObject:
+        """``GET /v1/runs/{run}/latest``: the newest complete step (verified on ``tier``, or durable).
+
+        Raises ApiError (404 when no step qualifies, or no such run or tier).
+        """
+        params: dict[str, Any] = {"durable": "true"} if durable else {}
+        if tier is not None:
+            params["tier"] = tier
+        return self._object("GET", f"/v1/runs/{quote(run, safe='')}/latest", params=params)
+
     def tiers(self) -> list[JsonObject]:
         """``GET /v1/tiers``: every tier in order, with its space and replicas by state."""
         return cast(list[JsonObject], self.request("GET", "/v1/tiers"))

@@ -23,6 +23,9 @@ __all__ = [
     "ReasonIn",
     "ReservationIn",
     "ReservationOut",
+    "RunOut",
+    "RunPage",
+    "RunTierOut",
     "TierOut",
     "TierPlan",
     "BIGINT_MAX",
@@ -77,6 +80,12 @@ class NotifyIn(BaseModel):
     format: Format | None = None
     metrics: Metrics | None = Field(
         default=None, description="figures of merit for keep_best, e.g. eval_loss"
+    )
+    world_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=INTEGER_MAX,
+        description="processes that wrote the step (kept in the audit log)",
     )
 
 
@@ -480,3 +489,25 @@ class JobsOut(BaseModel):
     copies: list[CopyJobOut]
     deletions: list[DeletionOut]
     restores: list[RestoreOut]
+
+
+class RunTierOut(BaseModel):
+    """A run on one tier."""
+
+    newest_verified_step: int | None = Field(description="its newest complete step verified on the tier")
+
+
+class RunOut(BaseModel):
+    """A run: how many checkpoints, its newest complete step, and the newest verified per tier."""
+
+    run: str
+    checkpoints: int = Field(description="checkpoints recorded, in any state")
+    newest_step: int | None = Field(description="the newest complete step")
+    newest_checkpoint_id: int | None
+    tiers: dict[str, RunTierOut] = Field(description="every configured tier (and any other holding one)")
+
+
+class RunPage(BaseModel):
+    """Every run by name (``GET /v1/runs``)."""
+
+    items: list[RunOut]

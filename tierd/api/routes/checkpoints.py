@@ -84,8 +84,15 @@ def _out(db: Database, checkpoint_id: int) -> CheckpointOut:
 )
 async def notify(body: NotifyIn, ctx: ContextDep, caller: Operator, response: Response) -> CheckpointOut:
     """Record a step now (201), return it if already recorded (200), or record it waiting (202)."""
+    extra = {"world_size": body.world_size} if body.world_size is not None else {}
     result = await notify_checkpoint(
-        ctx, run=body.run, step=body.step, path=body.path, fmt=body.format, actor=f"api:{caller}"
+        ctx,
+        run=body.run,
+        step=body.step,
+        path=body.path,
+        fmt=body.format,
+        actor=f"api:{caller}",
+        detail=extra,
     )
     if body.metrics:
         await blocking(_set_metrics, ctx.db, result.checkpoint_id, body.metrics, f"api:{caller}")

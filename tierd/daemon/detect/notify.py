@@ -9,8 +9,10 @@ once with every file under the path.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tierd.daemon.aio import blocking
 from tierd.daemon.catalog.checkpoints import checkpoint_state, step_id_and_state
@@ -71,9 +73,20 @@ def _settings_for(ctx: Context, target: Path) -> Settings:
 
 
 async def notify_checkpoint(
-    ctx: Context, *, run: str, step: int, path: str, fmt: str | None, actor: str
+    ctx: Context,
+    *,
+    run: str,
+    step: int,
+    path: str,
+    fmt: str | None,
+    actor: str,
+    detail: Mapping[str, Any] | None = None,
 ) -> NotifyResult:
-    """Record (or mark waiting) the step the job announced; raises NotifyRejected, CatalogError."""
+    """Record (or mark waiting) the step the job announced; raises NotifyRejected, CatalogError.
+
+    ``detail`` (what the job said beside the step, e.g. its world size) joins the audit event's.
+    """
+    extra = dict(detail or {})
     tier0 = ctx.config.tier0.path.resolve()
     target = await blocking(resolve_in_tier0, path, tier0)
     relpath = target.relative_to(tier0).as_posix()
@@ -86,13 +99,13 @@ async def notify_checkpoint(
     if found is None and fmt in (None, "auto"):
         verdict, name, recheck = await blocking(_whole_path, target), "unknown", None
     elif found is None:
-        return await _wait(ctx, run, step, str(fmt), relpath, actor, f"not recognised as {fmt}")
+        return await _wait(ctx, run, step, str(fmt), relpath, actor, f"not recognised as {fmt}", extra)
     else:
         detector, candidate, verdict = found
         name = detector.name
         recheck = functools.partial(detector.inspect, candidate, settings) if candidate else None
         if not verdict.complete:
-            return await _wait(ctx, run, step, name, relpath, actor, verdict.reason)
+            return await _wait(ctx, run, step, name, relpath, actor, verdict.reason, extra)
     try:
         outcome, checkpoint_id = await record_checkpoint(
             ctx,
@@ -104,14 +117,15 @@ async def notify_checkpoint(
             actor=actor,
             action="notified",
             recheck=recheck,
+            detail=extra,
         )
     except Unstable as exc:
-        return await _wait(ctx, run, step, name, relpath, actor, str(exc))
+        return await _wait(ctx, run, step, name, relpath, actor, str(exc), extra)
     return NotifyResult(200 if outcome is Outcome.EXISTING else 201, checkpoint_id)
 
 
 async def _wait(
-    ctx: Context, run: str, step: int, fmt: str, relpath: str, actor: str, reason: str
+    ctx: Context, run: str, step: int, fmt: str, relpath: str, actor: str, reason: str, extra: dict[str, Any]
 ) -> NotifyResult:
     log.warning("notify_disagrees", run=run, step=step, path=relpath, format=fmt, reason=reason)
     _, checkpoint_id = await blocking(
@@ -124,6 +138,7 @@ async def _wait(
         relpath=relpath,
         actor=actor,
         reason=reason,
+        detail=extra,
     )
     state = await blocking(checkpoint_state, ctx.db, checkpoint_id)
     return NotifyResult(202 if state == CheckpointState.WAITING.value else 200, checkpoint_id)

@@ -69,6 +69,7 @@ class Detection:
     action: str
     reason: str
     metrics: Mapping[str, float] = field(default_factory=dict)
+    detail: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Outcome(Enum):
@@ -155,13 +156,25 @@ def _audit_detail(det: Detection, outcome: Outcome) -> dict[str, Any]:
         "files": len(det.files),
         "bytes": sum(f.size for f in det.files),
         "outcome": outcome.value,
+        **det.detail,
     }
 
 
 def write_waiting(
-    db: Database, config: Config, *, run: str, step: int, fmt: str, relpath: str, actor: str, reason: str
+    db: Database,
+    config: Config,
+    *,
+    run: str,
+    step: int,
+    fmt: str,
+    relpath: str,
+    actor: str,
+    reason: str,
+    detail: Mapping[str, Any] | None = None,
 ) -> tuple[Outcome, int]:
     """Record an announced step whose files the detector does not accept yet (blocking).
+
+    ``detail`` joins the audit event's.
 
     Raises CatalogError when the catalog fails.
     """
@@ -176,9 +189,16 @@ def write_waiting(
             existing = find_step(session, run_row, step, relpath, config.node)
             assert existing is not None
             return Outcome.EXISTING, existing.id
-        detail = {"run": run, "step": step, "format": fmt, "path": relpath, "state": "waiting"}
+        event = {
+            "run": run,
+            "step": step,
+            "format": fmt,
+            "path": relpath,
+            "state": "waiting",
+            **(detail or {}),
+        }
         append_event(
-            session, actor=actor, action="notified", checkpoint_id=row.id, reason=reason, detail=detail
+            session, actor=actor, action="notified", checkpoint_id=row.id, reason=reason, detail=event
         )
         return Outcome.CREATED, row.id
 
@@ -194,12 +214,13 @@ async def record_checkpoint(
     actor: str,
     action: str,
     recheck: Callable[[], Verdict] | None = None,
+    detail: Mapping[str, Any] | None = None,
 ) -> tuple[Outcome, int]:
     """Hash a complete verdict's files, check nothing moved meanwhile, and record it.
 
     ``recheck`` runs the detector again after hashing: the verdict must still be
     complete with exactly the same files, sizes and mtimes. Raises Unstable otherwise,
-    and CatalogError when the catalog fails.
+    and CatalogError when the catalog fails. ``detail`` joins the audit event's.
     """
     tier0 = ctx.config.tier0.path.resolve()
     hashed = await hash_stable(verdict.files, tier0)
@@ -207,7 +228,9 @@ async def record_checkpoint(
         again = await blocking(recheck)
         if not again.complete or set(again.files) != set(verdict.files):
             raise Unstable("the checkpoint changed while it was hashed")
-    det = Detection(run, step, fmt, relpath, hashed, actor, action, verdict.reason, verdict.metrics)
+    det = Detection(
+        run, step, fmt, relpath, hashed, actor, action, verdict.reason, verdict.metrics, dict(detail or {})
+    )
     outcome, checkpoint_id = await blocking(write_complete, ctx.db, ctx.config, det)
     if outcome is not Outcome.EXISTING:
         ctx.metrics.detected.labels(fmt).inc()
