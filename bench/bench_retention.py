@@ -57,9 +57,9 @@ from typing import Any, Protocol
 
 from bench.common import bench_root, emit, env_float, env_int, filesystem_type, note, quick
 from bench.harness import OtherLoad, tierd_source
-from bench.pgserver import PostgresServer, pg_available, postgres_server
 from bench.retention_catalog import TIERS, Shape, describe_built, fill_catalog
 from bench.retention_idle import measure_idle
+from tests.fixtures.pgserver import PostgresServer, pg_available, postgres_server
 from tierd.config import Config
 from tierd.daemon import aio
 from tierd.daemon.aio import shutdown_executor
