@@ -10,9 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.unit.retention.world import LATER_DAY, World, posix_tier
-from tierd.api.app import create_app
-from tierd.api.server import ApiService
+from tests.unit.retention.world import LATER_DAY, World, served_world
 from tierd.daemon.catalog.db import Database
 
 TOKENS = {"read": "r-token", "operate": "o-token", "admin": "a-token"}
@@ -32,24 +30,11 @@ class Served:
 
 @pytest.fixture
 async def served(tmp_path: Path, sqlite_db: Database) -> AsyncIterator[Served]:
-    tokens = [{"name": f"{role}-bot", "token": token, "role": role} for role, token in TOKENS.items()]
-    world = World.make(
-        tmp_path,
-        sqlite_db,
-        [
-            posix_tier(tmp_path, "nvme", retention={"keep_last": 1}, delete_delay="1h"),
-            posix_tier(tmp_path, "pfs"),
-        ],
-        api={"listen": "127.0.0.1:0", "tokens": tokens},
-    )
-    ctx = world.service.ctx
-    ctx.watcher_running = True
-    ctx.retention = world.service
-    api = ApiService(create_app(ctx), "127.0.0.1", 0)
-    await api.start()
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{api.port}") as client:
+    async with (
+        served_world(tmp_path, sqlite_db, TOKENS) as (world, url),
+        httpx.AsyncClient(base_url=url) as client,
+    ):
         yield Served(world, client)
-    await api.stop(5)
 
 
 MUTATIONS = [

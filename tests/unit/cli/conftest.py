@@ -12,9 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from tests.unit.retention.world import World, posix_tier
-from tierd.api.app import create_app
-from tierd.api.server import ApiService
+from tests.unit.retention.world import World, served_world
 from tierd.cli import main
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Hold
@@ -57,23 +55,8 @@ class Cli:
 @pytest.fixture
 async def cli(tmp_path: Path, sqlite_db: Database, capsys: pytest.CaptureFixture[str]) -> AsyncIterator[Cli]:
     """Tier ``nvme`` (keep_last 1, delete delay 1h) and durable ``pfs``, with the API serving them."""
-    tokens = [{"name": f"{role}-bot", "token": token, "role": role} for role, token in TOKENS.items()]
-    world = World.make(
-        tmp_path,
-        sqlite_db,
-        [
-            posix_tier(tmp_path, "nvme", retention={"keep_last": 1}, delete_delay="1h"),
-            posix_tier(tmp_path, "pfs"),
-        ],
-        api={"listen": "127.0.0.1:0", "tokens": tokens},
-    )
-    ctx = world.service.ctx
-    ctx.watcher_running = True
-    ctx.retention = world.service
-    api = ApiService(create_app(ctx), "127.0.0.1", 0)
-    await api.start()
-    yield Cli(world, f"http://127.0.0.1:{api.port}", capsys)
-    await api.stop(5)
+    async with served_world(tmp_path, sqlite_db, TOKENS) as (world, url):
+        yield Cli(world, url, capsys)
 
 
 def hold_names(world: World, checkpoint_id: int) -> list[str]:

@@ -6,8 +6,9 @@ CRC64NVME of their bytes, as detection and the pipeline would have left them.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import Any
 
 from sqlalchemy import select
 
+from tierd.api.app import create_app
+from tierd.api.server import ApiService
 from tierd.config import Config, PosixTier
 from tierd.daemon import checksum
 from tierd.daemon.backends import Backend, make_backend
@@ -152,3 +155,33 @@ class World:
         with self.db.read_session() as s:
             relpaths = list(s.scalars(select(File.relpath).where(File.checkpoint_id == checkpoint_id)))
         return any(self.tier_path(tier, r).exists() for r in relpaths)
+
+
+@contextlib.asynccontextmanager
+async def served_world(
+    root: Path, db: Database, tokens: Mapping[str, str]
+) -> AsyncIterator[tuple[World, str]]:
+    """Tier ``nvme`` (keep_last 1, delete delay 1h) and durable ``pfs``, with the API serving them.
+
+    ``tokens`` maps each role to its bearer token (named ``<role>-bot``); yields the world and
+    the API's base URL.
+    """
+    configured = [{"name": f"{role}-bot", "token": token, "role": role} for role, token in tokens.items()]
+    world = World.make(
+        root,
+        db,
+        [
+            posix_tier(root, "nvme", retention={"keep_last": 1}, delete_delay="1h"),
+            posix_tier(root, "pfs"),
+        ],
+        api={"listen": "127.0.0.1:0", "tokens": configured},
+    )
+    ctx = world.service.ctx
+    ctx.watcher_running = True
+    ctx.retention = world.service
+    api = ApiService(create_app(ctx), "127.0.0.1", 0)
+    await api.start()
+    try:
+        yield world, f"http://127.0.0.1:{api.port}"
+    finally:
+        await api.stop(5)
