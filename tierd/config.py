@@ -340,8 +340,12 @@ class _TierBase(_Strict):
     concurrency: int = Field(default=16, ge=1, le=256)
     bandwidth_limit: ByteSize | None = Field(default=None, description="bytes per second")
     verify: Literal["native", "readback"] = "native"
-    # Config makes tier 0 non-durable unless the file says otherwise (see Config._durable_default).
+    # Config makes tier 0 non-durable unless the file says otherwise (see Config._tier_defaults).
     durable: bool = True
+    # Config makes tier 0 node-local unless the file says otherwise (see Config._tier_defaults):
+    # a shared tier is one every daemon of the fleet sees (parallel FS, bucket), a node-local one
+    # only its own node's daemon (NVMe).
+    shared: bool = True
     retention: TierRetention = Field(default_factory=TierRetention)
     delete_delay: Duration = 3600.0
     verify_before_delete: Literal["checksum", "size"] = "checksum"
@@ -428,16 +432,18 @@ class Config(BaseSettings):
 
     @model_validator(mode="before")
     @classmethod
-    def _durable_default(cls, data: Any) -> Any:
-        """Tier 0 (node-local) is not durable unless it says so; every other tier is."""
+    def _tier_defaults(cls, data: Any) -> Any:
+        """Tier 0 is node-local and not durable unless it says so; every other tier is shared and durable."""
         tiers = data.get("tiers") if isinstance(data, dict) else None
         if not isinstance(tiers, list) or not tiers:
             return data
         first = tiers[0]
-        if isinstance(first, dict) and "durable" not in first:
-            first = {**first, "durable": False}
-        elif isinstance(first, _TierBase) and "durable" not in first.model_fields_set:
-            first = first.model_copy(update={"durable": False})
+        defaults = {"durable": False, "shared": False}
+        if isinstance(first, dict):
+            first = {**defaults, **first}
+        elif isinstance(first, _TierBase):
+            unset = {key: value for key, value in defaults.items() if key not in first.model_fields_set}
+            first = first.model_copy(update=unset)
         return {**data, "tiers": [first, *tiers[1:]]}
 
     @model_validator(mode="after")
@@ -449,6 +455,12 @@ class Config(BaseSettings):
         first = self.tiers[0]
         if not isinstance(first, PosixTier):
             raise ValueError("tiers.0: the first tier must be kind: posix (it holds the watched paths)")
+        for i, tier in enumerate(self.tiers):
+            if i > 0 and not tier.shared and self.tiers[i - 1].shared:
+                raise ValueError(
+                    f"tiers.{i}.shared: a node-local tier cannot follow a shared one "
+                    f"({self.tiers[i - 1].name}): copies only move from node-local tiers to shared ones"
+                )
         for i, watch in enumerate(self.watch):
             if not _is_within(watch.path, first.path):
                 raise ValueError(f"watch.{i}.path: {watch.path} is not inside tier 0 path {first.path}")
@@ -460,6 +472,13 @@ class Config(BaseSettings):
         tier = self.tiers[0]
         assert isinstance(tier, PosixTier)
         return tier
+
+    def tier(self, name: str) -> PosixTier | S3Tier:
+        """The tier named ``name``; raises KeyError for a name the config does not have."""
+        for tier in self.tiers:
+            if tier.name == name:
+                return tier
+        raise KeyError(name)
 
     @property
     def restore_roots(self) -> list[Path]:

@@ -29,6 +29,10 @@ class Context:
     #: clears it when it wakes. Services set it with ``ctx.wake_pipeline()``.
     pipeline_wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     metrics: Metrics = field(init=False)
+    #: Whether this daemon may delete, evict and scrub on shared tiers now. One daemon of a
+    #: fleet at a time leads (the fleet's election sets it); a daemon alone always does.
+    #: Node-local tiers are every daemon's own, whatever this says: see ``acts_on``.
+    leader: bool = True
     #: The running retention service (pins, deletes and reservations from the API go through it).
     retention: RetentionService | None = None
     #: The running restore service (the API's restores are woken and cancelled through it).
@@ -36,6 +40,10 @@ class Context:
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(self.db, [tier.name for tier in self.config.tiers])
+
+    def acts_on(self, tier: str) -> bool:
+        """Whether this daemon may delete, evict or scrub on ``tier`` now (its own, or it leads)."""
+        return self.leader or not self.config.tier(tier).shared
 
     def wake_pipeline(self) -> None:
         """Tell the pipeline to look for new work now rather than at its next poll."""
