@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from tierd.config import Config
@@ -54,8 +55,10 @@ class ReplicaChecker:
         metrics: Metrics,
         *,
         on_bad_copy: Callable[[], None],
+        now: Callable[[], datetime] = utcnow,
     ) -> None:
         """``on_bad_copy`` runs when a replica is marked failed (the pipeline copies it again)."""
+        self.now = now
         self.config = config
         self.db = db
         self.backends = backends
@@ -107,7 +110,7 @@ class ReplicaChecker:
 
     def _mark_checked(self, replica_id: int) -> None:
         with self.db.session() as session:
-            mark_replica_checked(session, replica_id, utcnow())
+            mark_replica_checked(session, replica_id, self.now())
 
     def _mark_failed(self, candidate: ScrubCandidate, result: Recheck, actor: str) -> bool:
         with self.db.session() as session:

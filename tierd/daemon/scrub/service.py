@@ -59,7 +59,7 @@ class ScrubService:
         self.ctx = ctx
         self.now = now
         self.checker = ReplicaChecker(
-            ctx.config, ctx.db, backends, ctx.metrics, on_bad_copy=ctx.wake_pipeline
+            ctx.config, ctx.db, backends, ctx.metrics, on_bad_copy=ctx.wake_pipeline, now=now
         )
         self.settings: dict[str, ScrubConfig] = {
             t.name: t.scrub for t in ctx.config.tiers if t.scrub is not None and t.name in backends
