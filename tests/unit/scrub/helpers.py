@@ -37,8 +37,11 @@ class FakeClock:
         await asyncio.sleep(0)
 
 
-def scrub_world(root: Path, db: Database, **scrub: Any) -> World:
-    """``nvme`` (not scrubbed), then ``pfs`` and ``archive``, both scrubbed with ``scrub`` settings."""
+def scrub_world(root: Path, db: Database, *, top: dict[str, Any] | None = None, **scrub: Any) -> World:
+    """``nvme`` (not scrubbed), then ``pfs`` and ``archive``, both scrubbed with ``scrub`` settings.
+
+    ``top`` adds top-level config (``api`` with its tokens).
+    """
     settings = {**SCRUB, **scrub}
     return World.make(
         root,
@@ -48,6 +51,7 @@ def scrub_world(root: Path, db: Database, **scrub: Any) -> World:
             posix_tier(root, "pfs", scrub=settings),
             posix_tier(root, "archive", scrub=settings),
         ],
+        **(top or {}),
     )
 
 
