@@ -1,4 +1,7 @@
-"""The scrubber over real POSIX tiers and a real catalog: order, schedule, bandwidth, rot, races."""
+"""The scrubber over real POSIX tiers and a real catalog: order, schedule, bandwidth, rot, races.
+
+The catalog's queries and conditional marks run on SQLite and PostgreSQL (``db``).
+"""
 
 from __future__ import annotations
 
@@ -33,27 +36,25 @@ def _due(db: Database, tier: str, *, node: str | None = None, limit: int = 50) -
         return [c.checkpoint_id for c in due_for_scrub(s, tier, NOW - WEEK, limit, node=node)]
 
 
-async def test_never_checked_replicas_go_first_then_the_oldest_check(
-    tmp_path: Path, sqlite_db: Database
-) -> None:
-    world = scrub_world(tmp_path, sqlite_db)
+async def test_never_checked_replicas_go_first_then_the_oldest_check(tmp_path: Path, db: Database) -> None:
+    world = scrub_world(tmp_path, db)
     c1, c2, c3, c4 = [await world.add(step, on=ALL, files=1, size=10) for step in (1, 2, 3, 4)]
-    set_checked(sqlite_db, c1, "pfs", NOW - timedelta(days=8))
-    set_checked(sqlite_db, c3, "pfs", NOW - timedelta(days=9))
-    set_checked(sqlite_db, c4, "pfs", NOW - timedelta(hours=1))  # checked within the week: not due
-    assert _due(sqlite_db, "pfs") == [c2, c3, c1]
-    assert _due(sqlite_db, "pfs", limit=2) == [c2, c3]
-    with sqlite_db.session() as s:
+    set_checked(db, c1, "pfs", NOW - timedelta(days=8))
+    set_checked(db, c3, "pfs", NOW - timedelta(days=9))
+    set_checked(db, c4, "pfs", NOW - timedelta(hours=1))  # checked within the week: not due
+    assert _due(db, "pfs") == [c2, c3, c1]
+    assert _due(db, "pfs", limit=2) == [c2, c3]
+    with db.session() as s:
         s.execute(update(Checkpoint).where(Checkpoint.id == c2).values(node="other-node"))
-    assert _due(sqlite_db, "pfs", node="this-node") == [c3, c1]  # a node-local tier: its own node's
-    set_state(sqlite_db, c3, "pfs", "failed")  # only verified replicas are scrubbed
-    assert _due(sqlite_db, "pfs") == [c2, c1]
+    assert _due(db, "pfs", node="this-node") == [c3, c1]  # a node-local tier: its own node's
+    set_state(db, c3, "pfs", "failed")  # only verified replicas are scrubbed
+    assert _due(db, "pfs") == [c2, c1]
 
 
 async def test_a_round_checks_what_is_due_and_a_pass_ends_when_nothing_is(
-    tmp_path: Path, sqlite_db: Database
+    tmp_path: Path, db: Database
 ) -> None:
-    world = scrub_world(tmp_path, sqlite_db)
+    world = scrub_world(tmp_path, db)
     ids = [await world.add(step, on=ALL, files=1, size=10) for step in (1, 2)]
     now = [NOW]
     service = scrubber(world, now=lambda: now[0])
@@ -67,7 +68,7 @@ async def test_a_round_checks_what_is_due_and_a_pass_ends_when_nothing_is(
         assert world.replica(cid, "archive").checked_at is None  # each tier on its own
     assert await service.check_round("pfs") == 0
     assert service.last_pass_at["pfs"] == NOW
-    with sqlite_db.read_session() as s:
+    with db.read_session() as s:
         progress = scrub_progress(s, "pfs", NOW - WEEK)
     assert (progress.checked, progress.total, progress.oldest_check) == (2, 2, NOW)
     assert sample(world, "tierd_scrub_replicas_total", tier="pfs", result="ok") == 2
@@ -94,9 +95,9 @@ async def test_the_bytes_read_are_held_to_the_bandwidth(tmp_path: Path, sqlite_d
 
 
 async def test_a_flipped_byte_marks_the_replica_failed_audits_it_and_wakes_the_pipeline(
-    tmp_path: Path, sqlite_db: Database
+    tmp_path: Path, db: Database
 ) -> None:
-    world = scrub_world(tmp_path, sqlite_db)
+    world = scrub_world(tmp_path, db)
     cid = await world.add(1, on=ALL)
     bad = relpaths(world, cid)[-1]
     flip_byte(world.tier_path("pfs", bad), offset=100)
@@ -109,14 +110,14 @@ async def test_a_flipped_byte_marks_the_replica_failed_audits_it_and_wakes_the_p
     assert replica.state == "failed"
     assert bad in (replica.error or "")
     assert world.replica(cid, "archive").state == "verified"
-    [mismatch] = events(sqlite_db, "replica_mismatch")
+    [mismatch] = events(db, "replica_mismatch")
     assert (mismatch.actor, mismatch.tier, mismatch.checkpoint_id) == ("scrub", "pfs", cid)
     assert mismatch.detail["file"] == bad
     assert mismatch.detail["problem"] == "mismatch"
     expected = checksum_of(world, cid, bad)
     assert mismatch.detail["expected"] == expected
     assert mismatch.detail["actual"] not in (None, expected)
-    assert [e.tier for e in events(sqlite_db, "reverify_failed")] == ["pfs"]
+    assert [e.tier for e in events(db, "reverify_failed")] == ["pfs"]
     assert ctx.pipeline_wakeup.is_set()
     assert sample(world, "tierd_scrub_mismatches_total", tier="pfs") == 1
     assert sample(world, "tierd_scrub_replicas_total", tier="pfs", result="mismatch") == 1
@@ -135,21 +136,21 @@ async def test_a_deleted_file_is_missing(tmp_path: Path, sqlite_db: Database) ->
     assert sample(world, "tierd_scrub_replicas_total", tier="archive", result="missing") == 1
 
 
-async def test_a_replica_deleted_while_it_is_checked_is_not_rot(tmp_path: Path, sqlite_db: Database) -> None:
-    world = scrub_world(tmp_path, sqlite_db)
+async def test_a_replica_deleted_while_it_is_checked_is_not_rot(tmp_path: Path, db: Database) -> None:
+    world = scrub_world(tmp_path, db)
     cid = await world.add(1, on=ALL)
     service = scrubber(world)
-    with sqlite_db.read_session() as s:
+    with db.read_session() as s:
         [candidate] = due_for_scrub(s, "pfs", NOW - WEEK, 10)
     # Retention takes the replica meanwhile: deleting, then its bytes removed.
-    set_state(sqlite_db, cid, "pfs", "deleting")
+    set_state(db, cid, "pfs", "deleting")
     for relpath in relpaths(world, cid):
         world.tier_path("pfs", relpath).unlink()
 
     outcome = await service.check(candidate)
     assert outcome.result == "gone"
     assert world.replica(cid, "pfs").state == "deleting"
-    assert events(sqlite_db, "replica_mismatch") == []
+    assert events(db, "replica_mismatch") == []
     assert sample(world, "tierd_scrub_mismatches_total", tier="pfs") == 0
 
 
