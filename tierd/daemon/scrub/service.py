@@ -64,10 +64,11 @@ class ScrubService:
         self.settings: dict[str, ScrubConfig] = {
             t.name: t.scrub for t in ctx.config.tiers if t.scrub is not None and t.name in backends
         }
-        # No burst: a background scrub gains nothing from reading ahead of its cap after a pause.
+        # The bucket's burst (a tenth of a second's bytes) is credit the scrub earns while it
+        # records a replica and fetches the next, so those pauses do not lower its rate; the
+        # long-run rate never exceeds ``bandwidth``. Without it, 200MB gave 144 MB/s here.
         self.buckets = {
-            name: TokenBucket(int(s.bandwidth), burst=0, clock=clock, sleep=sleep)
-            for name, s in self.settings.items()
+            name: TokenBucket(int(s.bandwidth), clock=clock, sleep=sleep) for name, s in self.settings.items()
         }
         #: When each tier last had every verified replica checked within ``every`` (since start).
         self.last_pass_at: dict[str, datetime | None] = dict.fromkeys(self.settings)
