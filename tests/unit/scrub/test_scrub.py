@@ -23,9 +23,12 @@ from tests.unit.scrub.helpers import (
     set_checked,
     set_state,
 )
+from tierd.daemon.backends.base import ObjectInfo
+from tierd.daemon.backends.posix.backend import PosixBackend
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Checkpoint
 from tierd.daemon.catalog.scrub import due_for_scrub, scrub_progress
+from tierd.errors import TransientBackendError
 
 ALL = {"nvme": "verified", "pfs": "verified", "archive": "verified"}
 WEEK = timedelta(days=7)
@@ -182,3 +185,23 @@ async def test_verify_checks_every_tier_now(tmp_path: Path, sqlite_db: Database)
     assert world.replica(cid, "archive").state == "failed"
     assert events(sqlite_db, "replica_mismatch")[0].actor == "api:ops"
     assert world.replica(cid, "pfs").checked_at == NOW
+
+
+class Unanswering(PosixBackend):
+    """A tier whose store does not answer (a network partition, throttling)."""
+
+    async def verify(self, relpath: str, expected_checksum: str) -> ObjectInfo:
+        raise TransientBackendError(f"{self.location(relpath)}: connection reset")
+
+
+async def test_a_store_that_does_not_answer_proves_nothing(tmp_path: Path, sqlite_db: Database) -> None:
+    world = scrub_world(tmp_path, sqlite_db)
+    cid = await world.add(1, on=ALL)
+    world.backends["pfs"] = Unanswering(world.config.tier("pfs"))  # type: ignore[arg-type]
+    service = scrubber(world)
+    # Nothing counted as checked: the loop waits before it asks the store again.
+    assert await service.check_round("pfs") == 0
+    replica = world.replica(cid, "pfs")
+    assert (replica.state, replica.checked_at) == ("verified", None)
+    assert events(sqlite_db, "replica_mismatch") == []
+    assert sample(world, "tierd_scrub_replicas_total", tier="pfs", result="inconclusive") == 1

@@ -102,8 +102,10 @@ class ScrubService:
                     await asyncio.wait_for(self._stopping.wait(), idle)
 
     async def check_round(self, tier: str) -> int:
-        """Re-check up to ``BATCH`` due replicas on ``tier``, oldest check first; returns how many.
+        """Re-check up to ``BATCH`` due replicas on ``tier``, oldest check first.
 
+        Returns how many were checked, not counting those the store could not answer for
+        (``inconclusive``: still due, tried again after the idle wait rather than at once).
         Raises CatalogError when the catalog fails.
         """
         if not self.ctx.acts_on(tier):
@@ -119,8 +121,8 @@ class ScrubService:
         for candidate in due:
             if self._stopping.is_set() or not self.ctx.acts_on(tier):
                 break
-            await self.check(candidate)
-            checked += 1
+            outcome = await self.check(candidate)
+            checked += outcome.result != "inconclusive"
         self._checked_since_pass[tier] += checked
         return checked
 
