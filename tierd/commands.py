@@ -76,6 +76,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     _with_ref(_command(sub, common, "show", "show one checkpoint with its files", _cmd_show))
     _add_protection_commands(sub, common)
     _command(sub, common, "tiers", "each tier's space, policy and replicas", _cmd_tiers)
+    _with_ref(_command(sub, common, "verify", "re-check a checkpoint's bytes on every tier now", _cmd_verify))
     reserve = _command(sub, common, "reserve", "make room on a POSIX tier before a save", _cmd_reserve)
     reserve.add_argument("tier")
     reserve.add_argument("size", type=_size, help="bytes to make room for: 500GB, 1TiB or a number")
@@ -348,6 +349,26 @@ def _tier_lines(tiers: list[JsonObject]) -> list[str]:
     return lines + [
         f"{t['name']}: under disk pressure: {t['pressure_blocked']}" for t in tiers if t["pressure_blocked"]
     ]
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    """Exit 0 when no replica was found bad, 1 otherwise (a bad one is being copied again)."""
+    with _client(args) as client:
+        body = client.verify(_resolve(client, args.ref))
+
+    def lines() -> list[str]:
+        rows = [(t["tier"], t["result"], _verify_note(t)) for t in body["tiers"]]
+        verdict = "ok" if body["ok"] else "bad replicas found (marked failed, copied again)"
+        return [f"checkpoint {body['checkpoint_id']}: {verdict}", *table(("TIER", "RESULT", "NOTE"), rows)]
+
+    _emit(args, body, lines)
+    return 0 if body["ok"] else 1
+
+
+def _verify_note(t: JsonObject) -> str:
+    if t["files"]:
+        return ", ".join(f"{f['file']} ({f['problem']})" for f in t["files"])
+    return "" if t["result"] == "ok" else str(t["detail"])
 
 
 def _cmd_reserve(args: argparse.Namespace) -> int:

@@ -115,9 +115,17 @@ class PermanentBackendError(BackendError):
 
 
 class IntegrityError(TierdError):
-    """Bytes read do not match the checksum recorded at first sight."""
+    """Bytes read do not match the checksum recorded at first sight.
+
+    ``expected`` and ``actual`` are the two checksums when the mismatch is one of checksums.
+    """
 
     retryable = True
+
+    def __init__(self, message: str, *, expected: str | None = None, actual: str | None = None) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(message)
 
 
 class ShuttingDown(TierdError):

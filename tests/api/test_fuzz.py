@@ -42,6 +42,7 @@ from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.catalog.models import Checkpoint, File, Replica, Run
 from tierd.daemon.context import Context
 from tierd.daemon.retention.service import RetentionService
+from tierd.daemon.scrub import ScrubService
 
 TOKENS = {"read": "fuzz-read", "operate": "fuzz-operate", "admin": "fuzz-admin"}
 CHECKS = [
@@ -99,9 +100,9 @@ def _seed(db: Database, tier0: Path) -> None:
 def _serve(root: Path, db_url: str, tokens: list[dict[str, str]]) -> Iterator[ServedApi]:
     root.mkdir()
     catalog = {"url": db_url}
-    config = Config(
-        **posix_config_dict(root, catalog=catalog, api={"listen": "127.0.0.1:0", "tokens": tokens})
-    )
+    data = posix_config_dict(root, catalog=catalog, api={"listen": "127.0.0.1:0", "tokens": tokens})
+    data["tiers"][1]["scrub"] = {"every": "1d", "bandwidth": "1MB"}  # /v1/tiers shows its progress
+    config = Config(**data)
     (root / "nvme" / "demo").mkdir(parents=True)
     db = Database(db_url)
     upgrade(db)
@@ -110,8 +111,11 @@ def _serve(root: Path, db_url: str, tokens: list[dict[str, str]]) -> Iterator[Se
         if isinstance(tier, PosixTier):
             tier.path.mkdir(parents=True, exist_ok=True)
     ctx = Context(config=config, db=db, watcher_running=True)
-    # The daemon's retention service, not started: the API's reservations and /v1/tiers use it.
-    ctx.retention = RetentionService(ctx, {t.name: make_backend(t) for t in config.tiers})
+    backends = {t.name: make_backend(t) for t in config.tiers}
+    # The daemon's retention service and scrubber, not started: the API's reservations,
+    # /v1/tiers and verify use them.
+    ctx.retention = RetentionService(ctx, backends)
+    ctx.scrub = ScrubService(ctx, backends)
     try:
         with ServedApi(ctx) as served:
             yield served

@@ -6,7 +6,18 @@ from fastapi import FastAPI
 
 from tierd import __version__
 from tierd.api.problems import install_problem_handlers
-from tierd.api.routes import audit, checkpoints, health, jobs, metrics, restores, retention, runs, tiers
+from tierd.api.routes import (
+    audit,
+    checkpoints,
+    health,
+    jobs,
+    metrics,
+    restores,
+    retention,
+    runs,
+    tiers,
+    verify,
+)
 from tierd.daemon.context import Context
 
 __all__ = ["create_app"]
@@ -25,6 +36,7 @@ def create_app(ctx: Context) -> FastAPI:
     install_problem_handlers(app)
     app.include_router(health.router)
     app.include_router(checkpoints.router)
+    app.include_router(verify.router)
     app.include_router(runs.router)
     app.include_router(tiers.router)
     app.include_router(retention.router)

@@ -102,6 +102,13 @@ class Client:
         """
         return self._object("POST", f"/v1/checkpoints/{checkpoint_id}/undelete", json={"reason": reason})
 
+    def verify(self, checkpoint_id: int) -> JsonObject:
+        """``POST /v1/checkpoints/{id}/verify``: re-check every replica now; the result per tier.
+
+        Raises ApiError (404 for an unknown checkpoint).
+        """
+        return self._object("POST", f"/v1/checkpoints/{checkpoint_id}/verify")
+
     def runs(self) -> JsonObject:
         """``GET /v1/runs``: every run with its newest complete step, and newest verified per tier."""
         return self._object("GET", "/v1/runs")

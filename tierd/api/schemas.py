@@ -26,7 +26,11 @@ __all__ = [
     "RunOut",
     "RunPage",
     "RunTierOut",
+    "ScrubOut",
     "TierOut",
+    "VerifiedFileOut",
+    "VerifyOut",
+    "VerifyTierOut",
     "TierPlan",
     "BIGINT_MAX",
     "INTEGER_MAX",
@@ -315,6 +319,21 @@ class FreeSpaceOut(BaseModel):
     evict_to: str
 
 
+class ScrubOut(BaseModel):
+    """A tier's scrub: its settings and how far it is."""
+
+    every: float = Field(description="seconds: each replica is re-checked once per this")
+    bandwidth: int = Field(description="bytes per second the scrub may read")
+    checked: int = Field(description="verified replicas checked (or copied) within the last `every`")
+    total: int = Field(description="verified replicas on the tier")
+    oldest_unchecked_age_seconds: float | None = Field(
+        description="time since the longest-waiting replica was last checked (or verified)"
+    )
+    last_pass_at: datetime | None = Field(
+        description="when every replica was last found checked within `every` (since the daemon started)"
+    )
+
+
 class TierOut(BaseModel):
     """One tier: what it is, how full, what it holds, and whether disk pressure is stuck."""
 
@@ -330,6 +349,34 @@ class TierOut(BaseModel):
     pressure_blocked: str | None = Field(description="set while below the low mark with nothing evictable")
     replicas: dict[str, int] = Field(description="replicas by state")
     newest_verified_age_seconds: float | None
+    scrub: ScrubOut | None = Field(default=None, description="set when the tier is scrubbed")
+
+
+class VerifiedFileOut(BaseModel):
+    """A file a verify found missing or not matching its checksum."""
+
+    file: str
+    problem: Literal["missing", "mismatch"]
+    expected: str = Field(description="the CRC64NVME recorded at first sight")
+    actual: str | None = Field(description="the checksum found (when checksums differ)")
+    detail: str
+
+
+class VerifyTierOut(BaseModel):
+    """One replica's re-check."""
+
+    tier: str
+    result: Literal["ok", "mismatch", "missing", "inconclusive", "gone", "skipped"]
+    files: list[VerifiedFileOut] = Field(description="the bad files (mismatch, missing)")
+    detail: str
+
+
+class VerifyOut(BaseModel):
+    """A checkpoint re-checked on every tier now; a bad replica is marked failed and copied again."""
+
+    checkpoint_id: int
+    ok: bool = Field(description="no replica checked was missing, mismatched or could not be checked")
+    tiers: list[VerifyTierOut]
 
 
 class AuditOut(BaseModel):

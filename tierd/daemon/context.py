@@ -13,6 +13,7 @@ from tierd.daemon.metrics import Metrics
 if TYPE_CHECKING:
     from tierd.daemon.restore.service import RestoreService
     from tierd.daemon.retention.service import RetentionService
+    from tierd.daemon.scrub.service import ScrubService
 
 __all__ = ["Context"]
 
@@ -37,6 +38,8 @@ class Context:
     retention: RetentionService | None = None
     #: The running restore service (the API's restores are woken and cancelled through it).
     restore: RestoreService | None = None
+    #: The running scrubber (the API's tier list shows its progress).
+    scrub: ScrubService | None = None
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(self.db, [tier.name for tier in self.config.tiers])

@@ -78,6 +78,24 @@ class Metrics:
             ["tier"],
             registry=self.registry,
         )
+        self.scrub_bytes = Counter(
+            "tierd_scrub_bytes_total",
+            "Bytes of replicas re-checked by the scrubber or a verify call",
+            ["tier"],
+            registry=self.registry,
+        )
+        self.scrub_replicas = Counter(
+            "tierd_scrub_replicas_total",
+            "Replicas re-checked, by result (ok, mismatch, missing, inconclusive, gone)",
+            ["tier", "result"],
+            registry=self.registry,
+        )
+        self.scrub_mismatches = Counter(
+            "tierd_scrub_mismatches_total",
+            "Files a re-check found missing or not matching their checksum",
+            ["tier"],
+            registry=self.registry,
+        )
         self.tier_free_bytes = Gauge(
             "tierd_tier_free_bytes", "Free bytes on the tier's file system", ["tier"], registry=self.registry
         )

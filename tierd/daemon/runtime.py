@@ -24,6 +24,7 @@ from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.service import PipelineService
 from tierd.daemon.restore.service import RestoreService
 from tierd.daemon.retention.service import RetentionService
+from tierd.daemon.scrub import ScrubService
 from tierd.daemon.service import Service
 from tierd.logs import get_logger
 
@@ -51,6 +52,7 @@ class Daemon:
             PipelineService(self.ctx, backends=self.backends, budget=self.budget),
             RetentionService(self.ctx, self.backends),
             RestoreService(self.ctx, self.backends, self.budget),
+            ScrubService(self.ctx, self.backends),
             self.api,
         ]
         self._stop = asyncio.Event()

@@ -33,6 +33,13 @@ V, P, F, C, D, X = "verified", "pending", "failed", "copying", "deleted", "delet
         ((P, P, P, P), []),  # tier 0 not verified (never happens, but no hop)
         ((V, None, P, P), [Hop(0, 1)]),  # missing row (tier added later) counts as pending
         ((V, V, F, P), [Hop(1, 2)]),  # tier 3 waits for failed tier 2 to be retried
+        # Repairs when no earlier copy is left: from the nearest later verified tier.
+        ((D, F, V, V), [Hop(2, 1)]),  # tier 1 rotted, tier 0 deleted: from tier 2
+        ((D, F, D, V), [Hop(3, 1)]),  # tiers 0 and 2 gone: from tier 3
+        ((X, F, F, V), [Hop(3, 1)]),  # tier 2 waits for tier 1, which is repaired first
+        ((F, F, V, V), [Hop(2, 1)]),  # a failed tier 0 is never copied again: not waited for
+        ((V, F, V, V), [Hop(0, 1)]),  # an earlier verified copy still goes first
+        ((D, F, P, P), []),  # nothing verified anywhere: nothing to repair from
     ],
 )
 def test_next_hops(states: tuple[str | None, ...], hops: list[Hop]) -> None:

@@ -25,6 +25,7 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import AuditEvent, Checkpoint, File, Replica, Run
 from tierd.daemon.context import Context
 from tierd.daemon.retention.service import RetentionService
+from tierd.daemon.scrub import ScrubService
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
 LATER_DAY = BASE + timedelta(days=1)
@@ -179,6 +180,7 @@ async def served_world(
     ctx = world.service.ctx
     ctx.watcher_running = True
     ctx.retention = world.service
+    ctx.scrub = ScrubService(ctx, world.backends)  # not started: verify calls use it
     api = ApiService(create_app(ctx), "127.0.0.1", 0)
     await api.start()
     try:

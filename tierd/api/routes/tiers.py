@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from tierd.api.deps import ContextDep, Operator, Reader
 from tierd.api.problems import ProblemRoute, problem, problem_responses
-from tierd.api.schemas import FreeSpaceOut, ReservationIn, ReservationOut, TierOut
+from tierd.api.schemas import FreeSpaceOut, ReservationIn, ReservationOut, ScrubOut, TierOut
 from tierd.config import PosixTier, TierConfig
 from tierd.daemon.aio import blocking
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.scrub import ScrubProgress, scrub_progress
 from tierd.daemon.catalog.stats import ReplicaStats, replica_stats
 from tierd.daemon.context import Context
 from tierd.daemon.retention.eviction import BlockedSpace
@@ -60,7 +62,32 @@ async def _tier_out(ctx: Context, tier: TierConfig, stats: ReplicaStats, policy:
         pressure_blocked=blocked,
         replicas={state: n for (t, state), n in stats.counts.items() if t == tier.name},
         newest_verified_age_seconds=(datetime.now(UTC) - newest).total_seconds() if newest else None,
+        scrub=await _scrub_out(ctx, tier),
     )
+
+
+async def _scrub_out(ctx: Context, tier: TierConfig) -> ScrubOut | None:
+    """The tier's scrub settings and progress, or None when it is not scrubbed."""
+    if tier.scrub is None:
+        return None
+    now = datetime.now(UTC)
+    since = now - timedelta(seconds=tier.scrub.every)
+    node = None if tier.shared else ctx.config.node
+    progress = await blocking(_scrub_progress, ctx.db, tier.name, since, node)
+    oldest = progress.oldest_check
+    return ScrubOut(
+        every=tier.scrub.every,
+        bandwidth=int(tier.scrub.bandwidth),
+        checked=progress.checked,
+        total=progress.total,
+        oldest_unchecked_age_seconds=(now - oldest).total_seconds() if oldest else None,
+        last_pass_at=ctx.scrub.last_pass_at.get(tier.name) if ctx.scrub is not None else None,
+    )
+
+
+def _scrub_progress(db: Database, tier: str, since: datetime, node: str | None) -> ScrubProgress:
+    with db.read_session() as session:
+        return scrub_progress(session, tier, since, node=node)
 
 
 @router.post(

@@ -474,4 +474,6 @@ def check_prefix(prefix: str) -> str:
 
 def mismatch(location: str, expected: str, actual: str, how: str) -> IntegrityError:
     """The IntegrityError for bytes that do not hash to the expected checksum."""
-    return IntegrityError(f"{location}: {how} CRC64NVME {actual} != expected {expected}")
+    return IntegrityError(
+        f"{location}: {how} CRC64NVME {actual} != expected {expected}", expected=expected, actual=actual
+    )

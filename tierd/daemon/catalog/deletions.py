@@ -357,14 +357,39 @@ def finish_deletion(session: Session, replica_id: int, *, actor: str, action: st
             checkpoint.state = CheckpointState.DELETED.value
 
 
-def mark_recheck_failed(session: Session, checkpoint_id: int, tier: str, *, error: str, actor: str) -> None:
-    """A re-verification found bad bytes: the replica is ``failed`` (the scheduler copies it again)."""
-    session.execute(
+def mark_recheck_failed(
+    session: Session,
+    checkpoint_id: int,
+    tier: str,
+    *,
+    error: str,
+    actor: str,
+    bad_files: Sequence[Mapping[str, str | None]] = (),
+) -> bool:
+    """A re-check found bad bytes: the replica is ``failed`` (the scheduler copies it again).
+
+    Only a replica still ``verified`` is marked: one that left meanwhile (retention deleting
+    it) is not rot. Each of ``bad_files`` (file, expected and actual checksum) is audited with
+    the state change. Returns whether the replica was marked.
+    """
+    result = session.execute(
         update(Replica)
-        .where(Replica.checkpoint_id == checkpoint_id, Replica.tier == tier)
-        .values(state=ReplicaState.FAILED.value, error=error, verified_at=None, bytes_done=0)
+        .where(Replica.checkpoint_id == checkpoint_id, Replica.tier == tier, Replica.state == VERIFIED)
+        .values(state=ReplicaState.FAILED.value, error=error, verified_at=None, checked_at=None, bytes_done=0)
         .execution_options(synchronize_session=False)
     )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        return False
+    for bad in bad_files:
+        append_event(
+            session,
+            actor=actor,
+            action="replica_mismatch",
+            checkpoint_id=checkpoint_id,
+            reason=f"{bad.get('file')}: {bad.get('problem')}",
+            detail=dict(bad),
+            tier=tier,
+        )
     append_event(
         session,
         actor=actor,
@@ -374,6 +399,7 @@ def mark_recheck_failed(session: Session, checkpoint_id: int, tier: str, *, erro
         detail={},
         tier=tier,
     )
+    return True
 
 
 def checkpoint_files(session: Session, checkpoint_id: int) -> list[tuple[str, int, str]]:

@@ -216,6 +216,8 @@ class Replica(Base):
     location: Mapped[str] = mapped_column(String(4096), default="")
     bytes_done: Mapped[int] = mapped_column(BigInteger, default=0)
     verified_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    #: When the scrubber (or a verify call) last re-checked the bytes; None until it first does.
+    checked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
     #: While ``deleting``: when the delete may run (undelete until then); None once it has begun.
     delete_after: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)

@@ -8,7 +8,10 @@ Rules, for tiers 0..n-1 in config order:
 - tier ``d`` needs a copy when its replica is pending, failed or copying (or missing);
 - its source is the nearest earlier tier holding a verified replica, provided every
   tier in between is gone (deleted or being deleted); so hop k→k+1 waits until tier k
-  is verified, and falls back to an earlier tier only when tier k's copy was removed.
+  is verified, and falls back to an earlier tier only when tier k's copy was removed;
+- when every earlier copy is gone (or is a failed tier 0, which nothing copies again), the
+  nearest LATER tier holding a verified replica is the source: a replica that rotted on
+  tier 1 after retention deleted tier 0's copy is repaired from tier 2.
 """
 
 from __future__ import annotations
@@ -42,8 +45,12 @@ def choose_source(states: Sequence[str | None], dst: int) -> int | None:
     for src in range(dst - 1, -1, -1):
         if states[src] == ReplicaState.VERIFIED.value:
             return src
-        if states[src] not in GONE:
+        if states[src] not in GONE and not (src == 0 and states[src] == ReplicaState.FAILED.value):
             return None  # the previous tier is still on its way: wait for it
+    # Nothing earlier will ever be verified again: repair from a later tier's good copy.
+    for src in range(dst + 1, len(states)):
+        if states[src] == ReplicaState.VERIFIED.value:
+            return src
     return None
 
 

@@ -180,12 +180,15 @@ class Deleter:
             return  # the store did not answer: nothing is known to be wrong with the copy
         self.metrics.reverify_failures.labels(tier).inc()
         log.error("reverify_failed", checkpoint=due.checkpoint_id, tier=tier, problem=result.problem)
-        await blocking(self._mark_failed, due.checkpoint_id, tier, result.problem)
+        await blocking(self._mark_failed, due.checkpoint_id, tier, result)
         self.on_bad_copy()
 
-    def _mark_failed(self, checkpoint_id: int, tier: str, problem: str) -> None:
+    def _mark_failed(self, checkpoint_id: int, tier: str, result: Recheck) -> None:
+        bad = [b.audit() for b in result.bad]
         with self.db.session() as session:
-            deletions.mark_recheck_failed(session, checkpoint_id, tier, error=problem, actor=ACTOR)
+            deletions.mark_recheck_failed(
+                session, checkpoint_id, tier, error=result.problem, actor=ACTOR, bad_files=bad
+            )
 
     def _abandon(self, due: DueDeletion, reason: str) -> None:
         with self.db.session() as session:

@@ -1,0 +1,272 @@
+"""The tiers' configuration: each tier's kind, limits, retention, free-space marks and scrub.
+
+Its own module so ``tierd/config.py`` stays readable; ``tierd.config`` re-exports every name.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ByteSize,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    SecretStr,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from tierd.errors import ConfigError
+
+__all__ = [
+    "Duration",
+    "FreeSpace",
+    "KeepBestConfig",
+    "PosixTier",
+    "S3Tier",
+    "ScrubConfig",
+    "SpaceAmount",
+    "Strict",
+    "TierBase",
+    "TierConfig",
+    "TierRetention",
+    "parse_duration",
+    "parse_space",
+]
+
+
+class Strict(BaseModel):
+    """A config block: unknown keys are errors, values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw]?)$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+_DURATION_HELP = "must be a duration such as 30s, 90m, 36h, 7d, 2w or a number of seconds"
+
+
+def parse_duration(value: object) -> float:
+    """Seconds in ``value``: a number of seconds, or ``"90m"``, ``"36h"``, ``"7d"``, ``"2w"``.
+
+    Raises ValueError (which the config reports under the key) for anything else or a negative.
+    """
+    if isinstance(value, bool):
+        raise ValueError(_DURATION_HELP)
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _DURATION.match(value.strip().lower())):
+        seconds = float(match[1]) * _UNIT_SECONDS[match[2]]
+    else:
+        raise ValueError(_DURATION_HELP)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{_DURATION_HELP}, not negative")
+    return seconds
+
+
+#: A length of time in seconds, written as a number or with a unit (``s m h d w``).
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+@dataclass(frozen=True)
+class SpaceAmount:
+    """An amount of free space: a percent of a file system's size, or a number of bytes."""
+
+    value: float
+    percent: bool
+
+    def bytes_of(self, total_bytes: int) -> int:
+        """The amount in bytes on a file system of ``total_bytes``."""
+        if self.percent:
+            return math.ceil(total_bytes * self.value / 100)
+        return int(self.value)
+
+    def __str__(self) -> str:
+        return f"{self.value:g}%" if self.percent else f"{int(self.value)} bytes"
+
+
+_BYTE_SIZE: TypeAdapter[ByteSize] = TypeAdapter(ByteSize)
+_SPACE_HELP = 'must be a percent of the file system ("15%") or a size ("200GB", "1TiB", bytes)'
+
+
+def parse_space(value: object) -> SpaceAmount:
+    """``"15%"`` as a percent; ``"200GB"``, ``"1TiB"`` or an integer as bytes.
+
+    Raises ValueError (which the config reports under the key) for anything else.
+    """
+    if isinstance(value, SpaceAmount):
+        return value
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            percent = float(value.strip().removesuffix("%"))
+        except ValueError:
+            raise ValueError(_SPACE_HELP) from None
+        if not 0 < percent < 100:
+            raise ValueError("a percent must be above 0% and below 100%")
+        return SpaceAmount(percent, percent=True)
+    if isinstance(value, bool | float) or not isinstance(value, int | str):
+        raise ValueError(_SPACE_HELP)
+    try:
+        size = int(_BYTE_SIZE.validate_python(value))
+    except ValidationError:
+        raise ValueError(_SPACE_HELP) from None
+    if size <= 0:
+        raise ValueError("a size must be above 0 bytes")
+    return SpaceAmount(size, percent=False)
+
+
+def _dump_space(amount: SpaceAmount) -> str | int:
+    return f"{amount.value:g}%" if amount.percent else int(amount.value)
+
+
+Space = Annotated[SpaceAmount, PlainValidator(parse_space), PlainSerializer(_dump_space)]
+
+
+class FreeSpace(Strict):
+    """Disk-pressure marks of a POSIX tier: evict below ``evict_below`` free, up to ``evict_to``."""
+
+    evict_below: Space
+    evict_to: Space
+
+    @model_validator(mode="after")
+    def _to_above_below(self) -> FreeSpace:
+        below, to = self.evict_below, self.evict_to
+        if below.percent == to.percent and to.value <= below.value:
+            raise ValueError(f"evict_to ({to}) must leave more free space than evict_below ({below})")
+        return self
+
+    def marks(self, total_bytes: int) -> tuple[int, int]:
+        """``(evict_below, evict_to)`` in bytes on a file system of ``total_bytes``.
+
+        Raises ConfigError when, on this file system, evict_to is not above evict_below (a
+        percent and a size mixed can only be compared once the size is known).
+        """
+        low, high = self.evict_below.bytes_of(total_bytes), self.evict_to.bytes_of(total_bytes)
+        if high <= low:
+            raise ConfigError(
+                [
+                    f"free_space: evict_to ({self.evict_to}) is {high} bytes, not more than "
+                    f"evict_below ({self.evict_below}) = {low} bytes of {total_bytes}"
+                ]
+            )
+        return low, high
+
+
+class KeepBestConfig(Strict):
+    """``keep_best``: the ``n`` best checkpoints of each run by ``metric`` (lowest for ``min``)."""
+
+    metric: str = Field(min_length=1)
+    n: int = Field(ge=1)
+    mode: Literal["min", "max"]
+
+
+class TierRetention(Strict):
+    """Which checkpoints one tier keeps: a checkpoint is kept when any set rule keeps it.
+
+    No rule set (an absent or empty block) keeps everything, so upgrading deletes nothing.
+    """
+
+    keep_last: int | None = Field(default=None, ge=1)
+    keep_every_steps: int | None = Field(default=None, ge=1)
+    keep_within: Annotated[Duration, Field(gt=0)] | None = None
+    keep_best: KeepBestConfig | None = None
+
+    @property
+    def keeps_everything(self) -> bool:
+        """Whether no rule is set (the tier deletes nothing by retention)."""
+        return all(
+            rule is None for rule in (self.keep_last, self.keep_every_steps, self.keep_within, self.keep_best)
+        )
+
+
+class ScrubConfig(Strict):
+    """``scrub``: re-check each verified replica on the tier once per ``every``.
+
+    Reading at most ``bandwidth`` bytes per second (``200MB``; ``MiB`` for binary units).
+    """
+
+    every: Annotated[Duration, Field(gt=0)]
+    bandwidth: ByteSize = Field(gt=0, description="bytes per second")
+
+
+class TierBase(Strict):
+    """What every kind of tier is configured with."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")
+    # Small files are bound by fsyncs (POSIX) or round trips (S3), not bandwidth: sixteen in
+    # flight share journal commits and hide latency. Big files stay within the buffer budget.
+    concurrency: int = Field(default=16, ge=1, le=256)
+    bandwidth_limit: ByteSize | None = Field(default=None, description="bytes per second")
+    verify: Literal["native", "readback"] = "native"
+    # Config makes tier 0 non-durable unless the file says otherwise (see Config._tier_defaults).
+    durable: bool = True
+    # Config makes tier 0 node-local unless the file says otherwise (see Config._tier_defaults):
+    # a shared tier is one every daemon of the fleet sees (parallel FS, bucket), a node-local one
+    # only its own node's daemon (NVMe).
+    shared: bool = True
+    retention: TierRetention = Field(default_factory=TierRetention)
+    delete_delay: Duration = 3600.0
+    verify_before_delete: Literal["checksum", "size"] = "checksum"
+    #: Absent: the tier is not scrubbed.
+    scrub: ScrubConfig | None = None
+
+    @field_validator("retention", mode="before")
+    @classmethod
+    def _empty_retention(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+
+class PosixTier(TierBase):
+    """A POSIX directory: local NVMe or a parallel file system mount."""
+
+    kind: Literal["posix"]
+    path: Path
+    free_space: FreeSpace | None = None
+
+
+class S3Tier(TierBase):
+    """An S3-compatible bucket (AWS, MinIO, Ceph RGW, ...)."""
+
+    kind: Literal["s3"]
+    bucket: str = Field(min_length=3, max_length=63)
+    prefix: str = ""
+    endpoint_url: str | None = None
+    region: str | None = None
+    addressing_style: Literal["auto", "path", "virtual"] = "auto"
+    verify_tls: bool = True
+    access_key_id: str | None = None
+    secret_access_key: SecretStr | None = None
+    profile: str | None = None
+    part_size: ByteSize = Field(default=ByteSize(64 * 1024 * 1024), ge=5 * 1024 * 1024)
+    # ``auto``: lean requests and the endpoint cache, plus HTTP/1.1 pipelining of small GETs
+    # for a custom ``endpoint_url`` (not for AWS); ``off``: botocore alone.
+    fast_path: Literal["auto", "off"] = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_free_space(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "free_space" in data:
+            raise ValueError("free_space: only POSIX tiers take free_space (a bucket does not fill up)")
+        return data
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix_shape(cls, prefix: str) -> str:
+        if prefix.startswith("/"):
+            raise ValueError("must not start with /")
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        return prefix
+
+
+TierConfig = Annotated[PosixTier | S3Tier, Field(discriminator="kind")]
