@@ -11,14 +11,16 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from tierd.errors import IntegrityError, TierdError
+from tierd.errors import IntegrityError, NoSpace, PermanentBackendError, TierdError
 
 __all__ = [
+    "FAILURE_REASONS",
     "FILE_ATTEMPTS",
     "FILE_BACKOFF",
     "INTEGRITY_ATTEMPTS",
     "JOB_BACKOFF",
     "Backoff",
+    "failure_reason",
     "should_retry",
 ]
 
@@ -49,6 +51,27 @@ INTEGRITY_ATTEMPTS = 2
 FILE_BACKOFF = Backoff(base=0.5, cap=20.0)
 #: Before a pass that failed with a retryable error is tried again (the job's ``not_before``).
 JOB_BACKOFF = Backoff(base=30.0, cap=3600.0)
+
+
+#: Why a hop failed, as recorded in the job and counted in ``tierd_transfer_failures_total``:
+#: a bounded set, so it can be a metric label.
+FAILURE_REASONS = ("no_space", "integrity", "permanent", "retryable")
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One of FAILURE_REASONS for the error that ended a hop.
+
+    ``integrity`` and ``permanent`` end the job; ``no_space`` (the destination is full:
+    retention, eviction or an operator may free space) and ``retryable`` are tried again after
+    ``JOB_BACKOFF``. Anything that is not a tierd error counts as ``retryable``.
+    """
+    if isinstance(exc, IntegrityError):
+        return "integrity"
+    if isinstance(exc, PermanentBackendError):
+        return "permanent"
+    if isinstance(exc, NoSpace):
+        return "no_space"
+    return "retryable"
 
 
 def should_retry(
