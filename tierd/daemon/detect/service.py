@@ -12,7 +12,9 @@ While the catalog fails (``CatalogOutage``: one error line when it goes, one inf
 it is back) the observer keeps running: directories with a complete step are set aside
 instead of hashed and recorded again and again. A recovery task pings the catalog with a
 growing delay; once it answers, the set-aside directories are looked at again and a
-reconcile runs at once, so a step written meanwhile is recorded, and recorded once.
+reconcile runs at once, so a step written meanwhile is recorded, and recorded once. When the
+catalog answers but still refuses writes (a SQLite catalog on a full disk), each retry
+hashes the held steps again, so those retries are spaced by ``HELD_RETRY`` (5 s to 60 s).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from tierd.daemon.detect.record import Outcome, record_checkpoint
 from tierd.daemon.detect.registry import BY_NAME, detectors_for
 from tierd.daemon.detect.scan import Found, RootSpec, detect_path, scan_chain, scan_root
 from tierd.daemon.outage import CatalogOutage
+from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.service import InFlight
 from tierd.errors import CatalogError, TierdError, Unstable
 from tierd.logs import get_logger
@@ -52,6 +55,8 @@ DEBOUNCE_SECONDS = 0.01
 RETRY_SECONDS = 1.0
 #: How often waiting (notified) steps are looked at again.
 WAITING_POLL_SECONDS = 2.0
+#: Between retries of held steps while the catalog answers pings but refuses writes.
+HELD_RETRY = Backoff(base=5.0, cap=60.0)
 _RELEVANT = frozenset({"created", "modified", "moved", "deleted", "closed"})
 
 DirKey = tuple[int, Path]
@@ -273,15 +278,17 @@ class DetectService:
 
     async def _recover(self) -> None:
         """Until the catalog answers: wait, ping; then record what was set aside, and reconcile."""
+        retries = 0
         try:
             while self._hold and not self._stopping:
-                await asyncio.sleep(self.outage.delay())
+                await asyncio.sleep(HELD_RETRY.ceiling(retries - 1) if retries else self.outage.delay())
                 try:
                     await blocking(self.ctx.db.ping)
                 except CatalogError as exc:
                     self.outage.failed(exc, "ping")
                     continue
                 await self._retry_held()
+                retries += 1
         finally:
             self._recovery = None
 
