@@ -12,35 +12,22 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from tests.fixtures.tmpfs import small_disk
-from tests.integration.daemon_helpers import DaemonProcess, MiB, config_dict, wait_for, write_files
-from tierd.config import load_config
+from tests.integration.daemon_helpers import DaemonProcess, MiB, wait_for
+from tests.integration.outage_helpers import (
+    checkpoint,
+    dcp_step,
+    get,
+    logged,
+    no_tracebacks,
+    ready,
+    replica,
+    two_tier_daemon,
+)
 from tierd.daemon.backends.posix.temp import is_temp_name
-
-
-def _dcp_step(root: Path, sizes: dict[str, int], seed: int) -> dict[str, bytes]:
-    """A hand-made DCP step: shards first, ``.metadata`` last."""
-    return write_files(root, {**sizes, ".metadata": 100}, seed=seed)
-
-
-def _daemon(tmp_path: Path, catalog_url: str | None = None) -> tuple[DaemonProcess, str]:
-    (tmp_path / "nvme" / "demo").mkdir(parents=True)
-    (tmp_path / "pfs").mkdir(exist_ok=True)
-    tiers = [
-        {"name": "nvme", "kind": "posix", "path": str(tmp_path / "nvme")},
-        {"name": "pfs", "kind": "posix", "path": str(tmp_path / "pfs")},
-    ]
-    data = config_dict(tmp_path, tiers, watch=[{"path": str(tmp_path / "nvme" / "demo"), "run": "demo"}])
-    if catalog_url is not None:
-        data["catalog"] = {"url": catalog_url}
-    daemon = DaemonProcess.prepare(tmp_path, data)
-    base = f"http://127.0.0.1:{load_config(daemon.config_path).api.port}"
-    return daemon, base
 
 
 @pytest.fixture
@@ -52,66 +39,36 @@ def running(tmp_path: Path) -> Iterator[list[DaemonProcess]]:
         daemon.stop()
 
 
-def _get(base: str, path: str) -> httpx.Response:
-    return httpx.get(f"{base}{path}", timeout=10)
-
-
-def _ready(base: str) -> bool:
-    try:
-        return _get(base, "/readyz").status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _checkpoint(base: str, step: int) -> dict[str, Any] | None:
-    items: list[dict[str, Any]] = _get(base, "/v1/checkpoints").json()["items"]
-    return next((i for i in items if i["step"] == step), None)
-
-
-def _replica(base: str, step: int, tier: str) -> dict[str, Any] | None:
-    item = _checkpoint(base, step)
-    return next((r for r in item["replicas"] if r["tier"] == tier), None) if item else None
-
-
-def _logged(daemon: DaemonProcess, event: str, **fields: Any) -> list[dict[str, Any]]:
-    return [e for e in daemon.events() if e.get("event") == event and fields.items() <= e.items()]
-
-
-def _no_tracebacks(daemon: DaemonProcess) -> None:
-    crashed = [e for e in daemon.events() if "exception" in e or e.get("level") == "critical"]
-    assert crashed == [], crashed
-
-
 @pytest.mark.slow
 def test_a_full_tier_fails_the_hop_and_copies_once_space_returns(
     tmp_path: Path, running: list[DaemonProcess]
 ) -> None:
     with small_disk(tmp_path / "pfs", 2 * MiB) as pfs:
-        daemon, base = _daemon(tmp_path)
+        daemon, base = two_tier_daemon(tmp_path)
         running.append(daemon)
         daemon.start()
-        wait_for(lambda: _ready(base), 30, "the daemon to be ready", interval=0.1)
-        big = _dcp_step(tmp_path / "nvme" / "demo" / "step1", {"a.distcp": 3 * MiB // 2, "b.distcp": MiB}, 1)
+        wait_for(lambda: ready(base), 30, "the daemon to be ready", interval=0.1)
+        big = dcp_step(tmp_path / "nvme" / "demo" / "step1", {"a.distcp": 3 * MiB // 2, "b.distcp": MiB}, 1)
 
         failed = wait_for(
-            lambda: (r := _replica(base, 1, "pfs")) and r["state"] == "failed" and r, 60, "the hop to fail"
+            lambda: (r := replica(base, 1, "pfs")) and r["state"] == "failed" and r, 60, "the hop to fail"
         )
         assert "No space left on device" in failed["error"]
-        metrics = _get(base, "/metrics").text
+        metrics = get(base, "/metrics").text
         assert 'tierd_transfer_failures_total{reason="no_space",tier="pfs"}' in metrics
         assert not [p for p in pfs.path.rglob("*") if is_temp_name(p.name)]
         assert not (pfs.path / "demo" / "step1" / ".metadata").exists()
         # Detection on tier 0 goes on while the tier is full; the small step fits and is copied.
-        _dcp_step(tmp_path / "nvme" / "demo" / "step2", {"c.distcp": 4096}, 2)
-        wait_for(lambda: (r := _replica(base, 2, "pfs")) and r["state"] == "verified", 60, "step 2 on pfs")
+        dcp_step(tmp_path / "nvme" / "demo" / "step2", {"c.distcp": 4096}, 2)
+        wait_for(lambda: (r := replica(base, 2, "pfs")) and r["state"] == "verified", 60, "step 2 on pfs")
 
         pfs.resize(16 * MiB)
         # The job's backoff after a first failure is at most 30 s, plus a 10 s scheduling poll.
-        wait_for(lambda: (r := _replica(base, 1, "pfs")) and r["state"] == "verified", 90, "step 1 on pfs")
+        wait_for(lambda: (r := replica(base, 1, "pfs")) and r["state"] == "verified", 90, "step 1 on pfs")
         copied = {p.name: p.read_bytes() for p in (pfs.path / "demo" / "step1").iterdir()}
         assert copied == big
         assert daemon.terminate(30) == 0
-    _no_tracebacks(daemon)
+    no_tracebacks(daemon)
 
 
 def _integrity(path: Path) -> str:
@@ -125,30 +82,30 @@ def test_a_full_catalog_disk_logs_one_clear_error_and_loses_nothing(
 ) -> None:
     with small_disk(tmp_path / "catalog", 4 * MiB) as disk:
         catalog = disk.path / "catalog.db"
-        daemon, base = _daemon(tmp_path, f"sqlite:///{catalog}")
+        daemon, base = two_tier_daemon(tmp_path, f"sqlite:///{catalog}")
         running.append(daemon)
         daemon.start()
-        wait_for(lambda: _ready(base), 30, "the daemon to be ready", interval=0.1)
+        wait_for(lambda: ready(base), 30, "the daemon to be ready", interval=0.1)
         filler = disk.fill()
-        data = _dcp_step(tmp_path / "nvme" / "demo" / "step1", {f"s{i}.distcp": 2048 for i in range(50)}, 1)
+        data = dcp_step(tmp_path / "nvme" / "demo" / "step1", {f"s{i}.distcp": 2048 for i in range(50)}, 1)
 
         [error] = wait_for(
-            lambda: _logged(daemon, "catalog_unavailable", service="detect"), 30, "the catalog error"
+            lambda: logged(daemon, "catalog_unavailable", service="detect"), 30, "the catalog error"
         )
         assert error["level"] == "error"
         assert "database or disk is full" in error["error"]
         assert "INSERT" not in error["error"]  # the driver's words, not the SQL
-        wait_for(lambda: _logged(daemon, "catalog_retry"), 30, "a retry while the disk is full")
+        wait_for(lambda: logged(daemon, "catalog_retry"), 30, "a retry while the disk is full")
         assert daemon.alive()
-        assert _checkpoint(base, 1) is None
+        assert checkpoint(base, 1) is None
         assert _integrity(catalog) == "ok"
 
         filler.unlink()
-        wait_for(lambda: (r := _replica(base, 1, "pfs")) and r["state"] == "verified", 60, "step 1 on pfs")
-        assert _logged(daemon, "catalog_available", service="detect")
-        assert len(_logged(daemon, "catalog_unavailable", service="detect")) == 1
+        wait_for(lambda: (r := replica(base, 1, "pfs")) and r["state"] == "verified", 60, "step 1 on pfs")
+        assert logged(daemon, "catalog_available", service="detect")
+        assert len(logged(daemon, "catalog_unavailable", service="detect")) == 1
         assert daemon.terminate(30) == 0
         assert _integrity(catalog) == "ok"
     copied = {p.name: p.read_bytes() for p in (tmp_path / "pfs" / "demo" / "step1").iterdir()}
     assert copied == data
-    _no_tracebacks(daemon)
+    no_tracebacks(daemon)

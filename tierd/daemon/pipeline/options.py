@@ -51,10 +51,10 @@ class PipelineOptions:
     def fence_seconds(self) -> float:
         """How long a running job goes on without renewing its lease (the catalog is away).
 
-        Counted from when the last renewal that worked was sent, it ends at least a renew
-        interval and a quarter of the lease (at most half of it) before the lease can run out:
-        the job stops before another worker, or this one, may claim it again, so a job never
-        runs twice at once. 45 s of the default 60 s lease.
+        Counted from when the last renewal that worked was sent, it ends the longer of a renew
+        interval and a quarter of the lease before the lease can run out (but never before half
+        of it): the job stops before another worker, or this one, may claim it again, so a job
+        never runs twice at once. 45 s of the default 60 s lease.
         """
         lease = self.lease_seconds
         return max(min(lease - self.renew_interval, lease * 0.75), lease / 2)
