@@ -57,6 +57,7 @@ def test_only_retryable_tierd_errors_are_retried() -> None:
     assert not should_retry(TransientBackendError("503"), 4, 0, **limits)
     assert not should_retry(PermanentBackendError("denied"), 1, 0, **limits)
     assert not should_retry(RuntimeError("bug"), 1, 0, **limits)
+    assert not should_retry(NoSpace("No space left on device"), 1, 0, **limits)  # left to the job level
 
 
 def test_integrity_errors_are_retried_a_bounded_number_of_times() -> None:

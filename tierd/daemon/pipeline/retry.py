@@ -82,9 +82,12 @@ def should_retry(
     ``integrity_tries`` counts the tries that ended in a checksum mismatch so far
     (including this one); mismatches are retried at most ``integrity`` - 1 times because
     the source may have been read while it was still being written, but a persistent
-    mismatch is final. Only tierd errors flagged ``retryable`` are retried.
+    mismatch is final. Only tierd errors flagged ``retryable`` are retried, and a full
+    destination (NoSpace) not at this level: space seldom returns within seconds, and each
+    try would fill the file system again for everyone on it; the job is tried again after
+    ``JOB_BACKOFF``.
     """
-    if not isinstance(exc, TierdError) or not exc.retryable:
+    if not isinstance(exc, TierdError) or not exc.retryable or isinstance(exc, NoSpace):
         return False
     if isinstance(exc, IntegrityError) and integrity_tries >= integrity:
         return False
