@@ -96,6 +96,11 @@ def test_a_full_catalog_disk_logs_one_clear_error_and_loses_nothing(
         assert "database or disk is full" in error["error"]
         assert "INSERT" not in error["error"]  # the driver's words, not the SQL
         wait_for(lambda: logged(daemon, "catalog_retry"), 30, "a retry while the disk is full")
+        answer = get(base, "/readyz")  # it answers pings: ready, with a warning that says why
+        assert answer.status_code == 200
+        detect = [w for w in answer.json()["warnings"] if w.startswith("detect: catalog failing for ")]
+        assert detect
+        assert detect[0].endswith("database or disk is full")
         assert daemon.alive()
         assert checkpoint(base, 1) is None
         assert _integrity(catalog) == "ok"
@@ -104,6 +109,7 @@ def test_a_full_catalog_disk_logs_one_clear_error_and_loses_nothing(
         wait_for(lambda: (r := replica(base, 1, "pfs")) and r["state"] == "verified", 60, "step 1 on pfs")
         assert logged(daemon, "catalog_available", service="detect")
         assert len(logged(daemon, "catalog_unavailable", service="detect")) == 1
+        assert get(base, "/readyz").json()["warnings"] == []
         assert daemon.terminate(30) == 0
         assert _integrity(catalog) == "ok"
     copied = {p.name: p.read_bytes() for p in (tmp_path / "pfs" / "demo" / "step1").iterdir()}

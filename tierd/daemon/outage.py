@@ -33,6 +33,7 @@ class CatalogOutage:
         self.retry = retry
         self.since: float | None = None  # time.monotonic() of the first failure
         self.failures = 0
+        self.error: str | None = None  # the last failure's message, while down
 
     @property
     def down(self) -> bool:
@@ -42,6 +43,7 @@ class CatalogOutage:
     def failed(self, exc: CatalogError, action: str) -> None:
         """Record a failed catalog call; the first of an outage logs an error."""
         self.failures += 1
+        self.error = str(exc)
         if self.since is None:
             self.since = time.monotonic()
             log.error("catalog_unavailable", service=self.service, action=action, error=str(exc))
@@ -58,7 +60,14 @@ class CatalogOutage:
         log.info("catalog_available", service=self.service, seconds=round(down, 1), failures=self.failures)
         self.since = None
         self.failures = 0
+        self.error = None
         return True
+
+    def describe(self) -> str | None:
+        """``<service>: catalog failing for N s: <error>`` while down (a ``/readyz`` warning), else None."""
+        if self.since is None:
+            return None
+        return f"{self.service}: catalog failing for {time.monotonic() - self.since:.0f} s: {self.error}"
 
     def delay(self) -> float:
         """Seconds to wait before the next try (grows with the failures of this outage)."""

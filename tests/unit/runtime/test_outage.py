@@ -22,8 +22,10 @@ def test_one_error_line_per_outage_and_one_line_when_it_ends() -> None:
             outage.failed(CatalogError("catalog error: OperationalError: refused"), "record")
         assert outage.down
         assert outage.delay() == CATALOG_RETRY.ceiling(4)
+        assert outage.describe() == "detect: catalog failing for 0 s: " + str(logs[0]["error"])
         assert outage.succeeded()
         assert not outage.down
+        assert outage.describe() is None
     levels = [(e["log_level"], e["event"]) for e in logs]
     assert levels == [("error", "catalog_unavailable")] + [("debug", "catalog_still_unavailable")] * 4 + [
         ("info", "catalog_available")

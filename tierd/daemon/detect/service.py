@@ -98,6 +98,7 @@ class DetectService:
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
         self.outage = CatalogOutage(self.name)
+        ctx.outages[self.name] = self.outage
         self._held: set[DirKey] = set()  # directories with a complete step, set aside while the catalog fails
         self._hold = False
         self._recovery: asyncio.Task[None] | None = None

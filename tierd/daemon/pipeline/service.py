@@ -85,6 +85,7 @@ class PipelineService:
         self._janitor: Janitor | None = None
         self._budget = budget  # the backends' shared one, dropped while the pipeline is idle
         self.outage = CatalogOutage(self.name)
+        ctx.outages[self.name] = self.outage
 
     async def start(self) -> None:
         """Requeue this node's orphaned jobs, open the backends, start the loops."""

@@ -63,6 +63,7 @@ class RestoreService:
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False
         self.outage = CatalogOutage(self.name)
+        ctx.outages[self.name] = self.outage
 
     async def start(self) -> None:
         """Start claiming restores; the API reaches the service through ``ctx.restore``."""

@@ -75,6 +75,7 @@ class RetentionService:
         self._pass_lock = asyncio.Lock()
         self._stopping = False
         self.outage = CatalogOutage(self.name)
+        ctx.outages[self.name] = self.outage
         self._woken = False
         self._last_marker: tuple[object, ...] | None = None
         self._replan_at: datetime | None = None
