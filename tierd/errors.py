@@ -13,6 +13,7 @@
     ├── Unstable                    files changed while hashed: record nothing, look again later (retryable)
     ├── BackendError                a tier refused or failed an operation
     │   ├── TransientBackendError   network blips, throttling, 5xx: retryable
+    │   │   └── NoSpace             the tier's file system or quota is full (retryable: space may return)
     │   └── PermanentBackendError   access denied, no such bucket, bad request: not retryable
     ├── IntegrityError              bytes do not match the checksum recorded at first sight
     ├── ShuttingDown                the daemon is draining and takes no new work
@@ -38,6 +39,7 @@ __all__ = [
     "ConfigError",
     "Conflict",
     "IntegrityError",
+    "NoSpace",
     "NotFound",
     "NotifyRejected",
     "PermanentBackendError",
@@ -108,6 +110,13 @@ class TransientBackendError(BackendError):
     """A failure that may succeed if retried (timeouts, throttling, 5xx)."""
 
     retryable = True
+
+
+class NoSpace(TransientBackendError):
+    """The tier's file system or quota is full (ENOSPC, EDQUOT).
+
+    Retryable: retention, eviction or an operator may free space before the next try.
+    """
 
 
 class PermanentBackendError(BackendError):

@@ -11,6 +11,7 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.metrics import Metrics
 
 if TYPE_CHECKING:
+    from tierd.daemon.outage import CatalogOutage
     from tierd.daemon.restore.service import RestoreService
     from tierd.daemon.retention.service import RetentionService
     from tierd.daemon.scrub.service import ScrubService
@@ -40,6 +41,8 @@ class Context:
     restore: RestoreService | None = None
     #: The running scrubber (the API's tier list shows its progress).
     scrub: ScrubService | None = None
+    #: Each service's view of the catalog, by service name (``/readyz`` warns while one fails).
+    outages: dict[str, CatalogOutage] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(self.db, [tier.name for tier in self.config.tiers])

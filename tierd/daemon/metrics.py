@@ -44,6 +44,12 @@ class Metrics:
             ["tier", "result"],
             registry=self.registry,
         )
+        self.transfer_failures = Counter(
+            "tierd_transfer_failures_total",
+            "Checkpoint hops that failed, by reason (no_space, integrity, permanent, retryable)",
+            ["tier", "reason"],
+            registry=self.registry,
+        )
         self.transfer_seconds = Histogram(
             "tierd_transfer_seconds",
             "Time to copy and verify one checkpoint into a tier",

@@ -13,14 +13,16 @@ from tierd.daemon.backends import S3Backend
 from tierd.daemon.backends.s3.backend import REQUEST_ATTEMPTS
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.retry import (
+    FAILURE_REASONS,
     FILE_ATTEMPTS,
     FILE_BACKOFF,
     INTEGRITY_ATTEMPTS,
     JOB_BACKOFF,
     Backoff,
+    failure_reason,
     should_retry,
 )
-from tierd.errors import IntegrityError, PermanentBackendError, TransientBackendError
+from tierd.errors import CatalogError, IntegrityError, NoSpace, PermanentBackendError, TransientBackendError
 
 
 def test_ceiling_doubles_up_to_the_cap() -> None:
@@ -55,6 +57,7 @@ def test_only_retryable_tierd_errors_are_retried() -> None:
     assert not should_retry(TransientBackendError("503"), 4, 0, **limits)
     assert not should_retry(PermanentBackendError("denied"), 1, 0, **limits)
     assert not should_retry(RuntimeError("bug"), 1, 0, **limits)
+    assert not should_retry(NoSpace("No space left on device"), 1, 0, **limits)  # left to the job level
 
 
 def test_integrity_errors_are_retried_a_bounded_number_of_times() -> None:
@@ -99,3 +102,26 @@ def test_the_readme_table_states_the_constants() -> None:
         f"{FILE_ATTEMPTS * (1 + REQUEST_ATTEMPTS)}",
     ):
         assert stated in section
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (NoSpace("write /t/x: No space left on device"), "no_space"),
+        (IntegrityError("crc mismatch"), "integrity"),
+        (PermanentBackendError("access denied"), "permanent"),
+        (TransientBackendError("503"), "retryable"),
+        (CatalogError("refused"), "retryable"),
+        (RuntimeError("a bug"), "retryable"),
+    ],
+)
+def test_a_failed_hop_has_one_of_a_few_reasons(error: Exception, reason: str) -> None:
+    assert failure_reason(error) == reason
+    assert reason in FAILURE_REASONS
+
+
+def test_a_job_stops_well_before_its_unrenewed_lease_runs_out() -> None:
+    assert PipelineOptions().fence_seconds == 45.0  # of the default 60 s lease, renewed every 15 s
+    short = PipelineOptions(lease_seconds=4, renew_interval=0.5)
+    assert short.fence_seconds == 3.0  # a quarter of the lease before it runs out
+    assert PipelineOptions(lease_seconds=10, renew_interval=8).fence_seconds == 5.0  # never before half

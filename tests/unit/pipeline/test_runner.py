@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from tests.integration.daemon_helpers import all_jobs, audit, record_checkpoint, replicas, write_files
 from tierd.config import Config, PosixTier
@@ -22,7 +23,7 @@ from tierd.daemon.backends.posix import batch as posixbatch
 from tierd.daemon.backends.posix.backend import PosixBackend, is_temp_name
 from tierd.daemon.catalog import jobs
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import utcnow
+from tierd.daemon.catalog.models import Job, utcnow
 from tierd.daemon.context import Context
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.retry import Backoff
@@ -278,3 +279,40 @@ async def test_an_idle_pipeline_keeps_no_transfer_buffers(
         assert budget.idle_bytes == 0  # ... which were unmapped once no hop was running
     finally:
         await service.stop(5)
+
+
+async def test_a_job_claimed_again_here_while_its_old_runner_hangs_never_runs_twice(
+    setup: tuple[Config, Database, Flaky, int],
+) -> None:
+    """The old runner should have stopped by itself (``fence_seconds``); if it still hangs when
+    its expired job is claimed again, it is cut as lost (not handed back to the queue) first."""
+    config, db, dst, cid = setup
+    dst.gate = asyncio.Event()  # the first write hangs
+    slow_renewal = PipelineOptions(
+        poll_interval=0.02, lease_seconds=30, renew_interval=100, progress_interval=0.02
+    )
+    backends: dict[str, Backend] = {"nvme": PosixBackend(config.tier0), "pfs": dst}
+    service = PipelineService(Context(config=config, db=db), slow_renewal, backends=backends)
+    with capture_logs() as logs:
+        await service.start()
+        try:
+            async with asyncio.timeout(20):
+                while dst.writes == 0:
+                    await asyncio.sleep(0.01)
+                expired = utcnow() - timedelta(seconds=1)
+                with db.session() as session:  # its lease ran out (the catalog was away, say)
+                    session.get_one(Job, all_jobs(db)[0].id).lease_expires_at = expired
+                service.ctx.wake_pipeline()
+                while not any(e["event"] == "job_claimed_again" for e in logs):
+                    await asyncio.sleep(0.01)
+                dst.gate.set()
+                while replicas(db, cid)["pfs"].state != "verified":
+                    await asyncio.sleep(0.01)
+        finally:
+            await service.stop(5)
+    events = [e["event"] for e in logs]
+    assert events.count("hop_started") == 2
+    assert "hop_released" not in events  # the old runner did not hand the job back
+    [job] = all_jobs(db)
+    assert (job.state, job.attempts) == ("done", 0)
+    assert [e.action for e in audit(db)] == ["replica_verified"]

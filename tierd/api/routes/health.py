@@ -30,7 +30,11 @@ async def healthz() -> Health:
     responses=problem_responses(503, description="not ready: each failing check is in checks"),
 )
 async def readyz(ctx: ContextDep) -> Ready | JSONResponse:
-    """Ready when the catalog answers, the watcher runs and the daemon is not draining."""
+    """Ready when the catalog answers, the watcher runs and the daemon is not draining.
+
+    Warnings: disk pressure, and a service whose catalog calls fail although the catalog
+    answers a ping (a SQLite catalog on a full disk refuses writes).
+    """
     failures: list[str] = []
     try:
         await blocking(ctx.db.ping)
@@ -46,9 +50,10 @@ async def readyz(ctx: ContextDep) -> Ready | JSONResponse:
 
 
 def _warnings(ctx: Context) -> list[str]:
+    failing = [text for outage in ctx.outages.values() if (text := outage.describe()) is not None]
     if ctx.retention is None:
-        return []
-    return [
+        return failing
+    return failing + [
         f"tier {tier}: disk pressure: {state.blocked}"
         for tier, state in ctx.retention.pressure.state.items()
         if state.blocked is not None

@@ -1,4 +1,11 @@
-"""Engine and session set-up for SQLite and PostgreSQL."""
+"""Engine and session set-up for SQLite and PostgreSQL.
+
+Every SQLAlchemy error becomes a ``CatalogError`` here, with the driver's own words and
+without the SQL statement (``database or disk is full``, ``connection refused``), so a log
+line says what went wrong. On PostgreSQL a pooled connection is pinged before use
+(``pool_pre_ping``): after a server restart the stale ones are replaced, and a call fails
+within ``CONNECT_TIMEOUT_SECONDS`` while the server is away instead of hanging.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +20,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tierd.errors import CatalogError
 
-__all__ = ["Database"]
+__all__ = ["CONNECT_TIMEOUT_SECONDS", "Database", "catalog_error"]
+
+#: How long opening a PostgreSQL connection may take before the call fails (libpq's
+#: ``connect_timeout``): an unreachable catalog answers ``/readyz`` with 503, not a hang.
+CONNECT_TIMEOUT_SECONDS = 5
+#: The longest driver message kept in a CatalogError.
+_MESSAGE_CHARS = 300
 
 
 class Database:
@@ -39,7 +52,7 @@ class Database:
             with self._sessions.begin() as session:
                 yield session
         except SQLAlchemyError as exc:
-            raise CatalogError(f"catalog error: {exc.__class__.__name__}: {exc}") from exc
+            raise catalog_error(exc) from exc
 
     @contextmanager
     def read_session(self) -> Iterator[Session]:
@@ -51,7 +64,7 @@ class Database:
             with self._read_sessions.begin() as session:
                 yield session
         except SQLAlchemyError as exc:
-            raise CatalogError(f"catalog error: {exc.__class__.__name__}: {exc}") from exc
+            raise catalog_error(exc) from exc
 
     def ping(self) -> None:
         """Run ``SELECT 1``; raises CatalogError when the catalog is unreachable."""
@@ -64,6 +77,15 @@ class Database:
         self._read_engine.dispose()
 
 
+def catalog_error(exc: SQLAlchemyError) -> CatalogError:
+    """The CatalogError for ``exc``: its class and the driver's message, without the SQL."""
+    orig = getattr(exc, "orig", None)
+    text_ = " ".join(str(orig if orig is not None else exc).split())
+    if len(text_) > _MESSAGE_CHARS:
+        text_ = text_[: _MESSAGE_CHARS - 3] + "..."
+    return CatalogError(f"catalog error: {exc.__class__.__name__}: {text_}")
+
+
 def _make_engine(url: str, busy_timeout_ms: int, *, immediate: bool) -> Engine:
     if url.startswith("sqlite"):
         _ensure_sqlite_dir(url)
@@ -74,7 +96,13 @@ def _make_engine(url: str, busy_timeout_ms: int, *, immediate: bool) -> Engine:
         begin = "BEGIN IMMEDIATE" if immediate else "BEGIN"
         event.listen(engine, "begin", lambda conn: conn.exec_driver_sql(begin))
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=10,
+        connect_args={"connect_timeout": CONNECT_TIMEOUT_SECONDS},
+    )
 
 
 def _ensure_sqlite_dir(url: str) -> None:

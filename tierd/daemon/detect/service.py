@@ -7,6 +7,14 @@ recorded. A reconcile scan runs in the background at start-up and every
 ``reconcile_interval_seconds``: it finds what events missed (steps written while the
 daemon was down, inotify overflow, network file systems without events), notices
 recorded checkpoints whose files changed, and completes waiting (notified) steps.
+
+While the catalog fails (``CatalogOutage``: one error line when it goes, one info line when
+it is back) the observer keeps running: directories with a complete step are set aside
+instead of hashed and recorded again and again. A recovery task pings the catalog with a
+growing delay; once it answers, the set-aside directories are looked at again and a
+reconcile runs at once, so a step written meanwhile is recorded, and recorded once. When the
+catalog answers but still refuses writes (a SQLite catalog on a full disk), each retry
+hashes the held steps again, so those retries are spaced by ``HELD_RETRY`` (5 s to 60 s).
 """
 
 from __future__ import annotations
@@ -31,8 +39,10 @@ from tierd.daemon.detect.layout import Settings
 from tierd.daemon.detect.record import Outcome, record_checkpoint
 from tierd.daemon.detect.registry import BY_NAME, detectors_for
 from tierd.daemon.detect.scan import Found, RootSpec, detect_path, scan_chain, scan_root
+from tierd.daemon.outage import CatalogOutage
+from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.service import InFlight
-from tierd.errors import TierdError, Unstable
+from tierd.errors import CatalogError, TierdError, Unstable
 from tierd.logs import get_logger
 
 __all__ = ["DEBOUNCE_SECONDS", "DetectService"]
@@ -45,6 +55,8 @@ DEBOUNCE_SECONDS = 0.01
 RETRY_SECONDS = 1.0
 #: How often waiting (notified) steps are looked at again.
 WAITING_POLL_SECONDS = 2.0
+#: Between retries of held steps while the catalog answers pings but refuses writes.
+HELD_RETRY = Backoff(base=5.0, cap=60.0)
 _RELEVANT = frozenset({"created", "modified", "moved", "deleted", "closed"})
 
 DirKey = tuple[int, Path]
@@ -85,6 +97,11 @@ class DetectService:
         self._recording: set[str] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
+        self.outage = CatalogOutage(self.name)
+        ctx.outages[self.name] = self.outage
+        self._held: set[DirKey] = set()  # directories with a complete step, set aside while the catalog fails
+        self._hold = False
+        self._recovery: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Load what is recorded, start the observer; the first reconcile runs in the background."""
@@ -111,9 +128,10 @@ class DetectService:
         for handle in self._pending.values():
             handle.cancel()
         self._pending.clear()
-        for task in self._loops:
+        loops = [*self._loops, *([self._recovery] if self._recovery is not None else [])]
+        for task in loops:
             task.cancel()
-        for task in self._loops:
+        for task in loops:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self._observer is not None:
@@ -166,7 +184,9 @@ class DetectService:
         """Recordings to run for the complete candidates; looks again later at the others."""
         work: list[Coroutine[Any, Any, None]] = []
         for found in founds:
-            if found.verdict.complete:
+            if found.verdict.complete and self._hold:
+                self._held.add((index, found.candidate.path.parent))
+            elif found.verdict.complete:
                 if found.candidate.key not in self._recording:  # else: being recorded already
                     self._recording.add(found.candidate.key)
                     work.append(self._record(index, found))
@@ -199,6 +219,9 @@ class DetectService:
             log.info("checkpoint_unstable", path=found.relpath, reason=str(exc))
             self._retry(index, candidate.path.parent, RETRY_SECONDS)
             return
+        except CatalogError as exc:
+            self._catalog_failed(exc, "record", (index, candidate.path.parent))
+            return
         except (TierdError, OSError) as exc:
             log.warning("checkpoint_record_failed", path=found.relpath, error=str(exc))
             self._retry(index, candidate.path.parent, RETRY_SECONDS)
@@ -206,6 +229,7 @@ class DetectService:
         finally:
             self._recording.discard(candidate.key)
         self.known.add(found.run, found.step, found.relpath, detector.name)
+        self.outage.succeeded()
         if outcome is not Outcome.EXISTING:
             log.info(
                 "checkpoint_recorded",
@@ -235,10 +259,55 @@ class DetectService:
         while True:
             try:
                 await self.reconcile()
+            except CatalogError as exc:
+                self._catalog_failed(exc, "reconcile")
             except Exception:
                 log.exception("reconcile_failed")
             self.reconciled.set()
             await asyncio.sleep(interval)
+
+    # -- catalog outages ---------------------------------------------------------------
+
+    def _catalog_failed(self, exc: CatalogError, action: str, key: DirKey | None = None) -> None:
+        """Set ``key`` aside, hold new recordings, and start the recovery task if none runs."""
+        if key is not None:
+            self._held.add(key)
+        self._hold = True
+        self.outage.failed(exc, action)
+        if self._recovery is None and not self._stopping:
+            self._recovery = asyncio.create_task(self._recover(), name="detect:recover")
+
+    async def _recover(self) -> None:
+        """Until the catalog answers: wait, ping; then record what was set aside, and reconcile."""
+        retries = 0
+        try:
+            while self._hold and not self._stopping:
+                await asyncio.sleep(HELD_RETRY.ceiling(retries - 1) if retries else self.outage.delay())
+                try:
+                    await blocking(self.ctx.db.ping)
+                except CatalogError as exc:
+                    self.outage.failed(exc, "ping")
+                    continue
+                await self._retry_held()
+                retries += 1
+        finally:
+            self._recovery = None
+
+    async def _retry_held(self) -> None:
+        """Look again at the set-aside directories, then reconcile; a new failure holds again."""
+        failures = self.outage.failures
+        self._hold = False
+        held, self._held = sorted(self._held, key=lambda k: (k[0], str(k[1]))), set()
+        log.info("catalog_retry", directories=len(held))
+        try:
+            for index, directory in held:
+                founds = await blocking(scan_chain, self.roots[index], directory, self.known)
+                await asyncio.gather(*self._handle(index, founds))
+            await self.reconcile()
+        except CatalogError as exc:
+            self._catalog_failed(exc, "reconcile")
+        if not self._hold and self.outage.failures == failures:
+            self.outage.succeeded()
 
     async def check_changes(self) -> None:
         """Mark recorded checkpoints whose files changed on tier 0 since they were recorded."""
@@ -251,8 +320,12 @@ class DetectService:
     async def _waiting_loop(self) -> None:
         while True:
             await asyncio.sleep(min(WAITING_POLL_SECONDS, self.ctx.config.reconcile_interval_seconds))
+            if self._hold:  # the recovery task sweeps once the catalog is back
+                continue
             try:
                 await self.sweep_waiting()
+            except CatalogError as exc:
+                self._catalog_failed(exc, "waiting")
             except Exception:
                 log.exception("waiting_sweep_failed")
 
@@ -285,6 +358,8 @@ class DetectService:
                 action="detected",
                 recheck=functools.partial(detector.inspect, candidate, settings),
             )
+        except CatalogError:
+            raise
         except (TierdError, OSError) as exc:
             log.info("waiting_not_recorded", path=waiting.relpath, reason=str(exc))
             return

@@ -46,3 +46,15 @@ class PipelineOptions:
     stale_upload_seconds: float = 24 * 3600.0
     #: Seconds between sweeps for stale multipart uploads.
     stale_sweep_interval: float = 3600.0
+
+    @property
+    def fence_seconds(self) -> float:
+        """How long a running job goes on without renewing its lease (the catalog is away).
+
+        Counted from when the last renewal that worked was sent, it ends the longer of a renew
+        interval and a quarter of the lease before the lease can run out (but never before half
+        of it): the job stops before another worker, or this one, may claim it again, so a job
+        never runs twice at once. 45 s of the default 60 s lease.
+        """
+        lease = self.lease_seconds
+        return max(min(lease - self.renew_interval, lease * 0.75), lease / 2)

@@ -11,14 +11,16 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from tierd.errors import IntegrityError, TierdError
+from tierd.errors import IntegrityError, NoSpace, PermanentBackendError, TierdError
 
 __all__ = [
+    "FAILURE_REASONS",
     "FILE_ATTEMPTS",
     "FILE_BACKOFF",
     "INTEGRITY_ATTEMPTS",
     "JOB_BACKOFF",
     "Backoff",
+    "failure_reason",
     "should_retry",
 ]
 
@@ -51,6 +53,27 @@ FILE_BACKOFF = Backoff(base=0.5, cap=20.0)
 JOB_BACKOFF = Backoff(base=30.0, cap=3600.0)
 
 
+#: Why a hop failed, as recorded in the job and counted in ``tierd_transfer_failures_total``:
+#: a bounded set, so it can be a metric label.
+FAILURE_REASONS = ("no_space", "integrity", "permanent", "retryable")
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One of FAILURE_REASONS for the error that ended a hop.
+
+    ``integrity`` and ``permanent`` end the job; ``no_space`` (the destination is full:
+    retention, eviction or an operator may free space) and ``retryable`` are tried again after
+    ``JOB_BACKOFF``. Anything that is not a tierd error counts as ``retryable``.
+    """
+    if isinstance(exc, IntegrityError):
+        return "integrity"
+    if isinstance(exc, PermanentBackendError):
+        return "permanent"
+    if isinstance(exc, NoSpace):
+        return "no_space"
+    return "retryable"
+
+
 def should_retry(
     exc: BaseException, tries: int, integrity_tries: int, *, attempts: int, integrity: int
 ) -> bool:
@@ -59,9 +82,12 @@ def should_retry(
     ``integrity_tries`` counts the tries that ended in a checksum mismatch so far
     (including this one); mismatches are retried at most ``integrity`` - 1 times because
     the source may have been read while it was still being written, but a persistent
-    mismatch is final. Only tierd errors flagged ``retryable`` are retried.
+    mismatch is final. Only tierd errors flagged ``retryable`` are retried, and a full
+    destination (NoSpace) not at this level: space seldom returns within seconds, and each
+    try would fill the file system again for everyone on it; the job is tried again after
+    ``JOB_BACKOFF``.
     """
-    if not isinstance(exc, TierdError) or not exc.retryable:
+    if not isinstance(exc, TierdError) or not exc.retryable or isinstance(exc, NoSpace):
         return False
     if isinstance(exc, IntegrityError) and integrity_tries >= integrity:
         return False

@@ -7,15 +7,23 @@ heartbeat, then marks the replica ``verified`` or ``failed``. Writes go through 
 destination's ``WriteBatch``: a file it stages counts as done only once committed, and
 the data is committed before the marker is copied. Cancelled (shutdown), it
 puts the job back in the queue and leaves the replica ``pending`` and resumable.
+
+While the catalog is away (a PostgreSQL restart) the copy goes on and progress waits; one
+log line says so. A job that could not renew its lease for ``options.fence_seconds``
+stops (outcome ``lost``) before the lease runs out, so no worker claims it while it still
+writes; it is claimed again once the lease has expired and resumes from the recorded files.
+The end of a hop (verified or failed) is recorded as soon as the catalog answers, within the
+same bound.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 from tierd.config import TierConfig
 from tierd.daemon.aio import blocking
@@ -30,6 +38,7 @@ from tierd.daemon.pipeline.copyset import copy_checkpoint_files
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.records import FileSpec, HopPlan
 from tierd.daemon.pipeline.resume import CatalogResumeStore
+from tierd.daemon.pipeline.retry import failure_reason
 from tierd.daemon.pipeline.throttle import PriorityPool, TokenBucket
 from tierd.daemon.pipeline.transfer import FileCopier, already_there
 from tierd.errors import CatalogError, IntegrityError, PermanentBackendError, TierdError
@@ -40,6 +49,9 @@ __all__ = ["HopRunner", "Limits", "Outcome"]
 log = get_logger(__name__)
 
 Outcome = str  # "verified" | "failed" | "retry" | "cancelled" | "lost"
+T = TypeVar("T")
+#: Between tries of a hop's last catalog write while the catalog fails.
+END_RETRY_SECONDS = (0.2, 2.0)
 
 
 @dataclass(frozen=True)
@@ -106,13 +118,16 @@ class HopRunner:
         owner: str,
         claim: Claim,
         metrics: Metrics | None = None,
+        claimed_at: float | None = None,
     ) -> None:
+        """``claimed_at``: ``time.monotonic()`` from before the claim was sent (its lease's start)."""
         self.db, self.backends, self.tiers = db, backends, tiers
         self.limits, self.options, self.owner, self.claim = limits, options, owner, claim
         self.metrics = metrics
         self.progress = _Progress()
         self.file_ids: Mapping[str, int] = {}
         self.lost = False
+        self.renewed_at = claimed_at if claimed_at is not None else time.monotonic()
 
     @property
     def description(self) -> str:
@@ -122,7 +137,11 @@ class HopRunner:
     async def run(self) -> Outcome:
         """Copy, verify and record; re-raises CancelledError after releasing the job."""
         names = [t.name for t in self.tiers]
-        plan = await blocking(records.start_hop, self.db, self.claim, self.owner, names)
+        try:
+            plan = await blocking(records.start_hop, self.db, self.claim, self.owner, names)
+        except CatalogError as exc:  # the lease runs out and the job is claimed again
+            log.warning("hop_not_started", hop=self.description, error=str(exc))
+            return "lost"
         if plan is None:
             return "cancelled"
         self.file_ids = plan.file_ids
@@ -187,31 +206,66 @@ class HopRunner:
         )
 
     async def _heartbeat(self, main: asyncio.Task[object]) -> None:
-        """Write progress every ``progress_interval``; renew the lease every ``renew_interval``."""
-        last_renew = last_trim = time.monotonic()
+        """Write progress every ``progress_interval``; renew the lease every ``renew_interval``.
+
+        Stops the job (``lost``) when the lease was lost, or could not be renewed for
+        ``fence_seconds`` while the catalog failed.
+        """
+        last_trim = time.monotonic()
         last_saved = (-1, -1)
+        failing = False
         while True:
             await asyncio.sleep(self.options.progress_interval)
             if time.monotonic() - last_trim >= self.options.trim_interval:
                 await blocking(trim_freed_memory)
                 last_trim = time.monotonic()
-            renew = time.monotonic() - last_renew >= self.options.renew_interval
+            sent = time.monotonic()
+            renew = sent - self.renewed_at >= self.options.renew_interval
             state = (self.progress.total, len(self.progress.done))
             if state == last_saved and not renew:
                 continue
             try:
-                ok = await self._save(lease=renew)
-            except CatalogError as exc:
-                log.warning("progress_not_saved", job=self.claim.job_id, error=str(exc))
+                ok = await asyncio.wait_for(self._save(lease=renew), timeout=max(self._fence_left(), 0.01))
+            except (CatalogError, TimeoutError) as exc:
+                if not failing:
+                    log.warning("progress_not_saved", job=self.claim.job_id, error=str(exc) or "timed out")
+                    failing = True
+                if self._fence_left() <= 0:
+                    self._stop_lost(main, "lease_not_renewed")
+                    return
                 continue
+            if failing:
+                log.info("progress_saved_again", job=self.claim.job_id)
+                failing = False
             if not ok:
-                log.warning("lease_lost", job=self.claim.job_id, hop=self.description)
-                self.lost = True
-                main.cancel()
+                self._stop_lost(main, "lease_lost")
                 return
             last_saved = state
             if renew:
-                last_renew = time.monotonic()
+                self.renewed_at = sent
+
+    def _fence_left(self) -> float:
+        """Seconds this job may go on before its lease could run out unrenewed."""
+        return self.renewed_at + self.options.fence_seconds - time.monotonic()
+
+    def _stop_lost(self, main: asyncio.Task[object], event: str) -> None:
+        log.warning(event, job=self.claim.job_id, hop=self.description, lease=self.options.lease_seconds)
+        self.lost = True
+        main.cancel()
+
+    async def _until_fenced(self, what: str, call: Callable[[], Awaitable[T]]) -> T | None:
+        """``call()`` (a catalog write), tried again while the catalog fails; None once fenced."""
+        delay, cap = END_RETRY_SECONDS
+        while True:
+            try:
+                return await call()
+            except CatalogError as exc:
+                left = self._fence_left()
+                if left <= 0:
+                    log.warning("hop_end_not_recorded", hop=self.description, end=what, error=str(exc))
+                    return None
+                await asyncio.sleep(min(delay, left))
+                delay = min(delay * 2, cap)
 
     async def _save(self, *, lease: bool) -> bool:
         """Record progress: the bytes, and the files finished since the last save."""
@@ -245,7 +299,11 @@ class HopRunner:
     async def _verified(self, plan: HopPlan, seconds: float) -> Outcome:
         dst = self.backends[self.claim.dst_tier]
         location = dst.location(plan.path)
-        if not await blocking(records.mark_verified, self.db, plan, self.owner, location, seconds):
+
+        async def record() -> bool:
+            return await blocking(records.mark_verified, self.db, plan, self.owner, location, seconds)
+
+        if not await self._until_fenced("verified", record):
             return "lost"
         self._count("verified")
         if self.metrics is not None:
@@ -266,18 +324,33 @@ class HopRunner:
     async def _fail(self, plan: HopPlan, exc: Exception) -> Outcome:
         error = f"{type(exc).__name__}: {exc}"
         terminal = isinstance(exc, IntegrityError | PermanentBackendError)
-        reason = "integrity" if isinstance(exc, IntegrityError) else "permanent" if terminal else "retryable"
+        reason = failure_reason(exc)
         retry_at = None
         if not terminal:
             delay = self.options.job_backoff.delay(self.claim.attempts)
             retry_at = utcnow() + timedelta(seconds=delay)
         if not isinstance(exc, TierdError):
             log.error("hop_error", hop=self.description, error=error, exc_info=exc)
-        await self._save(lease=False)
-        await blocking(
-            records.mark_failed, self.db, plan, self.owner, error, retry_at=retry_at, reason=reason
+
+        async def record() -> bool:
+            await self._save(lease=False)
+            return await blocking(
+                records.mark_failed, self.db, plan, self.owner, error, retry_at=retry_at, reason=reason
+            )
+
+        recorded = await self._until_fenced("failed", record)
+        log.warning(
+            "replica_failed",
+            hop=self.description,
+            error=error,
+            retry_at=retry_at,
+            reason=reason,
+            recorded=recorded is not None,
         )
-        log.warning("replica_failed", hop=self.description, error=error, retry_at=retry_at, reason=reason)
+        if self.metrics is not None:
+            self.metrics.transfer_failures.labels(self.claim.dst_tier, reason).inc()
+        if recorded is None:
+            return "lost"
         outcome = "failed" if terminal else "retry"
         self._count(outcome)
         return outcome

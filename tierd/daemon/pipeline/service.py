@@ -4,7 +4,9 @@ One loop runs scheduler passes (woken by ``ctx.pipeline_wakeup`` and every
 ``poll_interval``), then claims jobs while a destination tier has room
 (``tier.concurrency`` jobs, and as many files in flight, per tier). Each claimed job
 runs as a tracked task (``runner.HopRunner``). Between scheduling and claiming, the
-janitor aborts stale multipart uploads the catalog does not mean to resume.
+janitor aborts stale multipart uploads the catalog does not mean to resume. While the
+catalog fails, passes are tried again every few seconds (``CatalogOutage``: one log line
+when it goes, one when it is back) instead of every ``poll_interval``.
 
 Shutdown (``stop``): claim nothing more; the in-flight jobs of the newest checkpoint may
 finish within the bound; older ones are cancelled at once and left resumable (job back
@@ -32,11 +34,12 @@ from tierd.daemon.catalog.jobs import (
     requeue_orphaned_jobs,
 )
 from tierd.daemon.context import Context
+from tierd.daemon.outage import CatalogOutage
 from tierd.daemon.pipeline import scheduler
 from tierd.daemon.pipeline.janitor import Janitor
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.runner import HopRunner, Limits, Outcome
-from tierd.errors import TierdError
+from tierd.errors import CatalogError, TierdError
 from tierd.logs import get_logger
 
 __all__ = ["PipelineService"]
@@ -81,6 +84,8 @@ class PipelineService:
         self._loop: asyncio.Task[None] | None = None
         self._janitor: Janitor | None = None
         self._budget = budget  # the backends' shared one, dropped while the pipeline is idle
+        self.outage = CatalogOutage(self.name)
+        ctx.outages[self.name] = self.outage
 
     async def start(self) -> None:
         """Requeue this node's orphaned jobs, open the backends, start the loops."""
@@ -117,18 +122,25 @@ class PipelineService:
                 if self._janitor is not None:
                     await self._janitor.sweep_due()
                 await self._claim_all()
+                self.outage.succeeded()
+            except CatalogError as exc:
+                self.outage.failed(exc, "pass")
             except TierdError as exc:
                 log.warning("pipeline_pass_failed", error=str(exc))
             except Exception:
                 log.exception("pipeline_pass_crashed")
+            wait = self.options.poll_interval
+            if self.outage.down:
+                wait = min(wait, self.outage.delay())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.ctx.pipeline_wakeup.wait(), self.options.poll_interval)
+                await asyncio.wait_for(self.ctx.pipeline_wakeup.wait(), wait)
 
     async def _claim_all(self) -> None:
         """Claim jobs, highest priority first, while a destination tier has room."""
         while not self._stopping:
             busy = Counter(r.runner.claim.dst_tier for r in self._running.values())
             free = [t.name for t in self.tiers[1:] if busy[t.name] < t.concurrency]
+            claimed_at = time.monotonic()
             claim = await blocking(
                 claim_next_copy_job,
                 self.ctx.db,
@@ -143,9 +155,25 @@ class PipelineService:
             if self._stopping:  # stop() began while we were claiming
                 await blocking(release_job, self.ctx.db, claim.job_id, self.owner)
                 return
-            self._spawn(claim)
+            await self._retire(claim.job_id)
+            self._spawn(claim, claimed_at)
 
-    def _spawn(self, claim: Claim) -> None:
+    async def _retire(self, job_id: int) -> None:
+        """Make sure no runner of ``job_id`` still runs before the job runs again here.
+
+        A runner stops by itself before its unrenewed lease runs out (``fence_seconds``);
+        this only matters when it has not finished unwinding when the expired job is claimed
+        again. It is cut as ``lost``: it must not hand the job back to the queue.
+        """
+        old = self._running.get(job_id)
+        if old is None:
+            return
+        log.warning("job_claimed_again", job=job_id, hop=old.runner.description)
+        old.runner.lost = True
+        old.task.cancel()
+        await asyncio.wait([old.task], timeout=LOOP_EXIT_SECONDS)
+
+    def _spawn(self, claim: Claim, claimed_at: float) -> None:
         runner = HopRunner(
             db=self.ctx.db,
             backends=self.backends,
@@ -155,13 +183,16 @@ class PipelineService:
             owner=self.owner,
             claim=claim,
             metrics=self.ctx.metrics,
+            claimed_at=claimed_at,
         )
         task = asyncio.create_task(runner.run(), name=f"pipeline:job:{claim.job_id}")
         self._running[claim.job_id] = _Running(runner, task)
         task.add_done_callback(lambda t: self._finished(claim.job_id, t))
 
     def _finished(self, job_id: int, task: asyncio.Task[Outcome]) -> None:
-        self._running.pop(job_id, None)
+        entry = self._running.get(job_id)
+        if entry is not None and entry.task is task:  # not a newer runner of the same job
+            del self._running[job_id]
         if not self._running and self._budget is not None:
             self._budget.drop_idle()  # an idle daemon keeps no transfer buffers
         if not task.cancelled() and (exc := task.exception()) is not None:

@@ -22,10 +22,11 @@ from tierd.daemon.catalog.jobs import owner_id
 from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.catalog.restores import claim_next_restore
 from tierd.daemon.context import Context
+from tierd.daemon.outage import CatalogOutage
 from tierd.daemon.restore import requests
 from tierd.daemon.restore.runner import RestoreOptions, RestoreRunner
 from tierd.daemon.service import InFlight
-from tierd.errors import TierdError
+from tierd.errors import CatalogError, TierdError
 from tierd.logs import get_logger
 
 __all__ = ["RestoreService"]
@@ -61,6 +62,8 @@ class RestoreService:
         self._running: dict[int, _Running] = {}
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False
+        self.outage = CatalogOutage(self.name)
+        ctx.outages[self.name] = self.outage
 
     async def start(self) -> None:
         """Start claiming restores; the API reaches the service through ``ctx.restore``."""
@@ -76,6 +79,9 @@ class RestoreService:
             self.wakeup.clear()
             try:
                 await self._claim_all()
+                self.outage.succeeded()
+            except CatalogError as exc:  # one log line per outage, not one per pass
+                self.outage.failed(exc, "pass")
             except TierdError as exc:
                 log.warning("restore_pass_failed", error=str(exc))
             except Exception:

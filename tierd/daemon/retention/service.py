@@ -29,11 +29,12 @@ from tierd.daemon.catalog import retention as catalog_retention
 from tierd.daemon.catalog.deletions import DueDeletion, Origin
 from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.context import Context
+from tierd.daemon.outage import CatalogOutage
 from tierd.daemon.retention.deleter import Deleter, Outcome
 from tierd.daemon.retention.plan import Action, Verdict
 from tierd.daemon.retention.pressure import Pressure
 from tierd.daemon.retention.snapshot import Snapshot, take_snapshot
-from tierd.errors import TierdError
+from tierd.errors import CatalogError, TierdError
 from tierd.logs import get_logger
 
 __all__ = ["PassReport", "RetentionService"]
@@ -73,6 +74,8 @@ class RetentionService:
         self._loop: asyncio.Task[None] | None = None
         self._pass_lock = asyncio.Lock()
         self._stopping = False
+        self.outage = CatalogOutage(self.name)
+        ctx.outages[self.name] = self.outage
         self._woken = False
         self._last_marker: tuple[object, ...] | None = None
         self._replan_at: datetime | None = None
@@ -100,6 +103,9 @@ class RetentionService:
         while not self._stopping:
             try:
                 await self.run_pass()
+                self.outage.succeeded()
+            except CatalogError as exc:  # one log line per outage, not one per pass
+                self.outage.failed(exc, "pass")
             except TierdError as exc:
                 log.warning("retention_pass_failed", error=str(exc))
             except Exception:

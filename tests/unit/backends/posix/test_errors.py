@@ -7,15 +7,15 @@ import errno
 import pytest
 
 from tierd.daemon.backends.posix.errors import translate_oserror
-from tierd.errors import NotFound, PermanentBackendError, TierdError, TransientBackendError
+from tierd.errors import NoSpace, NotFound, PermanentBackendError, TierdError, TransientBackendError
 
 
 @pytest.mark.parametrize(
     ("code", "expected"),
     [
         (errno.ENOENT, NotFound),
-        (errno.ENOSPC, TransientBackendError),  # retention or an operator can free space
-        (errno.EDQUOT, TransientBackendError),
+        (errno.ENOSPC, NoSpace),  # retention or an operator can free space
+        (errno.EDQUOT, NoSpace),
         (errno.EIO, TransientBackendError),
         (errno.ESTALE, TransientBackendError),
         (errno.ETIMEDOUT, TransientBackendError),
@@ -30,4 +30,4 @@ def test_oserrors(code: int, expected: type[TierdError]) -> None:
     error = translate_oserror(OSError(code, "text"), "write", "/t/x")
     assert type(error) is expected
     assert "/t/x" in str(error)
-    assert error.retryable == (expected is TransientBackendError)
+    assert error.retryable == issubclass(expected, TransientBackendError)
