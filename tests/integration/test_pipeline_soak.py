@@ -130,6 +130,7 @@ class DebrisWatch:
     look: Callable[[], set[Item]]
     gone_at: dict[Item, float] = field(default_factory=dict)
     kills: list[tuple[float, set[Item]]] = field(default_factory=list)
+    resumable_seen: set[str] = field(default_factory=set)  # recorded UploadIds found at kills
     _seen: set[Item] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -159,12 +160,17 @@ class DebrisWatch:
             self._seen |= now_items
         return now_items
 
-    def killed(self) -> set[Item]:
-        """Right after a kill: the new leftovers the dead daemon left, noted with the time."""
+    def killed(self, resumable: set[str]) -> set[Item]:
+        """Right after a kill: the new debris the dead daemon left, noted with the time.
+
+        An upload the catalog records (``resumable``, UploadIds) is not debris: the next run
+        resumes it, and it may rightly stay open across many runs until its last part is sent.
+        """
         at = time.time()
         earlier = {item for _, left in self.kills for item in left}
-        left = self.observe() - earlier
+        left = {item for item in self.observe() - earlier if item[1] not in resumable}
         self.kills.append((at, left))
+        self.resumable_seen |= resumable
         return left
 
     def lifetimes(self) -> list[float]:
@@ -290,7 +296,7 @@ class Soak:
             if kill % NEW_STEP_EVERY == 0:
                 self.new_step()
             self.moments[_run_briefly(self.forked, self.rng)] += 1
-            watch.killed()
+            watch.killed(resumable={upload_id for _, _, upload_id, _ in uploads(self.db)})
             self.mid_hop += _states(self.db)["copying"] > 0
 
     def check_end_state(self) -> None:
@@ -373,6 +379,7 @@ def _figures(
         "kills_mid_hop": soak.mid_hop,
         "kills_leaving_debris": sum(1 for _, left in watch.kills if left),
         "leftovers": len(lifetimes),
+        "recorded_uploads_resumed": len(watch.resumable_seen),
         "debris_lifetime_s": {
             "median": round(statistics.median(lifetimes), 2) if lifetimes else None,
             "p90": round(statistics.quantiles(lifetimes, n=10)[-1], 2) if len(lifetimes) > 1 else None,
