@@ -66,7 +66,8 @@ class ForkedDaemon:
     _zygote: subprocess.Popen[str] | None = None
     _offsets: list[int] = field(default_factory=list)
 
-    def _spawner(self) -> subprocess.Popen[str]:
+    def spawn(self) -> subprocess.Popen[str]:
+        """The zygote, started on first use (call it before the test starts threads of its own)."""
         if self._zygote is None:
             self._zygote = subprocess.Popen(
                 [sys.executable, "-c", ZYGOTE],
@@ -80,7 +81,7 @@ class ForkedDaemon:
     def start(self) -> None:
         """Fork a new run of the daemon."""
         assert not self.alive()
-        zygote = self._spawner()
+        zygote = self.spawn()
         assert zygote.stdin is not None
         assert zygote.stdout is not None
         self._offsets.append(self.log_path.stat().st_size if self.log_path.exists() else 0)

@@ -2,8 +2,9 @@
 
 After each restart the pipeline must pick up where it stopped: nothing partial is ever
 visible under a final name, multipart uploads resume under their UploadId (parts sent
-before the kill are not sent again), and at the end every byte matches and no upload is
-left open.
+before the kill are not sent again), and at the end every byte matches and no upload or
+temporary file is left (the resumed hop removed them). The kill -9 soak is in
+``test_pipeline_soak``.
 """
 
 from __future__ import annotations

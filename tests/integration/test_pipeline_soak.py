@@ -345,6 +345,7 @@ def test_kill_9_soak_across_four_tiers(
     print(f"kill -9 soak seed: {seed} (TIERD_SOAK_SEED={seed} replays it)")
     soak, daemon = _make_soak(tmp_path, moto_server, rclone_server, seed)
     watch = DebrisWatch(soak.where.leftovers)
+    soak.forked.spawn()  # forks before the watcher thread exists
     started = time.monotonic()
     watch.start()
     try:
