@@ -7,6 +7,10 @@ heartbeat, then marks the replica ``verified`` or ``failed``. Writes go through 
 destination's ``WriteBatch``: a file it stages counts as done only once committed, and
 the data is committed before the marker is copied. Cancelled (shutdown), it
 puts the job back in the queue and leaves the replica ``pending`` and resumable.
+
+Before it copies, the runner also removes what killed attempts of the same hop left in the
+destination (temporary files, multipart uploads the catalog does not resume), for its own
+files only (``HopRunner._remove_leftovers`` says why).
 """
 
 from __future__ import annotations

@@ -54,7 +54,10 @@ async def list_open_uploads(client: S3Client, bucket: str, prefix: str) -> list[
 
 
 def shared_prefix(keys: Collection[str]) -> str:
-    """The longest string every key starts with (S3 prefixes are strings, not path components)."""
+    """The longest string every key starts with (S3 prefixes are strings, not path components).
+
+    That of the smallest and the largest key in sort order is every key's.
+    """
     if not keys:
         return ""
     first, last = min(keys), max(keys)
@@ -67,7 +70,7 @@ def shared_prefix(keys: Collection[str]) -> str:
 async def open_uploads_of(client: S3Client, bucket: str, keys: Collection[str]) -> list[OpenUpload]:
     """The open uploads of exactly these keys: one listing by their shared prefix, then filtered.
 
-    None (and no request) for no keys. Raises like ``list_open_uploads``.
+    No keys, no request (and an empty list). Raises like ``list_open_uploads``.
     """
     if not keys:
         return []
