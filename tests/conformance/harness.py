@@ -116,6 +116,22 @@ class Harness:
         upload_id: str = created["UploadId"]
         return upload_id
 
+    def debris_left(self, backend: Backend) -> list[str]:
+        """The relpath each leftover (temp file, open multipart upload) belongs to, sorted."""
+        if isinstance(backend, PosixBackend):
+            found = []
+            for dirpath, _, names in os.walk(backend.root):
+                rel = os.path.relpath(dirpath, backend.root)
+                for name in names:
+                    if TEMP_MARK in name:
+                        final = name[1 : name.index(TEMP_MARK)]
+                        found.append(final if rel == "." else f"{rel}/{final}")
+            return sorted(found)
+        assert isinstance(backend, S3Backend)
+        assert self.server is not None
+        listing = self.server.client().list_multipart_uploads(Bucket=backend.bucket)
+        return sorted(u["Key"].removeprefix(backend.prefix) for u in listing.get("Uploads", []))
+
     def abort_behind(self, backend: Backend) -> int:
         """Abort every open multipart upload from outside, as a lifecycle rule would."""
         assert isinstance(backend, S3Backend)

@@ -264,6 +264,17 @@ class Backend(ABC):
         """
 
     @abstractmethod
+    async def remove_leftovers(self, relpaths: Sequence[str], *, keep: Collection[str] = ()) -> int:
+        """Remove what interrupted writes of exactly these files left, whatever its age; returns how many.
+
+        A hop calls it before it copies (its job's lease makes it the only writer of its
+        files). Only these files' leftovers: another daemon may be writing other files of
+        the same checkpoint into the same directory or prefix at the same time. ``keep``
+        names multipart UploadIds the catalog means to resume; a write in progress in this
+        process is never touched. Raises Transient/PermanentBackendError.
+        """
+
+    @abstractmethod
     async def close(self) -> None:
         """Release connections and file handles."""
 

@@ -2,7 +2,8 @@
 
 A part recorded here was acknowledged by the store, so after a crash the backend re-sends
 only the parts that are missing. The pipeline's ``CatalogResumeStore`` calls these for
-one (checkpoint, tier) pair; the janitor reads which uploads are to be kept.
+one (checkpoint, tier) pair; the janitor, and a hop clearing its leftovers before it
+copies, read which uploads are to be kept.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = [
     "begin_upload",
     "clear_upload",
     "forget_uploads",
+    "hop_upload_ids",
     "load_upload",
     "record_part",
     "recorded_upload_ids",
@@ -163,3 +165,13 @@ def recorded_upload_ids(db: Database, tier: str) -> set[str]:
     """The UploadIds the catalog records for ``tier`` (uploads to resume, not to abort)."""
     with db.read_session() as session:
         return set(session.scalars(select(Upload.upload_id).where(Upload.tier == tier)))
+
+
+def hop_upload_ids(db: Database, checkpoint_id: int, tier: str) -> set[str]:
+    """The UploadIds the catalog records for one hop (checkpoint into ``tier``): to resume, not abort."""
+    with db.read_session() as session:
+        return set(
+            session.scalars(
+                select(Upload.upload_id).where(Upload.checkpoint_id == checkpoint_id, Upload.tier == tier)
+            )
+        )

@@ -6,6 +6,9 @@ sweep passes the UploadIds recorded in the catalog's ``uploads`` table for that 
 nor the uploads it is writing itself. So a tier is swept even while copies into it run.
 The age threshold stays: it spares an upload another process has just begun and not yet
 recorded, on every store whose "initiated" time is real (moto reports 2010 for all).
+It is the backstop: a hop removes its own files' leftovers, whatever their age, when it
+starts (``HopRunner``, ``Backend.remove_leftovers``); the sweep catches those of hops that
+never run again (a checkpoint deleted meanwhile, a tier taken out of the chain).
 """
 
 from __future__ import annotations

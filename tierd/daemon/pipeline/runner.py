@@ -14,6 +14,10 @@ stops (outcome ``lost``) before the lease runs out, so no worker claims it while
 writes; it is claimed again once the lease has expired and resumes from the recorded files.
 The end of a hop (verified or failed) is recorded as soon as the catalog answers, within the
 same bound.
+
+Before it copies, the runner also removes what killed attempts of the same hop left in the
+destination (temporary files, multipart uploads the catalog does not resume), for its own
+files only (``HopRunner._remove_leftovers`` says why).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from tierd.daemon.backends.base import Backend
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.jobs import Claim, release_job
 from tierd.daemon.catalog.models import utcnow
+from tierd.daemon.catalog.uploads import hop_upload_ids
 from tierd.daemon.libc import trim_freed_memory
 from tierd.daemon.metrics import Metrics
 from tierd.daemon.pipeline import records
@@ -189,6 +194,7 @@ class HopRunner:
             integrity_attempts=self.options.integrity_attempts,
             batch=batch,
         )
+        await self._remove_leftovers(dst, plan)
         detail = self.claim.detail
         resumed = bool(detail.get("resumable")) or "done" in detail or bool(plan.done)
 
@@ -204,6 +210,27 @@ class HopRunner:
             progress=lambda spec: self.progress.counter(spec.relpath, spec.size),
             done=lambda spec, _info: self.progress.finish(spec),
         )
+
+    async def _remove_leftovers(self, dst: Backend, plan: HopPlan) -> None:
+        """Remove what killed attempts of this hop left in ``dst``, before copying; never raises.
+
+        Every start looks, not only a resumed one: a kill before the first progress save
+        leaves the catalog no sign that an attempt ran. It costs a directory listing per
+        directory (which the writes then reuse) or one ListMultipartUploads. Only this
+        hop's own files are cleaned, never every leftover under the checkpoint's path:
+        other daemons may be copying other files of the same checkpoint into the same
+        shared tier right now, and their temporary files and uploads are live. The uploads
+        the catalog records for this hop are kept: they resume.
+        """
+        relpaths = [spec.relpath for spec in plan.files]
+        try:
+            keep = await blocking(hop_upload_ids, self.db, self.claim.checkpoint_id, self.claim.dst_tier)
+            removed = await dst.remove_leftovers(relpaths, keep=keep)
+        except TierdError as exc:  # the periodic sweep gets them later
+            log.warning("leftovers_not_removed", hop=self.description, error=str(exc))
+            return
+        if removed:
+            log.info("leftovers_removed", hop=self.description, count=removed, kept_uploads=len(keep))
 
     async def _heartbeat(self, main: asyncio.Task[object]) -> None:
         """Write progress every ``progress_interval``; renew the lease every ``renew_interval``.

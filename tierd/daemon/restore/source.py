@@ -92,6 +92,10 @@ class Rebased(Backend):
         """Nothing: the daemon sweeps the inner tier itself."""
         return 0
 
+    async def remove_leftovers(self, relpaths: Sequence[str], *, keep: Collection[str] = ()) -> int:
+        """The inner ``remove_leftovers`` of these files. Raises Transient/PermanentBackendError."""
+        return await self.inner.remove_leftovers([self._full(r) for r in relpaths], keep=keep)
+
     async def close(self) -> None:
         """Nothing: the daemon closes the inner tier."""
 

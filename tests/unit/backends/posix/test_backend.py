@@ -28,6 +28,7 @@ from tierd.daemon.backends import (
     make_backend,
 )
 from tierd.daemon.backends.posix import backend as posix
+from tierd.daemon.backends.posix import temp
 from tierd.daemon.backends.posix.backend import HASH_BUFFER, TEMP_MARK, is_temp_name
 from tierd.errors import NotFound, TransientBackendError
 
@@ -276,3 +277,61 @@ async def test_chunk_buffers_live_no_longer_than_their_budget(
     finally:
         tracemalloc.stop()
     assert peak < budget.limit + MIB // 2, f"{peak / MIB:.1f} MiB"
+
+
+async def test_a_hop_removes_a_killed_writers_fresh_temp_file_at_once(backend: PosixBackend) -> None:
+    run = backend.root / "run"
+    run.mkdir()
+    killed = run / f".x.bin{TEMP_MARK}0123456789ab"
+    kill(other_writer(killed))  # its lock went with it, a moment ago
+    assert await backend.abort_stale_uploads(0) == 0  # the sweep waits out the lock grace
+    assert await backend.remove_leftovers(["run/x.bin"]) == 1
+    assert temp_files(backend.root) == []
+
+
+async def test_a_hop_keeps_a_temp_file_another_process_holds_locked(backend: PosixBackend) -> None:
+    run = backend.root / "run"
+    run.mkdir()
+    live = run / f".x.bin{TEMP_MARK}0123456789ab"
+    writer = other_writer(live)
+    try:
+        age(live, 7200)
+        assert await backend.remove_leftovers(["run/x.bin"]) == 0
+        assert temp_files(backend.root) == [live.name]
+    finally:
+        kill(writer)
+    assert await backend.remove_leftovers(["run/x.bin"]) == 1
+
+
+async def test_a_name_cut_in_its_temp_names_keeps_the_age_rule(backend: PosixBackend) -> None:
+    """Past 200 characters two names share temp names: the other may be a live writer's on another node."""
+    long_name = "n" * 230
+    run = backend.root / "run"
+    run.mkdir()
+    leftover = run / f".{long_name[:200]}{TEMP_MARK}0123456789ab"
+    leftover.write_bytes(b"partial")
+    assert await backend.remove_leftovers([f"run/{long_name}"]) == 0
+    age(leftover, 10)
+    assert await backend.remove_leftovers([f"run/{long_name}"]) == 1
+
+
+async def test_writes_after_a_hops_clean_up_reuse_its_listing(
+    backend: PosixBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = backend.root / "run"
+    run.mkdir()
+    other = run / f".y.bin{TEMP_MARK}0123456789ab"
+    other.write_bytes(b"another daemon's file, being written")
+    assert await backend.remove_leftovers(["run/x.bin"]) == 0
+    listings: list[Path] = []
+    real = temp.temp_names_in
+
+    def counting(directory: Path) -> set[str]:
+        listings.append(directory)
+        return real(directory)
+
+    monkeypatch.setattr(posix, "temp_names_in", counting)
+    await backend.write("run/x.bin", BytesReader(b"abc"), expected_checksum=crc(b"abc"))
+    assert listings == []
+    assert temp_files(backend.root) == [other.name]
+    assert (run / "x.bin").read_bytes() == b"abc"

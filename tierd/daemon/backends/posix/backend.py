@@ -78,6 +78,7 @@ from tierd.daemon.backends.posix.temp import (
     discard_all,
     is_temp_name,
     remove_abandoned,
+    remove_leftovers_of,
     remove_stale_temps,
     temp_names_in,
     temp_stem,
@@ -568,6 +569,26 @@ class PosixBackend(Backend):
         await self._require_root()
         with os_errors("clean up temporary files under", str(self.root)):
             return await blocking(remove_stale_temps, self.root, older_than_seconds)
+
+    async def remove_leftovers(self, relpaths: Sequence[str], *, keep: Collection[str] = ()) -> int:
+        """Remove the temporary files killed writes of exactly these files left; returns how many.
+
+        Only these names' leftovers, whatever their age (``temp.remove_leftovers_of`` says
+        why); ``keep`` (UploadIds) does not apply to a POSIX tier. The directories listed
+        are remembered, so the writes that follow need not list them again. Raises
+        TransientBackendError when the root is missing, PermanentBackendError when a
+        directory cannot be read or a file removed.
+        """
+        await self._require_root()
+        finals = [self._path(relpath) for relpath in relpaths]
+        with os_errors("remove leftovers under", str(self.root)):
+            removed, left = await blocking(remove_leftovers_of, finals)
+        for directory, names in left.items():
+            self._leftovers[directory] = names
+            self._leftovers.move_to_end(directory)
+        while len(self._leftovers) > _LISTED_DIRECTORIES:
+            self._leftovers.popitem(last=False)
+        return removed
 
     async def close(self) -> None:
         """Nothing to release."""

@@ -7,7 +7,9 @@ nobody holds its lock (a killed process holds none). Where the file system refus
 it must also have gone ``ABANDONED_UNLOCKED`` seconds without a change. A lock taken by a
 writer on another node is invisible where locks are node-local (Lustre's ``localflock``),
 which is why a write only removes the leftovers of its own name (no two nodes write the
-same file), while the periodic sweep removes only old ones.
+same file), while the periodic sweep removes only old ones. A hop starting removes the
+leftovers of its own files' names at once, whatever their age (``remove_leftovers_of``):
+its job's lease makes it the only writer of those names.
 
 Every function here blocks: call them through ``tierd.daemon.aio.blocking``.
 """
@@ -35,6 +37,7 @@ __all__ = [
     "fsync_dir",
     "is_temp_name",
     "remove_abandoned",
+    "remove_leftovers_of",
     "remove_stale_temps",
     "temp_names_in",
     "temp_stem",
@@ -166,8 +169,13 @@ def _try_lock(fd: int) -> bool | None:
     return True
 
 
-def _remove_if_abandoned(path: str, min_age: float) -> bool:
-    """Unlink a temporary file that is abandoned and at least ``min_age`` seconds old."""
+def _remove_if_abandoned(path: str, min_age: float, *, owned: bool = False) -> bool:
+    """Unlink a temporary file that is abandoned and at least ``min_age`` seconds old.
+
+    Without ``owned`` an unlocked file must also be older than the lock grace (or, where
+    the file system has no locks, ``ABANDONED_UNLOCKED``): another process may have just
+    created it. ``owned`` (the caller holds the lease on the file) waives that wait.
+    """
     with _live_lock:
         if path in _live_temps:
             return False
@@ -179,7 +187,7 @@ def _remove_if_abandoned(path: str, min_age: float) -> bool:
     try:
         st = os.fstat(fd)
         locked = _try_lock(fd)
-        needed = max(min_age, _LOCK_GRACE if locked else ABANDONED_UNLOCKED)
+        needed = min_age if owned else max(min_age, _LOCK_GRACE if locked else ABANDONED_UNLOCKED)
         if locked is False or not stat.S_ISREG(st.st_mode) or time.time() - st.st_mtime <= needed:
             return False
         os.unlink(path)  # under our lock: no writer can take it meanwhile
@@ -205,6 +213,38 @@ def remove_abandoned(directory: Path, names: Collection[str]) -> int:
         with suppress(OSError):
             removed += _remove_if_abandoned(os.path.join(directory, name), 0.0)
     return removed
+
+
+def remove_leftovers_of(finals: Iterable[Path]) -> tuple[int, dict[Path, set[str]]]:
+    """Remove the abandoned temporary files of exactly these final names, whatever their age.
+
+    For a hop starting: its job's lease makes it the only writer of these names, so an
+    unlocked temporary file of one of them is a killed attempt's, however young; one this
+    process is writing, or another holds locked, is kept. A name cut in its temporary
+    names (over 200 characters) may share them with another file, so its leftovers keep
+    the usual age rules. Other names' temporary files are never touched: another daemon
+    may be writing them into the same directory. Returns how many were removed and, per
+    directory listed, the temporary names left in it. Raises OSError when a directory
+    exists but cannot be read.
+    """
+    by_dir: dict[Path, list[Path]] = {}
+    for final in finals:
+        by_dir.setdefault(final.parent, []).append(final)
+    removed, left = 0, {}
+    for directory, names in by_dir.items():
+        try:
+            present = {name for name in os.listdir(directory) if is_temp_name(name)}
+        except FileNotFoundError:
+            continue
+        for final in names:
+            stem = temp_stem(final)
+            owned = len(final.name) <= _MAX_NAME_IN_TEMP
+            for name in sorted(n for n in present if n.startswith(stem)):
+                if _remove_if_abandoned(os.path.join(directory, name), 0.0, owned=owned):
+                    removed += 1
+                    present.discard(name)
+        left[directory] = present
+    return removed, left
 
 
 def remove_stale_temps(root: Path, older_than: float) -> int:

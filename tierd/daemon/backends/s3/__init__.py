@@ -2,7 +2,8 @@
 
 ``backend`` (the tier), ``client`` (the client's public CPU-saving settings), ``errors``
 (the one boundary where botocore, aiohttp and awscrt errors become tierd errors),
-``multipart`` (multipart uploads and copies, resumable), ``bodies`` (request bodies
+``multipart`` (multipart uploads and copies, resumable), ``leftovers`` (open
+uploads listed by prefix and aborted), ``bodies`` (request bodies
 streamed from the budget), ``reads`` (ranged GETs and read-back hashing), ``fast/``
 (lean requests, pipelining, endpoint cache: see ``fast.paths`` for when each is used).
 """

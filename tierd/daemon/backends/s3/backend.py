@@ -76,10 +76,11 @@ from tierd.daemon.backends.s3.errors import range_not_satisfiable, s3_errors
 from tierd.daemon.backends.s3.fast import FastPath, plan_for
 from tierd.daemon.backends.s3.fast.lean import LeanRequests
 from tierd.daemon.backends.s3.fast.pipeline import PipelinedGets
+from tierd.daemon.backends.s3.leftovers import abort_unless_kept, list_open_uploads, open_uploads_of
 from tierd.daemon.backends.s3.multipart import MAX_PART, Multipart
 from tierd.daemon.backends.s3.reads import BodyReader, RangeGet, content_range_total, hash_ranges
 from tierd.daemon.backends.s3.remove import delete_keys
-from tierd.errors import IntegrityError, NotFound, TierdError, TransientBackendError
+from tierd.errors import IntegrityError, TierdError, TransientBackendError
 from tierd.logs import get_logger
 
 if TYPE_CHECKING:
@@ -553,24 +554,29 @@ class S3Backend(Backend):
         """
         cutoff = datetime.now(UTC) - timedelta(seconds=older_than_seconds)
         client = await self.client()
-        stale: list[tuple[str, str]] = []
-        paginator = client.get_paginator("list_multipart_uploads")
-        try:
-            with s3_errors("list uploads in", self.location_of_key(self.prefix)):
-                async for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix):
-                    uploads = page.get("Uploads", [])
-                    stale += [(u["Key"], u["UploadId"]) for u in uploads if u["Initiated"] <= cutoff]
-        except NotFound:
-            pass  # rclone serve s3 answers NoSuchUpload when there are none
-        kept = frozenset(keep)
-        upload = Multipart(client, self.bucket, self.prefix, self.settings, self._active_uploads)
-        aborted = 0
-        for key, upload_id in stale:
-            # Checked at abort time: an upload started while we listed is active by now.
-            if upload_id not in kept and upload_id not in self._active_uploads:
-                await upload.abort(key, upload_id)
-                aborted += 1
-        return aborted
+        found = await list_open_uploads(client, self.bucket, self.prefix)
+        stale = [upload for upload in found if upload.initiated <= cutoff]
+        return await abort_unless_kept(
+            client, self.bucket, self.settings, stale, keep=keep, active=self._active_uploads
+        )
+
+    async def remove_leftovers(self, relpaths: Sequence[str], *, keep: Collection[str] = ()) -> int:
+        """Abort the open multipart uploads of exactly these files' keys, but ``keep``; returns how many.
+
+        One ListMultipartUploads by the keys' common prefix (the checkpoint's), whatever the
+        uploads' age. Only uploads whose key is one of these files' are aborted: another
+        daemon may be uploading other files of the same checkpoint under the same prefix,
+        and a job's lease makes its hop the only writer of its own keys. Never aborts an
+        UploadId in ``keep`` (the catalog means to resume it) nor one this backend is
+        writing. Raises PermanentBackendError (no such bucket, access denied,
+        ListMultipartUploads not supported) or TransientBackendError.
+        """
+        keys = {self._key(relpath) for relpath in relpaths}
+        client = await self.client()
+        mine = await open_uploads_of(client, self.bucket, keys)
+        return await abort_unless_kept(
+            client, self.bucket, self.settings, mine, keep=keep, active=self._active_uploads
+        )
 
     def _identity(self) -> tuple[Any, ...]:
         t = self.tier
