@@ -17,6 +17,7 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.context import Context
 from tierd.daemon.fleet.service import FleetService
+from tierd.daemon.retention.service import RetentionService
 from tierd.errors import ConfigError
 
 FLEET = {"heartbeat_interval": 30, "lease": 60, "node_timeout": 120}
@@ -84,6 +85,7 @@ async def test_of_two_daemons_one_leads_and_the_other_takes_over_when_it_stops(
     upgrade(db)
     a, b = make_ctx(tmp_path, db, "node-a"), make_ctx(tmp_path, db, "node-b")
     first, second = service(a), service(b)
+    b.retention = RetentionService(b, {})  # not started: only its wake-up is looked at
     try:
         await first.start()
         await second.start()
@@ -91,9 +93,11 @@ async def test_of_two_daemons_one_leads_and_the_other_takes_over_when_it_stops(
         assert (a.acts_on("nvme"), b.acts_on("nvme")) == (True, True)  # node-local: every daemon's own
         assert metric(b, "tierd_fleet_leader") == 0
         assert metric(b, "tierd_fleet_nodes", state="live") == 2
+        assert not b.retention.wakeup.is_set()
         await first.stop(5)
         await second.beat()
         assert (a.leader, b.leader) == (False, True)
+        assert b.retention.wakeup.is_set()  # the new leader plans the shared tiers at once
         assert [(action, term) for action, _, term in actions(db)] == [
             ("leader_elected", 1),
             ("leader_stood_down", 1),

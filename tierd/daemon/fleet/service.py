@@ -3,7 +3,8 @@
 Every ``fleet.heartbeat_interval`` it marks its ``nodes`` row heard from (database clock) and,
 on PostgreSQL, takes or renews the shared tiers' lease (``election``). Each change of leader
 is logged and audited (``leader_elected``, ``leader_stood_down``): one the catalog could not
-take at the time (it was down) is audited once it answers again. On SQLite the daemon is
+take at the time (it was down) is audited once it answers again. A new leader wakes
+retention, which plans the shared tiers at once. On SQLite the daemon is
 alone and always leads. It starts first (the leader is known before retention's first pass)
 and stops first, giving the lease up so another daemon takes over at once.
 """
@@ -98,6 +99,8 @@ class FleetService:
         event = "leader_elected" if change.elected else "leader_stood_down"
         log.info(event, node=self.ctx.config.node, owner=self.owner, term=change.term, reason=change.reason)
         self._unaudited.append(change)
+        if change.elected and self.ctx.retention is not None:
+            self.ctx.retention.wake()  # plan the shared tiers now, not at the next catalog change
 
     async def stop(self, timeout: float) -> None:
         """Stop beating and give the lease up (another daemon leads at its next heartbeat)."""
