@@ -235,6 +235,8 @@ def test_sigstop_the_leader_another_leads_and_the_resumed_one_stands_down_withou
     asking = next(n for name, n in fleet.nodes.items() if name != leader)
     new, elapsed = _took_over(fleet, leader, asking)
     assert elapsed <= 2 * LEASE, f"{new} took over after {elapsed:.2f}s"
+    view = wait_for(lambda: _silent(asking, leader), 30, "the stopped node shown silent")
+    assert [n["name"] for n in view["nodes"] if n["leader"]] == [new]
     # While the old leader is stopped, the new one does the shared tiers' work.
     _retention_runs_everywhere(fleet, {new: "while-paused"})
 

@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 import yaml
+from structlog.testing import capture_logs
 
 from tests.conftest import posix_config_dict
 from tests.fixtures.postgres import PostgresServer
+from tests.unit.fleet.test_election import allow_connections
 from tierd.config import Config, FleetSettings, load_config
 from tierd.daemon.catalog import fleet
 from tierd.daemon.catalog.audit import list_events
@@ -134,3 +136,36 @@ def test_fleet_settings_default_and_take_durations(tmp_path: Path) -> None:
     )
     custom = Config(**posix_config_dict(tmp_path, fleet={"heartbeat_interval": "2s", "lease": "1m"}))
     assert (custom.fleet.heartbeat_interval, custom.fleet.lease, custom.fleet.node_timeout) == (2, 60, 60)
+
+
+async def test_a_leader_cut_off_from_the_catalog_stands_down_and_audits_it_once_back(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    db = Database(postgres_server.new_database())
+    upgrade(db)
+    ctx = make_ctx(tmp_path, db, "node-a")
+    fleet_service = service(ctx)
+    admin = Database(postgres_server.url("postgres"))
+    await fleet_service.start()
+    try:
+        assert ctx.leader
+        allow_connections(admin, db, allow=False)
+        with capture_logs() as logs:
+            await fleet_service.beat()
+        assert not ctx.leader
+        assert metric(ctx, "tierd_fleet_leader") == 0
+        assert {"leader_stood_down", "fleet_heartbeat_failed"} <= {e["event"] for e in logs}
+        allow_connections(admin, db, allow=True)
+        await fleet_service.beat()
+        assert ctx.leader
+        assert metric(ctx, "tierd_fleet_leader") == 1
+        with db.read_session() as s:
+            events = [(e.action, e.reason) for e in list_events(s) if e.action.startswith("leader")]
+        assert [action for action, _ in events] == ["leader_elected", "leader_stood_down", "leader_elected"]
+        assert events[1][1].startswith("the catalog failed")
+        assert events[2][1] == "renewed its own lease after standing down"  # nobody took it meanwhile
+    finally:
+        allow_connections(admin, db, allow=True)
+        await fleet_service.stop(5)
+        admin.dispose()
+        db.dispose()
