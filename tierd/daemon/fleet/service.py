@@ -47,6 +47,7 @@ class FleetService:
             self.elector = Elector(ctx.db, self.owner, self.settings.lease)
         ctx.leadership = self.elector or FixedLeadership(True)
         ctx.metrics.count_fleet_nodes(ctx.db, self.settings.node_timeout)
+        ctx.metrics.fleet_leader.set_function(lambda: 1.0 if ctx.leader else 0.0)  # asked at each scrape
         self._registered = False
         self._unaudited: list[Change] = []
         self._stop = asyncio.Event()
@@ -61,8 +62,12 @@ class FleetService:
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.settings.heartbeat_interval)
-            if not self._stop.is_set():
+            if self._stop.is_set():
+                break
+            try:
                 await self.beat()
+            except Exception:
+                log.exception("fleet_beat_crashed")  # the next beat tries again
 
     async def beat(self) -> None:
         """One heartbeat and one election round; a catalog failure is logged, never raised."""
@@ -74,7 +79,6 @@ class FleetService:
             await blocking(self._heartbeat)
         except CatalogError as exc:
             log.warning("fleet_heartbeat_failed", node=self.ctx.config.node, error=str(exc))
-        self.ctx.metrics.fleet_leader.set(1 if self.ctx.leader else 0)
 
     def _heartbeat(self) -> None:
         node = self.ctx.config.node
@@ -119,4 +123,3 @@ class FleetService:
             self._announce(change)
             with contextlib.suppress(CatalogError):
                 await blocking(self._heartbeat)
-        self.ctx.metrics.fleet_leader.set(0)
