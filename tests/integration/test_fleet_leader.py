@@ -192,7 +192,9 @@ def _new_leader(fleet: Fleet, old: str, asking: Node) -> str | None:
 def _took_over(fleet: Fleet, old: str, asking: Node) -> tuple[str, float]:
     started = time.monotonic()
     new = wait_for(lambda: _new_leader(fleet, old, asking), 4 * LEASE, "a new leader", 0.05)
-    return new, time.monotonic() - started
+    elapsed = time.monotonic() - started
+    print(f"{new} took over from {old} after {elapsed:.2f}s (lease {LEASE:g}s)")  # shown with -s
+    return new, elapsed
 
 
 def test_kill_9_the_leader_another_leads_within_twice_the_lease_and_deletes_once(fleet: Fleet) -> None:
