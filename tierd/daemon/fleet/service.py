@@ -88,7 +88,8 @@ class FleetService:
                     log.warning("fleet_node_registered_again", node=node, pid=self.pid)
                 fleet.register_node(session, node, version=__version__, pid=self.pid, api=self.api_address())
                 self._registered = True
-            for change in self._unaudited:
+            pending = list(self._unaudited)
+            for change in pending:
                 audit.append_event(
                     session,
                     actor=self.owner,
@@ -97,7 +98,7 @@ class FleetService:
                     reason=change.reason,
                     detail={"node": node, "pid": self.pid, "term": change.term, "holder": change.holder},
                 )
-        self._unaudited.clear()
+        del self._unaudited[: len(pending)]  # audited: committed with this heartbeat
 
     def _announce(self, change: Change) -> None:
         event = "leader_elected" if change.elected else "leader_stood_down"
