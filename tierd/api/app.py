@@ -9,6 +9,7 @@ from tierd.api.problems import install_problem_handlers
 from tierd.api.routes import (
     audit,
     checkpoints,
+    fleet,
     health,
     jobs,
     metrics,
@@ -43,5 +44,6 @@ def create_app(ctx: Context) -> FastAPI:
     app.include_router(audit.router)
     app.include_router(restores.router)
     app.include_router(jobs.router)
+    app.include_router(fleet.router)
     app.include_router(metrics.router)
     return app

@@ -1,7 +1,7 @@
 """scrub: when each replica's bytes were last re-checked
 
 Revision ID: 0007
-Revises: 0004
+Revises: 0006
 Create Date: 2026-11-25 16:00:00.000000
 
 ``replicas.checked_at`` is NULL until the scrubber (or ``POST /v1/checkpoints/{id}/verify``)
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0007"
-down_revision: str | None = "0004"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
