@@ -26,13 +26,14 @@ from watchdog.observers.api import BaseObserver
 from tierd.daemon.aio import blocking
 from tierd.daemon.context import Context
 from tierd.daemon.detect.changes import apply_change, compare, load_recorded
+from tierd.daemon.detect.hostile import printable
 from tierd.daemon.detect.known import KnownSteps, Waiting, load_known, load_waiting
 from tierd.daemon.detect.layout import Settings
-from tierd.daemon.detect.record import Outcome, record_checkpoint
+from tierd.daemon.detect.record import Outcome, record_checkpoint, write_refused
 from tierd.daemon.detect.registry import BY_NAME, detectors_for
 from tierd.daemon.detect.scan import Found, RootSpec, detect_path, scan_chain, scan_root
 from tierd.daemon.service import InFlight
-from tierd.errors import TierdError, Unstable
+from tierd.errors import Refused, TierdError, Unstable
 from tierd.logs import get_logger
 
 __all__ = ["DEBOUNCE_SECONDS", "DetectService"]
@@ -45,6 +46,8 @@ DEBOUNCE_SECONDS = 0.01
 RETRY_SECONDS = 1.0
 #: How often waiting (notified) steps are looked at again.
 WAITING_POLL_SECONDS = 2.0
+#: Refused checkpoints remembered (so each refusal is audited once, not at every scan).
+MAX_REFUSALS_REMEMBERED = 10_000
 _RELEVANT = frozenset({"created", "modified", "moved", "deleted", "closed"})
 
 DirKey = tuple[int, Path]
@@ -83,6 +86,7 @@ class DetectService:
         self._busy: set[DirKey] = set()
         self._again: set[DirKey] = set()
         self._recording: set[str] = set()
+        self._refusals: dict[str, str] = {}  # relpath -> reason of the refusal audited last
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
 
@@ -199,6 +203,9 @@ class DetectService:
             log.info("checkpoint_unstable", path=found.relpath, reason=str(exc))
             self._retry(index, candidate.path.parent, RETRY_SECONDS)
             return
+        except Refused as exc:
+            await self._refused(exc, found.run, found.step, detector.name, found.relpath)
+            return
         except (TierdError, OSError) as exc:
             log.warning("checkpoint_record_failed", path=found.relpath, error=str(exc))
             self._retry(index, candidate.path.parent, RETRY_SECONDS)
@@ -217,6 +224,33 @@ class DetectService:
                 files=len(found.verdict.files),
                 outcome=outcome.value,
             )
+
+    async def _refused(
+        self, exc: Refused, run: str, step: int, fmt: str, relpath: str, checkpoint_id: int | None = None
+    ) -> None:
+        """Warn and audit a refusal once per checkpoint and reason (it is looked at again on every scan)."""
+        reason = str(exc)
+        if self._refusals.get(relpath) == reason:
+            return
+        log.warning("checkpoint_refused", run=run, step=step, path=printable(relpath), reason=reason)
+        try:
+            await blocking(
+                write_refused,
+                self.ctx.db,
+                refused=exc,
+                run=run,
+                step=step,
+                fmt=fmt,
+                relpath=relpath,
+                actor=f"detector:{fmt}",
+                checkpoint_id=checkpoint_id,
+            )
+        except TierdError as err:
+            log.warning("refusal_not_audited", path=printable(relpath), error=str(err))
+            return
+        self._refusals[relpath] = reason
+        while len(self._refusals) > MAX_REFUSALS_REMEMBERED:
+            self._refusals.pop(next(iter(self._refusals)))
 
     # -- reconcile ---------------------------------------------------------------------
 
@@ -285,6 +319,9 @@ class DetectService:
                 action="detected",
                 recheck=functools.partial(detector.inspect, candidate, settings),
             )
+        except Refused as exc:
+            await self._refused(exc, waiting.run, waiting.step, detector.name, waiting.relpath, waiting.id)
+            return
         except (TierdError, OSError) as exc:
             log.info("waiting_not_recorded", path=waiting.relpath, reason=str(exc))
             return

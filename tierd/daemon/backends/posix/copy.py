@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from tierd.daemon import checksum
 from tierd.daemon.backends.posix.dirsync import sync_directory
 from tierd.daemon.backends.posix.temp import TempFile
 from tierd.daemon.backends.posix.writeback import start_writeback, sync_filesystem
+from tierd.daemon.nofollow import open_regular
 
 __all__ = [
     "DIRECT_ALIGN",
@@ -169,28 +169,27 @@ def stage_files(
     return results
 
 
-def read_files(paths: Sequence[Path], views: Sequence[memoryview]) -> list[int | OSError]:
-    """Read each regular file into its view, in order; each file's size, or its OSError.
+def read_files(root: Path, paths: Sequence[Path], views: Sequence[memoryview]) -> list[int | OSError]:
+    """Read each regular file under ``root`` into its view, in order; each file's size, or its OSError.
 
     A file is read only when its size is its view's (and a size that differs is returned);
-    one that ends before its view is full returns how far it got. A file that is not
+    one that ends before its view is full returns how far it got. Files are opened by
+    ``nofollow.open_regular``: a symlink on the way is ELOOP or ENOTDIR, a file that is not
     regular reads as missing (ENOENT).
     """
     results: list[int | OSError] = []
     for path, view in zip(paths, views, strict=True):
         try:
-            results.append(_read_file(path, view))
+            results.append(_read_file(root, path, view))
         except OSError as exc:
             results.append(exc)
     return results
 
 
-def _read_file(path: Path, view: memoryview) -> int:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+def _read_file(root: Path, path: Path, view: memoryview) -> int:
+    fd = open_regular(path, root)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise FileNotFoundError(errno.ENOENT, "not a regular file", str(path))
         if st.st_size != len(view):
             return st.st_size
         try:
@@ -223,13 +222,13 @@ def commit_staged(root: Path, staged: Sequence[tuple[TempFile, Path]]) -> None:
         sync_directory(directory)
 
 
-def read_ahead(paths: Sequence[Path]) -> None:
-    """Ask the kernel to read these files into the page cache in the background (best effort)."""
+def read_ahead(root: Path, paths: Sequence[Path]) -> None:
+    """Ask the kernel to read these files under ``root`` into the page cache (best effort)."""
     if not hasattr(os, "posix_fadvise"):
         return
     for path in paths:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = open_regular(path, root)
         except OSError:
             continue  # the copy itself will report it
         try:
@@ -316,9 +315,9 @@ def kernel_copy(view: memoryview, src_fd: int, dst_fd: int, offset: int, length:
     return int(crc)
 
 
-def hash_path(view: memoryview, path: Path) -> str:
-    """CRC64NVME of a whole file, read through ``view`` (a budgeted buffer)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+def hash_path(view: memoryview, path: Path, root: Path | None = None) -> str:
+    """CRC64NVME of a whole regular file under ``root`` (``nofollow.open_regular``), read through ``view``."""
+    fd = open_regular(path, root)
     try:
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
