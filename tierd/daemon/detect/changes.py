@@ -103,7 +103,7 @@ def compare(rec: Recorded, tier0: Path) -> Change | None:
             change.modified.append(f.relpath)
         elif st.mtime_ns != f.mtime_ns:
             try:
-                _, value = checksum.hash_file(st.path)
+                _, value = checksum.hash_file(st.path, root=tier0)
             except OSError:
                 change.missing.append(f.relpath)
                 continue
