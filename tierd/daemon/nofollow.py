@@ -10,8 +10,11 @@ blocking a worker forever) and must be a regular file once open. The root itself
 the operator's configuration and may be reached through symlinks.
 
 Directories on the way are opened ``O_PATH`` (no read permission checked, nothing read):
-a file three levels down costs four ``openat`` and four ``close`` more than a plain open,
-a few microseconds. ``O_NONBLOCK`` does nothing to reads of a regular file.
+a file three levels down costs four ``openat`` and four ``close`` more than a plain open
+(opening, stating and reading 600 files of 8 KiB three levels down: 5 us a file became
+17-39 us on this 2-core VM under a load average of 17); ``Opener`` keeps the last directory
+open, so a batch of files from one directory costs nearly what plain opens do (6-14 us).
+``O_NONBLOCK`` does nothing to reads of a regular file.
 Every function blocks: call it through ``tierd.daemon.aio.blocking``.
 """
 
@@ -22,7 +25,7 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["READ_FLAGS", "open_regular", "read_regular"]
+__all__ = ["READ_FLAGS", "Opener", "open_regular", "read_regular"]
 
 #: How a file itself is opened: read-only, no symlink, no wait for a FIFO's writer.
 READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -30,13 +33,41 @@ _DIR_FLAGS = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_PATH
 
 
 def _components(path: Path, root: Path) -> tuple[str, ...]:
-    try:
-        parts = path.relative_to(root).parts
-    except ValueError:
-        raise OSError(errno.EXDEV, f"not under {root}", str(path)) from None
-    if not parts or any(p in ("", ".", "..") for p in parts):
-        raise OSError(errno.EINVAL, f"not a file name under {root}", str(path))
+    """``path``'s names below ``root`` (string work: ``Path.relative_to`` costs 8 us a call here)."""
+    text, base = os.fspath(path), os.fspath(root).rstrip("/")
+    if not text.startswith(base + "/"):
+        raise OSError(errno.EXDEV, f"not under {root}", text)
+    parts = tuple(text[len(base) + 1 :].split("/"))
+    if any(p in ("", ".", "..") for p in parts):
+        raise OSError(errno.EINVAL, f"not a file name under {root}", text)
     return parts
+
+
+def _directory(root: Path, parts: tuple[str, ...]) -> int:
+    """An ``O_PATH`` fd of ``root/parts...``, each component opened without following a symlink."""
+    directory = os.open(root, os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_PATH", os.O_RDONLY))
+    try:
+        for part in parts:
+            below = os.open(part, _DIR_FLAGS, dir_fd=directory)
+            os.close(directory)
+            directory = below
+    except BaseException:
+        os.close(directory)
+        raise
+    return directory
+
+
+def _open_in(directory: int, name: str, path: Path) -> int:
+    fd = os.open(name, READ_FLAGS, dir_fd=directory)
+    try:
+        mode = os.fstat(fd).st_mode
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise OSError(errno.ENOENT, "not a regular file", str(path))
+    return fd
 
 
 def open_regular(path: Path, root: Path | None = None) -> int:
@@ -48,24 +79,45 @@ def open_regular(path: Path, root: Path | None = None) -> int:
     """
     base = path.parent if root is None else root
     parts = _components(path, base)
-    directory = os.open(base, os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_PATH", os.O_RDONLY))
+    directory = _directory(base, parts[:-1])
     try:
-        for part in parts[:-1]:
-            below = os.open(part, _DIR_FLAGS, dir_fd=directory)
-            os.close(directory)
-            directory = below
-        fd = os.open(parts[-1], READ_FLAGS, dir_fd=directory)
+        return _open_in(directory, parts[-1], path)
     finally:
         os.close(directory)
-    try:
-        mode = os.fstat(fd).st_mode
-    except BaseException:
-        os.close(fd)
-        raise
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise OSError(errno.ENOENT, "not a regular file", str(path))
-    return fd
+
+
+class Opener:
+    """``open_regular`` for many files under one root, keeping the last directory open.
+
+    Files of one directory (a checkpoint's shards) then cost one ``openat`` each, as a
+    plain open does. A context manager: the directory is closed at exit.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._parts: tuple[str, ...] | None = None
+        self._fd = -1
+
+    def open(self, path: Path) -> int:
+        """Like ``open_regular(path, root)``; raises the same OSError."""
+        parts = _components(path, self.root)
+        if parts[:-1] != self._parts:
+            self.close()
+            self._fd = _directory(self.root, parts[:-1])
+            self._parts = parts[:-1]
+        return _open_in(self._fd, parts[-1], path)
+
+    def close(self) -> None:
+        """Close the directory kept open (idempotent)."""
+        fd, self._fd, self._parts = self._fd, -1, None
+        if fd >= 0:
+            os.close(fd)
+
+    def __enter__(self) -> Opener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def read_regular(path: Path, limit: int, root: Path | None = None) -> bytes:

@@ -29,7 +29,7 @@ from tierd.daemon import checksum
 from tierd.daemon.backends.posix.dirsync import sync_directory
 from tierd.daemon.backends.posix.temp import TempFile
 from tierd.daemon.backends.posix.writeback import start_writeback, sync_filesystem
-from tierd.daemon.nofollow import open_regular
+from tierd.daemon.nofollow import Opener, open_regular
 
 __all__ = [
     "DIRECT_ALIGN",
@@ -178,16 +178,17 @@ def read_files(root: Path, paths: Sequence[Path], views: Sequence[memoryview]) -
     regular reads as missing (ENOENT).
     """
     results: list[int | OSError] = []
-    for path, view in zip(paths, views, strict=True):
-        try:
-            results.append(_read_file(root, path, view))
-        except OSError as exc:
-            results.append(exc)
+    with Opener(root) as opener:
+        for path, view in zip(paths, views, strict=True):
+            try:
+                results.append(_read_file(opener, path, view))
+            except OSError as exc:
+                results.append(exc)
     return results
 
 
-def _read_file(root: Path, path: Path, view: memoryview) -> int:
-    fd = open_regular(path, root)
+def _read_file(opener: Opener, path: Path, view: memoryview) -> int:
+    fd = opener.open(path)
     try:
         st = os.fstat(fd)
         if st.st_size != len(view):
@@ -226,17 +227,18 @@ def read_ahead(root: Path, paths: Sequence[Path]) -> None:
     """Ask the kernel to read these files under ``root`` into the page cache (best effort)."""
     if not hasattr(os, "posix_fadvise"):
         return
-    for path in paths:
-        try:
-            fd = open_regular(path, root)
-        except OSError:
-            continue  # the copy itself will report it
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+    with Opener(root) as opener:
+        for path in paths:
+            try:
+                fd = opener.open(path)
+            except OSError:
+                continue  # the copy itself will report it
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
 
 def _pread_full(fd: int, view: memoryview) -> None:
