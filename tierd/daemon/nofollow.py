@@ -5,8 +5,9 @@ regular can be swapped for a symlink (to ``/etc/shadow``) or a FIFO after it was
 recorded. ``open_regular`` walks from the tier's root one component at a time
 (``openat`` with ``O_NOFOLLOW``), so a symlink anywhere below the root fails the open
 (ELOOP for the file itself, ENOTDIR for a directory on the way) instead of leading out;
-the file is opened ``O_NONBLOCK`` (a FIFO without a writer opens at once instead of
-blocking a worker forever) and must be a regular file once open. The root itself is
+only what ``lstat`` says is a regular file is opened (a FIFO, socket or device never is),
+``O_NONBLOCK`` (a FIFO swapped in at that instant opens at once instead of blocking a
+worker forever), and it must be the same regular file once open. The root itself is
 the operator's configuration and may be reached through symlinks.
 
 Directories on the way are opened ``O_PATH`` (no read permission checked, nothing read):
@@ -57,31 +58,43 @@ def _directory(root: Path, parts: tuple[str, ...]) -> int:
     return directory
 
 
-def _open_in(directory: int, name: str, path: Path) -> int:
+def _open_in(directory: int, name: str, path: Path, single_link: bool) -> int:
+    """Open ``name`` in ``directory`` if ``lstat`` says it is a regular file, and it still is once open."""
+    seen = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    if stat.S_ISLNK(seen.st_mode):
+        raise OSError(errno.ELOOP, "a symlink, never followed", str(path))
+    if not stat.S_ISREG(seen.st_mode):  # a FIFO, socket or device is not even opened
+        raise OSError(errno.ENOENT, "not a regular file", str(path))
     fd = os.open(name, READ_FLAGS, dir_fd=directory)
     try:
-        mode = os.fstat(fd).st_mode
+        st = os.fstat(fd)
     except BaseException:
         os.close(fd)
         raise
-    if not stat.S_ISREG(mode):
+    if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino):
         os.close(fd)
         raise OSError(errno.ENOENT, "not a regular file", str(path))
+    if single_link and st.st_nlink > 1:
+        os.close(fd)
+        raise OSError(
+            errno.EMLINK, f"a hard link ({st.st_nlink} links): another name may lie anywhere", str(path)
+        )
     return fd
 
 
-def open_regular(path: Path, root: Path | None = None) -> int:
+def open_regular(path: Path, root: Path | None = None, *, single_link: bool = False) -> int:
     """An fd reading the regular file ``path``, reached from ``root`` without following symlinks.
 
     ``root`` defaults to ``path``'s directory (only the file itself is then checked).
     Raises OSError: ELOOP when the file is a symlink, ENOTDIR when a directory on the way
-    is one, ENOENT when it is missing or not a regular file (a FIFO, socket or device).
+    is one, ENOENT when it is missing or not a regular file (a FIFO, socket or device),
+    and with ``single_link`` EMLINK when it has more than one hard link.
     """
     base = path.parent if root is None else root
     parts = _components(path, base)
     directory = _directory(base, parts[:-1])
     try:
-        return _open_in(directory, parts[-1], path)
+        return _open_in(directory, parts[-1], path, single_link)
     finally:
         os.close(directory)
 
@@ -93,8 +106,9 @@ class Opener:
     plain open does. A context manager: the directory is closed at exit.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, single_link: bool = False) -> None:
         self.root = root
+        self.single_link = single_link
         self._parts: tuple[str, ...] | None = None
         self._fd = -1
 
@@ -105,7 +119,7 @@ class Opener:
             self.close()
             self._fd = _directory(self.root, parts[:-1])
             self._parts = parts[:-1]
-        return _open_in(self._fd, parts[-1], path)
+        return _open_in(self._fd, parts[-1], path, self.single_link)
 
     def close(self) -> None:
         """Close the directory kept open (idempotent)."""

@@ -1,8 +1,8 @@
 """A tier-0 file swapped after it was recorded (TOCTOU): the copy fails, nothing outside is read.
 
 The checkpoint is recorded with regular files; then one is replaced by a symlink to a
-secret outside the tiers, a FIFO with no writer, or its directory by a symlink to a
-directory outside holding the same names. The real pipeline (real POSIX tiers) must
+secret outside the tiers, a hard link to it, a FIFO with no writer, or its directory by a
+symlink to a directory outside holding the same names. The real pipeline (real POSIX tiers) must
 fail the hop without opening the secret (inotify on its inode), without hanging on the
 FIFO, and leave neither the secret's bytes nor a temporary file on the next tier.
 """
@@ -18,8 +18,6 @@ import pytest
 from tests.fixtures.opens import OpenSpy
 from tests.integration.daemon_helpers import all_jobs, record_checkpoint, replicas, write_files
 from tierd.config import Config
-from tierd.daemon.backends.base import Backend
-from tierd.daemon.backends.posix.backend import PosixBackend
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.context import Context
 from tierd.daemon.pipeline.options import PipelineOptions
@@ -40,7 +38,12 @@ FAST = PipelineOptions(
 #: Both read paths: a small file read whole at open, a larger one streamed from its fd.
 SIZES = {"small": 1000, "large": 600_000}
 #: What the failed job says, by swap.
-ERRORS = {"symlink": "symbolic links", "fifo": "not a regular file", "directory symlink": "Not a directory"}
+ERRORS = {
+    "symlink": "a symlink, never followed",
+    "fifo": "not a regular file",
+    "directory symlink": "Not a directory",
+    "hard link": "a hard link (2 links)",
+}
 
 
 def _config(tmp_path: Path, db: Database) -> Config:
@@ -57,8 +60,7 @@ def _config(tmp_path: Path, db: Database) -> Config:
 
 
 async def _copy_until_failed(config: Config, db: Database, checkpoint_id: int) -> None:
-    backends: dict[str, Backend] = {t.name: PosixBackend(t) for t in config.tiers}  # type: ignore[arg-type]
-    service = PipelineService(Context(config=config, db=db), FAST, backends=backends)
+    service = PipelineService(Context(config=config, db=db), FAST)  # its own backends, as the daemon's
     await service.start()
     try:
         async with asyncio.timeout(30):
@@ -78,7 +80,7 @@ def _holds(root: Path, data: bytes) -> list[Path]:
 
 
 @pytest.mark.parametrize("which", list(SIZES))
-@pytest.mark.parametrize("swap", ["symlink", "fifo", "directory symlink"])
+@pytest.mark.parametrize("swap", list(ERRORS))
 async def test_swapped_source_fails_the_copy_and_reads_nothing_outside(
     swap: str, which: str, tmp_path: Path, sqlite_db: Database
 ) -> None:
@@ -98,13 +100,18 @@ async def test_swapped_source_fails_the_copy_and_reads_nothing_outside(
     elif swap == "fifo":
         victim.unlink()
         os.mkfifo(victim)
+    elif swap == "hard link":
+        victim.unlink()
+        os.link(outside / which, victim)
     else:
         (ckpt / "shards").rename(ckpt / "moved")
         (ckpt / "shards").symlink_to(outside)
     spy = OpenSpy(*(outside / name for name in SIZES))
     try:
         await _copy_until_failed(config, sqlite_db, cid)
-        assert spy.opened() == set()
+        assert spy.read() == set()
+        if swap != "hard link":  # a hard link is the secret's own inode: opened, found linked, closed
+            assert spy.opened() == set()
     finally:
         spy.close()
         if swap == "fifo":

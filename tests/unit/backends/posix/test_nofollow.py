@@ -11,6 +11,7 @@ import pytest
 
 from tests.fixtures.opens import OpenSpy
 from tierd.config import PosixTier
+from tierd.daemon.backends import make_backend
 from tierd.daemon.backends.posix.backend import PosixBackend
 from tierd.daemon.nofollow import open_regular, read_regular
 from tierd.errors import NotFound, PermanentBackendError
@@ -60,11 +61,11 @@ def test_open_regular(tree: Path, spy: OpenSpy) -> None:
     assert _errno(tree / "link", tree) == errno.ELOOP
     assert _errno(tree / "link", None) == errno.ELOOP
     assert _errno(tree / "dir" / "file", tree) == errno.ENOTDIR
-    assert _errno(tree / "pipe", tree) == errno.ENOENT  # opened without waiting, then refused
+    assert _errno(tree / "pipe", tree) == errno.ENOENT
     assert _errno(tree / "ok", tree) == errno.ENOENT
     assert _errno(tree.parent / "outside" / "file", tree) == errno.EXDEV
     assert _errno(tree / "ok" / ".." / "link", tree) == errno.EINVAL
-    assert spy.opened() == {tree / "pipe"}  # the FIFO, non-blocking: the secret never
+    assert spy.opened() == set()  # neither the FIFO nor the secret
     with pytest.raises(OSError, match="longer than 3 bytes"):
         read_regular(tree / "ok" / "file", 3)
     assert read_regular(tree / "ok" / "file", 4, tree) == b"fine"
@@ -89,6 +90,21 @@ async def test_backend_reads_refuse_symlinks(backend: PosixBackend, spy: OpenSpy
             await backend.stat(relpath)
     assert spy.opened() == set()
     assert [info.relpath async for info in backend.list()] == ["ok/file"]
+
+
+async def test_tier0_backend_refuses_hard_links(tree: Path, spy: OpenSpy) -> None:
+    os.link(tree.parent / "outside" / "file", tree / "ok" / "linked")
+    tier = PosixTier(name="t0", kind="posix", path=tree)
+    tier0 = make_backend(tier, written_by_jobs=True)
+    with pytest.raises(PermanentBackendError, match="hard link"):
+        await tier0.open_reader("ok/linked")
+    with pytest.raises(PermanentBackendError, match="hard link"):
+        await tier0.hash("ok/linked")
+    (error,) = await tier0.read_whole(["ok/linked"], [memoryview(bytearray(len(SECRET)))])
+    assert isinstance(error, PermanentBackendError)
+    await tier0.prefetch(["ok/linked"])
+    assert spy.read() == set()  # opened (it is the same inode), found linked, closed unread
+    assert await make_backend(tier).hash("ok/linked")  # a durable tier's files may be linked
 
 
 async def test_backend_reads_never_wait_on_a_fifo(backend: PosixBackend) -> None:

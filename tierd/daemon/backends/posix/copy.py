@@ -169,16 +169,18 @@ def stage_files(
     return results
 
 
-def read_files(root: Path, paths: Sequence[Path], views: Sequence[memoryview]) -> list[int | OSError]:
+def read_files(
+    root: Path, paths: Sequence[Path], views: Sequence[memoryview], *, single_link: bool = False
+) -> list[int | OSError]:
     """Read each regular file under ``root`` into its view, in order; each file's size, or its OSError.
 
     A file is read only when its size is its view's (and a size that differs is returned);
     one that ends before its view is full returns how far it got. Files are opened by
     ``nofollow.open_regular``: a symlink on the way is ELOOP or ENOTDIR, a file that is not
-    regular reads as missing (ENOENT).
+    regular reads as missing (ENOENT); with ``single_link`` a hard-linked one is EMLINK.
     """
     results: list[int | OSError] = []
-    with Opener(root) as opener:
+    with Opener(root, single_link=single_link) as opener:
         for path, view in zip(paths, views, strict=True):
             try:
                 results.append(_read_file(opener, path, view))
@@ -223,11 +225,11 @@ def commit_staged(root: Path, staged: Sequence[tuple[TempFile, Path]]) -> None:
         sync_directory(directory)
 
 
-def read_ahead(root: Path, paths: Sequence[Path]) -> None:
+def read_ahead(root: Path, paths: Sequence[Path], *, single_link: bool = False) -> None:
     """Ask the kernel to read these files under ``root`` into the page cache (best effort)."""
     if not hasattr(os, "posix_fadvise"):
         return
-    with Opener(root) as opener:
+    with Opener(root, single_link=single_link) as opener:
         for path in paths:
             try:
                 fd = opener.open(path)
@@ -317,9 +319,9 @@ def kernel_copy(view: memoryview, src_fd: int, dst_fd: int, offset: int, length:
     return int(crc)
 
 
-def hash_path(view: memoryview, path: Path, root: Path | None = None) -> str:
+def hash_path(view: memoryview, path: Path, root: Path | None = None, *, single_link: bool = False) -> str:
     """CRC64NVME of a whole regular file under ``root`` (``nofollow.open_regular``), read through ``view``."""
-    fd = open_regular(path, root)
+    fd = open_regular(path, root, single_link=single_link)
     try:
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
