@@ -7,6 +7,8 @@ recorded. A reconcile scan runs in the background at start-up and every
 ``reconcile_interval_seconds``: it finds what events missed (steps written while the
 daemon was down, inotify overflow, network file systems without events), notices
 recorded checkpoints whose files changed, and completes waiting (notified) steps.
+A checkpoint ``hostile`` refuses is warned about and audited (``refused``) once per
+path and reason, and looked at again on later events and scans.
 """
 
 from __future__ import annotations
