@@ -341,3 +341,25 @@ async def test_file_swapped_for_a_hard_link_before_hashing_is_refused(
     with pytest.raises(Refused, match="hard link"):
         await hash_stable(found.verdict.files, ctx.config.tier0.path.resolve())
     assert spy.read() == set()
+
+
+@pytest.mark.parametrize("suffix", [b"\n", b"\xff"], ids=["newline", "invalid-utf8"])
+async def test_checkpoint_named_badly_is_refused(
+    suffix: bytes, db: Database, make_config: Callable[..., Config]
+) -> None:
+    """The checkpoint's own name (not only a file in it) is checked, on SQLite and PostgreSQL."""
+    ctx = Context(config=make_config(), db=db)
+    root = ctx.config.watch[0].path
+    DCP.uncommitted(root, 8)
+    DCP.commit(root, 8)
+    bad = Path(os.fsdecode(os.fsencode(root / "step_8") + suffix))
+    (root / "step_8").rename(bad)
+    with capture_logs() as logs:
+        await DetectService(ctx).reconcile()
+    assert _checkpoints(db) == []
+    (event,) = _events(db, "refused")
+    shown = printable(bad.relative_to(ctx.config.tier0.path).as_posix())
+    assert event.detail["path"] == shown
+    assert [o["path"] for o in event.detail["offending"]] == [shown]
+    assert event.detail["offending"][0]["kind"].startswith("checkpoint path: name ")
+    assert [e["path"] for e in logs if e["event"] == "checkpoint_refused"] == [shown]
