@@ -55,14 +55,17 @@ def combine(first: int, second: int, second_length: int) -> int:
     return int(checksums.combine_crc64nvme(first, second, second_length))
 
 
-def hash_file(path: Path, *, block_size: int = BLOCK_SIZE, root: Path | None = None) -> tuple[int, str]:
+def hash_file(
+    path: Path, *, block_size: int = BLOCK_SIZE, root: Path | None = None, single_link: bool = False
+) -> tuple[int, str]:
     """Stream ``path`` through CRC64-NVME with bounded memory; returns (size, checksum).
 
     The file is opened by ``nofollow.open_regular`` from ``root``: no symlink below it is
     followed, no FIFO waited on. Blocking: call it off the event loop. Raises OSError when
-    the file cannot be read (ELOOP: a symlink; ENOENT: missing or not a regular file).
+    the file cannot be read (ELOOP: a symlink; ENOENT: missing or not a regular file;
+    EMLINK: hard-linked, with ``single_link``).
     """
-    fd = open_regular(path, root)
+    fd = open_regular(path, root, single_link=single_link)
     try:
         return hash_fd(fd, block_size=block_size)
     finally:

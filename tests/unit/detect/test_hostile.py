@@ -363,3 +363,35 @@ async def test_checkpoint_named_badly_is_refused(
     assert [o["path"] for o in event.detail["offending"]] == [shown]
     assert event.detail["offending"][0]["kind"].startswith("checkpoint path: name ")
     assert [e["path"] for e in logs if e["event"] == "checkpoint_refused"] == [shown]
+
+
+@pytest.mark.parametrize("swap", ["symlink", "hard link", "FIFO"])
+async def test_recorded_file_swapped_later_is_flagged_unread(
+    swap: str, ctx: Context, outside: Path, spy: OpenSpy
+) -> None:
+    """The reconcile's change check marks the checkpoint ``changed`` and reads nothing outside."""
+    ckpt = _step(ctx)
+    service = DetectService(ctx)
+    await service.reconcile()
+    victim = max((p for p in ckpt.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
+    size = victim.stat().st_size
+    victim.unlink()
+    (outside / "shadow").write_bytes(SECRET * (size // len(SECRET) + 1))
+    os.truncate(outside / "shadow", size)  # the recorded size: only the bytes differ
+    if swap == "symlink":
+        victim.symlink_to(outside / "shadow")
+    elif swap == "hard link":
+        os.link(outside / "shadow", victim)
+    else:
+        os.mkfifo(victim)
+    spy.opened()  # forget the writes above
+    watched = OpenSpy(outside / "shadow")
+    try:
+        await asyncio.wait_for(service.check_changes(), 30)
+        assert watched.read() == set()
+    finally:
+        watched.close()
+    (row,) = _checkpoints(ctx.db)
+    assert row.state == "changed"
+    (event,) = _events(ctx.db, "changed")
+    assert event.detail["missing"] == [victim.relative_to(ctx.config.tier0.path).as_posix()]
