@@ -11,6 +11,8 @@
     ├── NotifyRejected              a notify names a path tierd cannot record (outside tier 0, missing)
     ├── RestoreRefused              a restore would write outside the allowed roots, or over files
     ├── Unstable                    files changed while hashed: record nothing, look again later (retryable)
+    ├── Refused                     a checkpoint holds what tierd will not read (symlink, FIFO, device,
+    │                               hard link) or a name it cannot carry: record nothing
     ├── BackendError                a tier refused or failed an operation
     │   ├── TransientBackendError   network blips, throttling, 5xx: retryable
     │   │   └── NoSpace             the tier's file system or quota is full (retryable: space may return)
@@ -43,6 +45,7 @@ __all__ = [
     "NotFound",
     "NotifyRejected",
     "PermanentBackendError",
+    "Refused",
     "RestoreRefused",
     "SchemaError",
     "ShuttingDown",
@@ -100,6 +103,18 @@ class Unstable(TierdError):
     """A file changed while it was being hashed; record nothing and look again later."""
 
     retryable = True
+
+
+class Refused(TierdError):
+    """A checkpoint holds entries tierd will not read, or names it cannot carry; nothing is recorded.
+
+    ``offending`` lists them (``{"path": ..., "kind": ...}``, printable), ``count`` says how many there are.
+    """
+
+    def __init__(self, reason: str, offending: list[dict[str, str]], count: int) -> None:
+        self.offending = offending
+        self.count = count
+        super().__init__(reason)
 
 
 class BackendError(TierdError):

@@ -19,7 +19,7 @@ from tests.fixtures.s3servers import S3Server
 from tierd.config import PosixTier
 from tierd.daemon import checksum
 from tierd.daemon.backends import Backend, ByteBudget, PosixBackend, S3Backend
-from tierd.daemon.backends.posix.backend import TEMP_MARK
+from tierd.daemon.backends.posix.backend import CHUNK_SIZE, TEMP_MARK
 from tierd.errors import TransientBackendError
 
 MIB = 1024 * 1024
@@ -85,8 +85,7 @@ class Harness:
             root = self.tmp_path / f"root{len(self.created)}"
             root.mkdir()
             tier = PosixTier(name="posix", kind="posix", path=root, concurrency=concurrency, verify=verify)
-            extra = {"chunk_size": chunk_size} if chunk_size else {}
-            backend = PosixBackend(tier, budget=own_budget, **extra)
+            backend = PosixBackend(tier, budget=own_budget, chunk_size=chunk_size or CHUNK_SIZE)
         else:
             tier_s3 = self.server.new_tier(concurrency=concurrency, verify=verify)
             if chunk_size:

@@ -151,3 +151,19 @@ async def test_operate_role_is_required(client: httpx.AsyncClient, ctx: Context)
     read_only = {"Authorization": "Bearer ro-secret"}
     assert (await client.post("/v1/checkpoints", json=body, headers=read_only)).status_code == 403
     assert (await client.post("/v1/checkpoints", json=body, headers=AUTH)).status_code == 201
+
+
+async def test_hostile_checkpoint_is_refused_and_audited(client: httpx.AsyncClient, ctx: Context) -> None:
+    DCP.uncommitted(_root(ctx), 30)
+    DCP.commit(_root(ctx), 30)
+    os.mkfifo(_root(ctx) / "step_30" / "pipe")
+    refused = await _notify(client, run="llama", step=30, path="demo/step_30")
+    assert refused.status_code == 422
+    assert refused.headers["content-type"].startswith("application/problem+json")
+    assert "demo/step_30/pipe (FIFO)" in refused.json()["detail"]
+    page = (await client.get("/v1/audit", headers=AUTH)).json()
+    (event,) = [e for e in page["items"] if e["action"] == "refused"]
+    expected = ("api:job", None, refused.json()["detail"])
+    assert (event["actor"], event["checkpoint_id"], event["reason"]) == expected
+    assert event["detail"]["offending"] == [{"path": "demo/step_30/pipe", "kind": "FIFO"}]
+    assert (await client.get("/v1/checkpoints", headers=AUTH)).json()["total"] == 0

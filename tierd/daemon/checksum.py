@@ -13,7 +13,9 @@ from pathlib import Path
 
 from awscrt import checksums
 
-__all__ = ["ALGORITHM", "BLOCK_SIZE", "Crc64", "combine", "decode", "encode", "hash_file"]
+from tierd.daemon.nofollow import open_regular
+
+__all__ = ["ALGORITHM", "BLOCK_SIZE", "Crc64", "combine", "decode", "encode", "hash_fd", "hash_file"]
 
 ALGORITHM = "crc64nvme"
 BLOCK_SIZE = 8 * 1024 * 1024
@@ -53,20 +55,30 @@ def combine(first: int, second: int, second_length: int) -> int:
     return int(checksums.combine_crc64nvme(first, second, second_length))
 
 
-def hash_file(path: Path, *, block_size: int = BLOCK_SIZE) -> tuple[int, str]:
+def hash_file(
+    path: Path, *, block_size: int = BLOCK_SIZE, root: Path | None = None, single_link: bool = False
+) -> tuple[int, str]:
     """Stream ``path`` through CRC64-NVME with bounded memory; returns (size, checksum).
 
-    Blocking: call it off the event loop. Raises OSError when the file cannot be read.
+    The file is opened by ``nofollow.open_regular`` from ``root``: no symlink below it is
+    followed, no FIFO waited on. Blocking: call it off the event loop. Raises OSError when
+    the file cannot be read (ELOOP: a symlink; ENOENT: missing or not a regular file;
+    EMLINK: hard-linked, with ``single_link``).
     """
+    fd = open_regular(path, root, single_link=single_link)
+    try:
+        return hash_fd(fd, block_size=block_size)
+    finally:
+        os.close(fd)
+
+
+def hash_fd(fd: int, *, block_size: int = BLOCK_SIZE) -> tuple[int, str]:
+    """``hash_file`` of an open file, read from its current offset to its end (blocking)."""
     crc = Crc64()
     buf = bytearray(block_size)
     view = memoryview(buf)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        while n := os.readv(fd, [buf]):
-            crc.update(view[:n])
-    finally:
-        os.close(fd)
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    while n := os.readv(fd, [buf]):
+        crc.update(view[:n])
     return crc.length, crc.hexdigest()

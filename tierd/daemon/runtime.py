@@ -45,7 +45,10 @@ class Daemon:
         # The pipeline, retention and restore share the tiers' backends (and their buffer budget);
         # the daemon closes them once every service has stopped.
         self.budget = ByteBudget(PipelineOptions().memory_budget)
-        self.backends = {t.name: make_backend(t, budget=self.budget) for t in config.tiers}
+        self.backends = {
+            t.name: make_backend(t, budget=self.budget, written_by_jobs=t.name == config.tier0.name)
+            for t in config.tiers
+        }
         # Start order; stop order is the reverse of the work flow: first stop taking new
         # work (watcher), then drain transfers, and keep the API up until last. The fleet
         # goes first both ways: the leader is known before retention runs, and a stopping

@@ -60,14 +60,17 @@ __all__ = [
 ]
 
 
-def make_backend(tier: PosixTier | S3Tier, *, budget: ByteBudget | None = None) -> Backend:
+def make_backend(
+    tier: PosixTier | S3Tier, *, budget: ByteBudget | None = None, written_by_jobs: bool = False
+) -> Backend:
     """The backend for one tier's config (no I/O happens until it is used).
 
     Every backend shares ``budget`` (default: the process-wide 64 MiB budget), which
-    bounds the bytes all writes hold in memory at once.
+    bounds the bytes all writes hold in memory at once. A POSIX tier ``written_by_jobs``
+    (tier 0) refuses to read hard-linked files: another name of one may lie outside it.
     """
     if isinstance(tier, PosixTier):
-        return PosixBackend(tier, budget=budget)
+        return PosixBackend(tier, budget=budget, single_links=written_by_jobs)
     return S3Backend(tier, budget=budget)
 
 

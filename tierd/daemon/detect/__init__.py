@@ -1,9 +1,10 @@
 """Detect completed checkpoint steps in watched directories.
 
 Data flow: ``service`` (watchdog events, reconcile scans) -> ``scan`` (which entries
-are checkpoints, per the ``registry`` of format detectors) -> ``record`` (hash, then one
-catalog transaction) -> ``changes`` (files that change after they were recorded).
-``notify`` is the HTTP path a training job uses to skip the wait.
+are checkpoints, per the ``registry`` of format detectors) -> ``record`` (``hostile``
+refuses a tree holding symlinks, FIFOs, devices, hard links or names tierd cannot carry;
+hash, then one catalog transaction) -> ``changes`` (files that change after they were
+recorded). ``notify`` is the HTTP path a training job uses to skip the wait.
 """
 
 from tierd.daemon.detect.layout import Candidate, Detector, FileStat, Settings, Verdict

@@ -4,7 +4,8 @@ The reconcile scan compares every recorded file's size and mtime with the disk. 
 whose mtime moved but whose bytes hash to the recorded checksum (fsspec's copy sets the
 mtime after the data; ``touch``) only gets its mtime updated. Anything else (a file
 missing, rewritten or added) marks the checkpoint ``changed`` with a warning and an
-audit event: it is never silently re-recorded. A checkpoint whose whole path is gone
+audit event: it is never silently re-recorded. A file that became a symlink, a FIFO or
+a hard link counts as missing, and is not read. A checkpoint whose whole path is gone
 (the training job rotated it away) gets its tier-0 replica marked ``deleted``.
 """
 
@@ -103,7 +104,7 @@ def compare(rec: Recorded, tier0: Path) -> Change | None:
             change.modified.append(f.relpath)
         elif st.mtime_ns != f.mtime_ns:
             try:
-                _, value = checksum.hash_file(st.path)
+                _, value = checksum.hash_file(st.path, root=tier0, single_link=True)
             except OSError:
                 change.missing.append(f.relpath)
                 continue

@@ -27,6 +27,7 @@ from tierd.daemon.detect.layout import (
     Verdict,
     incomplete,
     list_dir,
+    read_file,
     trailing_int,
     walk_files,
 )
@@ -54,9 +55,7 @@ def looks_like_dcp(listing: Listing) -> bool:
 def _storage_sizes(path: Path) -> dict[str, int] | None:
     """File name -> minimum length, from a ``.metadata`` pickle; None if unreadable."""
     try:
-        if path.stat().st_size > MAX_PICKLE_BYTES:
-            return None
-        metadata = stub_load(path.read_bytes())
+        metadata = stub_load(read_file(path, MAX_PICKLE_BYTES))
     except (OSError, ValueError):
         return None
     storage = metadata.field("storage_data") if isinstance(metadata, Stub) else None

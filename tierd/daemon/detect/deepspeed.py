@@ -30,6 +30,7 @@ from tierd.daemon.detect.layout import (
     Settings,
     Verdict,
     incomplete,
+    read_file,
     trailing_int,
     walk_files,
 )
@@ -38,6 +39,7 @@ __all__ = ["DeepSpeedDetector", "deepspeed_problem", "read_tag"]
 
 LATEST = "latest"
 LATEST_UNIVERSAL = "latest_universal"
+TAG_LIMIT = 4096  # a ``latest`` file holds one tag
 _GLOBAL_STEP = re.compile(r"^global_step(\d+)(_universal)?$")
 _ZERO = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt$")
 _MODEL = re.compile(r"^mp_rank_(\d+)_model_states\.pt$")
@@ -46,7 +48,7 @@ _MODEL = re.compile(r"^mp_rank_(\d+)_model_states\.pt$")
 def read_tag(path: Path) -> str | None:
     """The tag a ``latest`` file names; None while it is missing or empty (being written)."""
     try:
-        text = path.read_text(errors="replace").strip()
+        text = read_file(path, TAG_LIMIT).decode(errors="replace").strip()
     except OSError:
         return None
     return text or None

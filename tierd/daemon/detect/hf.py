@@ -31,6 +31,7 @@ from tierd.daemon.detect.layout import (
     Verdict,
     incomplete,
     list_dir,
+    read_file,
     walk_files,
 )
 
@@ -49,7 +50,7 @@ def _state_ok(files: list[FileStat], directory_name: str) -> str | None:
     if state is None:
         return f"{TRAINER_STATE} not written yet"
     try:
-        data = json.loads(state.path.read_text())
+        data = json.loads(read_file(state.path))
     except (OSError, ValueError):
         return f"{TRAINER_STATE} is not complete JSON yet"
     if not isinstance(data, dict) or "global_step" not in data:
@@ -65,7 +66,7 @@ def trainer_metrics(path: Path) -> dict[str, float]:
     file cannot be read (completeness is decided elsewhere).
     """
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_file(path))
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict) or not isinstance(data.get("log_history"), list):

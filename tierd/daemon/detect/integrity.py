@@ -7,6 +7,8 @@
 * Pickled metadata (DCP's ``.metadata``, the ``data.pkl`` inside a ``torch.save`` zip)
   is read by :class:`StubUnpickler`, which never imports or calls anything: every
   global becomes an inert stub, so a crafted file cannot run code in the daemon.
+
+Every file is opened by ``nofollow.open_regular``: never through a symlink, never a FIFO.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tierd.daemon.detect.layout import FileStat
+from tierd.daemon.nofollow import open_regular
 
 __all__ = [
     "MAX_PICKLE_BYTES",
@@ -54,7 +57,7 @@ def zip_complete(path: Path) -> bool | None:
     a zip at all (e.g. a legacy ``torch.save``).
     """
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_regular(path)
     except OSError:
         return False
     try:
@@ -89,7 +92,7 @@ def _tail_consistent(fd: int, size: int, tail: bytes) -> bool:
 def safetensors_complete(path: Path) -> bool:
     """True if the safetensors file at ``path`` is exactly as long as its header says."""
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(open_regular(path), "rb") as f:
             size = os.fstat(f.fileno()).st_size
             raw = f.read(8)
             if len(raw) != 8:
@@ -206,7 +209,7 @@ def torch_pickle(path: Path) -> Any:
     Raises ValueError when the file is not a complete zip archive with a ``data.pkl``.
     """
     try:
-        with zipfile.ZipFile(path) as archive:
+        with os.fdopen(open_regular(path), "rb") as raw, zipfile.ZipFile(raw) as archive:
             names = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
             if not names:
                 raise ValueError(f"{path.name}: no data.pkl in the archive")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tierd.daemon.backends.posix.remove import TRASH_SUFFIX
+from tierd.daemon.nofollow import read_regular
 
 __all__ = [
     "Candidate",
@@ -28,11 +29,14 @@ __all__ = [
     "incomplete",
     "is_temp_name",
     "list_dir",
+    "read_file",
     "stat_file",
     "trailing_int",
     "walk_files",
 ]
 
+#: The most a detector reads of a metadata file (``trainer_state.json``, ``latest``, ...).
+READ_LIMIT = 64 * 1024 * 1024
 _TEMP_SUFFIXES = (".tmp", "~", ".partial", ".part", ".temp", ".swp", ".incomplete", ".dirty.pt")
 _TEMP_INFIXES = (".tmp.", ".tmp-", ".orbax-checkpoint-tmp", ".ferrytmp")
 
@@ -154,6 +158,15 @@ def list_dir(path: Path) -> Listing:
     except (FileNotFoundError, NotADirectoryError, PermissionError):
         pass
     return Listing(path, entries)
+
+
+def read_file(path: Path, limit: int = READ_LIMIT) -> bytes:
+    """A metadata file's bytes, never through a symlink nor from a FIFO or device (``nofollow``).
+
+    Raises OSError when it is missing, a symlink (ELOOP), not a regular file (ENOENT) or
+    longer than ``limit`` (EFBIG).
+    """
+    return read_regular(path, limit)
 
 
 def stat_file(path: Path) -> FileStat | None:

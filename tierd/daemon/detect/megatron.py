@@ -27,6 +27,7 @@ from tierd.daemon.detect.layout import (
     Verdict,
     incomplete,
     list_dir,
+    read_file,
     walk_files,
 )
 
@@ -40,7 +41,7 @@ _ITER = re.compile(r"^iter_(\d{7,})$")
 def read_tracker(path: Path) -> int | str | None:
     """The tracker's iteration, ``"release"``, or None while missing, empty or garbled."""
     try:
-        text = path.read_text(errors="replace").strip()
+        text = read_file(path, 4096).decode(errors="replace").strip()
     except OSError:
         return None
     if text == RELEASE:

@@ -18,11 +18,12 @@ from tierd.daemon.aio import blocking
 from tierd.daemon.catalog.checkpoints import checkpoint_state, step_id_and_state
 from tierd.daemon.catalog.models import CheckpointState
 from tierd.daemon.context import Context
+from tierd.daemon.detect.hostile import check_checkpoint, printable
 from tierd.daemon.detect.layout import Settings, Verdict, stat_file, walk_files
-from tierd.daemon.detect.record import Outcome, record_checkpoint, write_waiting
+from tierd.daemon.detect.record import Outcome, record_checkpoint, write_refused, write_waiting
 from tierd.daemon.detect.registry import detectors_for
 from tierd.daemon.detect.scan import RootSpec, detect_path
-from tierd.errors import NotifyRejected, Unstable
+from tierd.errors import NotifyRejected, Refused, Unstable
 from tierd.logs import get_logger
 
 __all__ = ["NotifyResult", "notify_checkpoint", "resolve_in_tier0"]
@@ -84,15 +85,38 @@ async def notify_checkpoint(
 ) -> NotifyResult:
     """Record (or mark waiting) the step the job announced; raises NotifyRejected, CatalogError.
 
-    ``detail`` (what the job said beside the step, e.g. its world size) joins the audit event's.
+    A checkpoint holding what tierd will not read (``hostile``) is refused: the audit log
+    gets a ``refused`` event and NotifyRejected says why. ``detail`` (what the job said
+    beside the step, e.g. its world size) joins the audit event's.
     """
-    extra = dict(detail or {})
     tier0 = ctx.config.tier0.path.resolve()
     target = await blocking(resolve_in_tier0, path, tier0)
     relpath = target.relative_to(tier0).as_posix()
+    try:
+        return await _notify(ctx, run, step, target, relpath, fmt, actor, dict(detail or {}))
+    except Refused as exc:
+        name = fmt or "auto"
+        await blocking(
+            write_refused, ctx.db, refused=exc, run=run, step=step, fmt=name, relpath=relpath, actor=actor
+        )
+        log.warning("notify_refused", run=run, step=step, path=printable(relpath), reason=str(exc))
+        raise NotifyRejected(str(exc)) from None
+
+
+async def _notify(
+    ctx: Context,
+    run: str,
+    step: int,
+    target: Path,
+    relpath: str,
+    fmt: str | None,
+    actor: str,
+    extra: dict[str, Any],
+) -> NotifyResult:
     existing = await blocking(step_id_and_state, ctx.db, run, step)
     if existing is not None and existing[1] != CheckpointState.WAITING.value:
         return NotifyResult(200, existing[0])
+    await blocking(check_checkpoint, ctx.config.tier0.path.resolve(), relpath, ())
     settings = _settings_for(ctx, target)
     detectors = detectors_for(fmt or "auto", settings.marker)
     found = await blocking(detect_path, target, detectors, settings, step)

@@ -27,6 +27,7 @@ from tierd.daemon.detect.layout import (
     Verdict,
     incomplete,
     list_dir,
+    read_file,
     trailing_int,
     walk_files,
 )
@@ -59,7 +60,7 @@ def _committed(path: Path) -> tuple[bool, str]:
     if not listing.has_file(CHECKPOINT_METADATA):
         return True, "renamed into place (no step metadata)"
     try:
-        data = json.loads((path / CHECKPOINT_METADATA).read_text())
+        data = json.loads(read_file(path / CHECKPOINT_METADATA))
     except (OSError, ValueError):
         return False, f"{CHECKPOINT_METADATA} is not complete JSON yet"
     if isinstance(data, dict) and data.get("commit_timestamp_nsecs"):

@@ -32,8 +32,10 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import CheckpointState, utcnow
 from tierd.daemon.catalog.replicas import add_first_replicas
 from tierd.daemon.context import Context
+from tierd.daemon.detect.hostile import check_checkpoint, printable
 from tierd.daemon.detect.layout import FileStat, Verdict
-from tierd.errors import Unstable
+from tierd.daemon.nofollow import open_regular
+from tierd.errors import Refused, Unstable
 
 __all__ = [
     "Detection",
@@ -42,6 +44,7 @@ __all__ = [
     "hash_stable",
     "record_checkpoint",
     "write_complete",
+    "write_refused",
     "write_waiting",
 ]
 
@@ -86,18 +89,35 @@ def _block_size(size: int) -> int:
 
 
 def _hash_one(f: FileStat, tier0: Path) -> HashedFile:
-    before = os.stat(f.path, follow_symlinks=False)
-    if (before.st_size, before.st_mtime_ns) != (f.size, f.mtime_ns):
-        raise Unstable(f"{f.path} changed since it was seen")
-    size, value = checksum.hash_file(f.path, block_size=_block_size(f.size))
-    after = os.stat(f.path, follow_symlinks=False)
+    """Hash the file through one descriptor (``nofollow.open_regular``), so what is checked is what is read.
+
+    Raises Unstable when it moved, Refused when it became a hard link, OSError when it
+    became a symlink (ELOOP, ENOTDIR) or is missing or no longer regular (ENOENT).
+    """
+    fd = open_regular(f.path, tier0)
+    try:
+        before = os.fstat(fd)
+        if before.st_nlink > 1:
+            shown = printable(f.path.relative_to(tier0).as_posix())
+            kind = f"hard link ({before.st_nlink} links)"
+            raise Refused(f"refused: {shown} ({kind})", [{"path": shown, "kind": kind}], 1)
+        if (before.st_size, before.st_mtime_ns) != (f.size, f.mtime_ns):
+            raise Unstable(f"{f.path} changed since it was seen")
+        size, value = checksum.hash_fd(fd, block_size=_block_size(f.size))
+        after = os.fstat(fd)
+    finally:
+        os.close(fd)
     if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns) or size != before.st_size:
         raise Unstable(f"{f.path} changed while it was hashed")
     return HashedFile(f.path.relative_to(tier0).as_posix(), size, before.st_mtime_ns, value)
 
 
 async def hash_stable(files: tuple[FileStat, ...], tier0: Path) -> tuple[HashedFile, ...]:
-    """Hash every file in parallel off the event loop; raises Unstable if any moved."""
+    """Hash every file in parallel off the event loop.
+
+    Raises Unstable if any moved or vanished, Refused if one became a hard link, OSError
+    if one became a symlink or something other than a regular file.
+    """
     try:
         hashed = await asyncio.gather(*(blocking(_hash_one, f, tier0) for f in files))
     except FileNotFoundError as exc:
@@ -203,6 +223,41 @@ def write_waiting(
         return Outcome.CREATED, row.id
 
 
+def write_refused(
+    db: Database,
+    *,
+    refused: Refused,
+    run: str,
+    step: int,
+    fmt: str,
+    relpath: str,
+    actor: str,
+    checkpoint_id: int | None = None,
+) -> None:
+    """Audit a refused checkpoint (action ``refused``, with the offending entries) (blocking).
+
+    ``checkpoint_id`` is the waiting row of a notified step, if there is one. Raises
+    CatalogError when the catalog fails.
+    """
+    detail = {
+        "run": printable(run),
+        "step": step,
+        "format": fmt,
+        "path": printable(relpath),
+        "offending": refused.offending,
+        "count": refused.count,
+    }
+    with db.session() as session:
+        append_event(
+            session,
+            actor=actor,
+            action="refused",
+            checkpoint_id=checkpoint_id,
+            reason=str(refused),
+            detail=detail,
+        )
+
+
 async def record_checkpoint(
     ctx: Context,
     verdict: Verdict,
@@ -220,9 +275,12 @@ async def record_checkpoint(
 
     ``recheck`` runs the detector again after hashing: the verdict must still be
     complete with exactly the same files, sizes and mtimes. Raises Unstable otherwise,
-    and CatalogError when the catalog fails. ``detail`` joins the audit event's.
+    Refused (nothing opened, nothing written) when the checkpoint holds what tierd will
+    not read (``hostile``), OSError when a file became a symlink or no regular file while
+    it was hashed, and CatalogError when the catalog fails. ``detail`` joins the audit event's.
     """
     tier0 = ctx.config.tier0.path.resolve()
+    await blocking(check_checkpoint, tier0, relpath, verdict.files)
     hashed = await hash_stable(verdict.files, tier0)
     if recheck is not None:
         again = await blocking(recheck)

@@ -15,6 +15,9 @@ growing delay; once it answers, the set-aside directories are looked at again an
 reconcile runs at once, so a step written meanwhile is recorded, and recorded once. When the
 catalog answers but still refuses writes (a SQLite catalog on a full disk), each retry
 hashes the held steps again, so those retries are spaced by ``HELD_RETRY`` (5 s to 60 s).
+
+A checkpoint ``hostile`` refuses is warned about and audited (``refused``) once per
+path and reason, and looked at again on later events and scans.
 """
 
 from __future__ import annotations
@@ -34,15 +37,16 @@ from watchdog.observers.api import BaseObserver
 from tierd.daemon.aio import blocking
 from tierd.daemon.context import Context
 from tierd.daemon.detect.changes import apply_change, compare, load_recorded
+from tierd.daemon.detect.hostile import printable
 from tierd.daemon.detect.known import KnownSteps, Waiting, load_known, load_waiting
 from tierd.daemon.detect.layout import Settings
-from tierd.daemon.detect.record import Outcome, record_checkpoint
+from tierd.daemon.detect.record import Outcome, record_checkpoint, write_refused
 from tierd.daemon.detect.registry import BY_NAME, detectors_for
 from tierd.daemon.detect.scan import Found, RootSpec, detect_path, scan_chain, scan_root
 from tierd.daemon.outage import CatalogOutage
 from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.service import InFlight
-from tierd.errors import CatalogError, TierdError, Unstable
+from tierd.errors import CatalogError, Refused, TierdError, Unstable
 from tierd.logs import get_logger
 
 __all__ = ["DEBOUNCE_SECONDS", "DetectService"]
@@ -57,6 +61,8 @@ RETRY_SECONDS = 1.0
 WAITING_POLL_SECONDS = 2.0
 #: Between retries of held steps while the catalog answers pings but refuses writes.
 HELD_RETRY = Backoff(base=5.0, cap=60.0)
+#: Refused checkpoints remembered (so each refusal is audited once, not at every scan).
+MAX_REFUSALS_REMEMBERED = 10_000
 _RELEVANT = frozenset({"created", "modified", "moved", "deleted", "closed"})
 
 DirKey = tuple[int, Path]
@@ -95,6 +101,7 @@ class DetectService:
         self._busy: set[DirKey] = set()
         self._again: set[DirKey] = set()
         self._recording: set[str] = set()
+        self._refusals: dict[str, str] = {}  # relpath -> reason of the refusal audited last
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
         self.outage = CatalogOutage(self.name)
@@ -222,6 +229,9 @@ class DetectService:
         except CatalogError as exc:
             self._catalog_failed(exc, "record", (index, candidate.path.parent))
             return
+        except Refused as exc:
+            await self._refused(exc, found.run, found.step, detector.name, found.relpath)
+            return
         except (TierdError, OSError) as exc:
             log.warning("checkpoint_record_failed", path=found.relpath, error=str(exc))
             self._retry(index, candidate.path.parent, RETRY_SECONDS)
@@ -241,6 +251,33 @@ class DetectService:
                 files=len(found.verdict.files),
                 outcome=outcome.value,
             )
+
+    async def _refused(
+        self, exc: Refused, run: str, step: int, fmt: str, relpath: str, checkpoint_id: int | None = None
+    ) -> None:
+        """Warn and audit a refusal once per checkpoint and reason (it is looked at again on every scan)."""
+        reason = str(exc)
+        if self._refusals.get(relpath) == reason:
+            return
+        log.warning("checkpoint_refused", run=run, step=step, path=printable(relpath), reason=reason)
+        try:
+            await blocking(
+                write_refused,
+                self.ctx.db,
+                refused=exc,
+                run=run,
+                step=step,
+                fmt=fmt,
+                relpath=relpath,
+                actor=f"detector:{fmt}",
+                checkpoint_id=checkpoint_id,
+            )
+        except TierdError as err:
+            log.warning("refusal_not_audited", path=printable(relpath), error=str(err))
+            return
+        self._refusals[relpath] = reason
+        while len(self._refusals) > MAX_REFUSALS_REMEMBERED:
+            self._refusals.pop(next(iter(self._refusals)))
 
     # -- reconcile ---------------------------------------------------------------------
 
@@ -360,6 +397,9 @@ class DetectService:
             )
         except CatalogError:
             raise
+        except Refused as exc:
+            await self._refused(exc, waiting.run, waiting.step, detector.name, waiting.relpath, waiting.id)
+            return
         except (TierdError, OSError) as exc:
             log.info("waiting_not_recorded", path=waiting.relpath, reason=str(exc))
             return

@@ -98,7 +98,11 @@ class PipelineService:
             self.backends = dict(self._given_backends)
         else:
             self._budget = ByteBudget(self.options.memory_budget)
-            self.backends = {t.name: make_backend(t, budget=self._budget) for t in self.tiers}
+            tier0 = self.ctx.config.tier0
+            self.backends = {
+                t.name: make_backend(t, budget=self._budget, written_by_jobs=t.name == tier0.name)
+                for t in self.tiers
+            }
         self._janitor = Janitor(
             db,
             self.backends,

@@ -36,7 +36,6 @@ Every blocking call runs through ``tierd.daemon.aio.blocking``.
 from __future__ import annotations
 
 import asyncio
-import errno
 import functools
 import os
 import stat as stat_mod
@@ -83,6 +82,7 @@ from tierd.daemon.backends.posix.temp import (
     temp_names_in,
     temp_stem,
 )
+from tierd.daemon.nofollow import open_regular
 from tierd.errors import (
     IntegrityError,
     NotFound,
@@ -156,8 +156,11 @@ class PosixBackend(Backend):
         *,
         budget: ByteBudget | None = None,
         chunk_size: int = CHUNK_SIZE,
+        single_links: bool = False,
     ) -> None:
+        """``single_links``: refuse to read hard-linked files (tier 0, which training jobs write)."""
         self.name = tier.name
+        self.single_links = single_links
         self.root = Path(tier.path)
         self.concurrency = tier.concurrency
         self.chunks_per_file = min(tier.concurrency, CHUNKS_PER_FILE)
@@ -185,10 +188,10 @@ class PosixBackend(Backend):
         return TransientBackendError(f"tier {self.name}: root {self.root} is missing (not mounted?)")
 
     async def stat(self, relpath: str) -> ObjectInfo:
-        """Size and mtime (checksum None). Raises NotFound when missing or not a file."""
+        """Size and mtime (checksum None). Raises NotFound when missing or not a regular file (a symlink)."""
         path = self._path(relpath)
         with os_errors("stat", str(path)):
-            st = await blocking(os.stat, path)
+            st = await blocking(functools.partial(os.stat, path, follow_symlinks=False))
         if not stat_mod.S_ISREG(st.st_mode):
             raise NotFound(f"stat {path}: not a regular file")
         return ObjectInfo(relpath, st.st_size, None, st.st_mtime)
@@ -213,7 +216,7 @@ class PosixBackend(Backend):
         """A PosixReader. Raises NotFound when missing, PermanentBackendError if unreadable."""
         path = self._path(relpath)
         with os_errors("open", str(path)):
-            fd, size, device, contents = await blocking(_open_regular, path)
+            fd, size, device, contents = await blocking(_open_regular, self.root, path, self.single_links)
         return PosixReader(fd, size, str(path), device, contents)
 
     async def read_whole(
@@ -221,7 +224,9 @@ class PosixBackend(Backend):
     ) -> Sequence[TierdError | None]:
         """Each file whole into its view, all in one trip to the I/O pool (see ``Backend``)."""
         paths = [self._path(relpath) for relpath in relpaths]
-        sizes = await uninterrupted(blocking(posixcopy.read_files, paths, views))
+        sizes = await uninterrupted(
+            blocking(posixcopy.read_files, self.root, paths, views, single_link=self.single_links)
+        )
         return [
             _read_error(str(path), size, len(view))
             for path, size, view in zip(paths, sizes, views, strict=True)
@@ -356,7 +361,7 @@ class PosixBackend(Backend):
         queued, a cold cache costs one deep disk queue instead of a wait per file.
         """
         paths = [self._path(relpath) for relpath in relpaths]
-        await blocking(posixcopy.read_ahead, paths)
+        await blocking(posixcopy.read_ahead, self.root, paths, single_link=self.single_links)
 
     async def local_disk(self) -> bool:
         """Whether the root is on one of this node's own file systems (``fstype``).
@@ -545,7 +550,9 @@ class PosixBackend(Backend):
         path = self._path(relpath)
         async with self.budget.aligned(HASH_BUFFER) as view:
             with os_errors("hash", str(path)):
-                return await uninterrupted(blocking_on(view, posixcopy.hash_path, path))
+                return await uninterrupted(
+                    blocking_on(view, posixcopy.hash_path, path, self.root, single_link=self.single_links)
+                )
 
     async def verify(self, relpath: str, expected_checksum: str) -> ObjectInfo:
         """Read-back verification (POSIX has no native checksum).
@@ -614,13 +621,16 @@ def _scan_dir(path: Path) -> tuple[list[tuple[str, int, float]], list[str]]:
     return files, subdirs
 
 
-def _open_regular(path: Path) -> tuple[int, int, int, bytes | None]:
-    """(fd, size, device, None), or for a file up to WHOLE_READ_LIMIT (-1, size, device, its bytes)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+def _open_regular(root: Path, path: Path, single_link: bool) -> tuple[int, int, int, bytes | None]:
+    """(fd, size, device, None), or for a file up to WHOLE_READ_LIMIT (-1, size, device, its bytes).
+
+    Opened by ``nofollow.open_regular`` from ``root``: raises OSError (ELOOP, ENOTDIR) for a
+    symlink on the way, ENOENT for a file that is missing or not regular, EMLINK with
+    ``single_link`` for a hard-linked one.
+    """
+    fd = open_regular(path, root, single_link=single_link)
     try:
         st = os.fstat(fd)
-        if not stat_mod.S_ISREG(st.st_mode):
-            raise FileNotFoundError(errno.ENOENT, "not a regular file", str(path))
         if st.st_size > WHOLE_READ_LIMIT:
             return fd, st.st_size, st.st_dev, None
         contents = os.pread(fd, st.st_size, 0)  # shorter if it shrank: the copy will say so

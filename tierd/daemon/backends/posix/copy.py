@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from tierd.daemon import checksum
 from tierd.daemon.backends.posix.dirsync import sync_directory
 from tierd.daemon.backends.posix.temp import TempFile
 from tierd.daemon.backends.posix.writeback import start_writeback, sync_filesystem
+from tierd.daemon.nofollow import Opener, open_regular
 
 __all__ = [
     "DIRECT_ALIGN",
@@ -169,28 +169,30 @@ def stage_files(
     return results
 
 
-def read_files(paths: Sequence[Path], views: Sequence[memoryview]) -> list[int | OSError]:
-    """Read each regular file into its view, in order; each file's size, or its OSError.
+def read_files(
+    root: Path, paths: Sequence[Path], views: Sequence[memoryview], *, single_link: bool = False
+) -> list[int | OSError]:
+    """Read each regular file under ``root`` into its view, in order; each file's size, or its OSError.
 
     A file is read only when its size is its view's (and a size that differs is returned);
-    one that ends before its view is full returns how far it got. A file that is not
-    regular reads as missing (ENOENT).
+    one that ends before its view is full returns how far it got. Files are opened by
+    ``nofollow.open_regular``: a symlink on the way is ELOOP or ENOTDIR, a file that is not
+    regular reads as missing (ENOENT); with ``single_link`` a hard-linked one is EMLINK.
     """
     results: list[int | OSError] = []
-    for path, view in zip(paths, views, strict=True):
-        try:
-            results.append(_read_file(path, view))
-        except OSError as exc:
-            results.append(exc)
+    with Opener(root, single_link=single_link) as opener:
+        for path, view in zip(paths, views, strict=True):
+            try:
+                results.append(_read_file(opener, path, view))
+            except OSError as exc:
+                results.append(exc)
     return results
 
 
-def _read_file(path: Path, view: memoryview) -> int:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+def _read_file(opener: Opener, path: Path, view: memoryview) -> int:
+    fd = opener.open(path)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise FileNotFoundError(errno.ENOENT, "not a regular file", str(path))
         if st.st_size != len(view):
             return st.st_size
         try:
@@ -223,21 +225,22 @@ def commit_staged(root: Path, staged: Sequence[tuple[TempFile, Path]]) -> None:
         sync_directory(directory)
 
 
-def read_ahead(paths: Sequence[Path]) -> None:
-    """Ask the kernel to read these files into the page cache in the background (best effort)."""
+def read_ahead(root: Path, paths: Sequence[Path], *, single_link: bool = False) -> None:
+    """Ask the kernel to read these files under ``root`` into the page cache (best effort)."""
     if not hasattr(os, "posix_fadvise"):
         return
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            continue  # the copy itself will report it
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+    with Opener(root, single_link=single_link) as opener:
+        for path in paths:
+            try:
+                fd = opener.open(path)
+            except OSError:
+                continue  # the copy itself will report it
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
 
 def _pread_full(fd: int, view: memoryview) -> None:
@@ -316,9 +319,9 @@ def kernel_copy(view: memoryview, src_fd: int, dst_fd: int, offset: int, length:
     return int(crc)
 
 
-def hash_path(view: memoryview, path: Path) -> str:
-    """CRC64NVME of a whole file, read through ``view`` (a budgeted buffer)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+def hash_path(view: memoryview, path: Path, root: Path | None = None, *, single_link: bool = False) -> str:
+    """CRC64NVME of a whole regular file under ``root`` (``nofollow.open_regular``), read through ``view``."""
+    fd = open_regular(path, root, single_link=single_link)
     try:
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)

@@ -1,0 +1,153 @@
+"""Opening a tier's files for reading: no symlink followed below the root, no FIFO waited on.
+
+tierd usually runs as root, and tier 0 is written by training jobs: a file recorded as
+regular can be swapped for a symlink (to ``/etc/shadow``) or a FIFO after it was
+recorded. ``open_regular`` walks from the tier's root one component at a time
+(``openat`` with ``O_NOFOLLOW``), so a symlink anywhere below the root fails the open
+(ELOOP for the file itself, ENOTDIR for a directory on the way) instead of leading out;
+only what ``lstat`` says is a regular file is opened (a FIFO, socket or device never is),
+``O_NONBLOCK`` (a FIFO swapped in at that instant opens at once instead of blocking a
+worker forever), and it must be the same regular file once open. The root itself is
+the operator's configuration and may be reached through symlinks.
+
+Directories on the way are opened ``O_PATH`` (no read permission checked, nothing read):
+a file three levels down costs four ``openat`` and four ``close`` more than a plain open
+(opening, stating and reading 600 files of 8 KiB three levels down: 5 us a file became
+17-39 us on this 2-core VM under a load average of 17); ``Opener`` keeps the last directory
+open, so a batch of files from one directory costs nearly what plain opens do (6-14 us).
+``O_NONBLOCK`` does nothing to reads of a regular file.
+Every function blocks: call it through ``tierd.daemon.aio.blocking``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+__all__ = ["READ_FLAGS", "Opener", "open_regular", "read_regular"]
+
+#: How a file itself is opened: read-only, no symlink, no wait for a FIFO's writer.
+READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+_DIR_FLAGS = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_PATH", os.O_RDONLY)
+
+
+def _components(path: Path, root: Path) -> tuple[str, ...]:
+    """``path``'s names below ``root`` (string work: ``Path.relative_to`` costs 8 us a call here)."""
+    text, base = os.fspath(path), os.fspath(root).rstrip("/")
+    if not text.startswith(base + "/"):
+        raise OSError(errno.EXDEV, f"not under {root}", text)
+    parts = tuple(text[len(base) + 1 :].split("/"))
+    if any(p in ("", ".", "..") for p in parts):
+        raise OSError(errno.EINVAL, f"not a file name under {root}", text)
+    return parts
+
+
+def _directory(root: Path, parts: tuple[str, ...]) -> int:
+    """An ``O_PATH`` fd of ``root/parts...``, each component opened without following a symlink."""
+    directory = os.open(root, os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_PATH", os.O_RDONLY))
+    try:
+        for part in parts:
+            below = os.open(part, _DIR_FLAGS, dir_fd=directory)
+            os.close(directory)
+            directory = below
+    except BaseException:
+        os.close(directory)
+        raise
+    return directory
+
+
+def _open_in(directory: int, name: str, path: Path, single_link: bool) -> int:
+    """Open ``name`` in ``directory`` if ``lstat`` says it is a regular file, and it still is once open."""
+    seen = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    if stat.S_ISLNK(seen.st_mode):
+        raise OSError(errno.ELOOP, "a symlink, never followed", str(path))
+    if not stat.S_ISREG(seen.st_mode):  # a FIFO, socket or device is not even opened
+        raise OSError(errno.ENOENT, "not a regular file", str(path))
+    fd = os.open(name, READ_FLAGS, dir_fd=directory)
+    try:
+        st = os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino):
+        os.close(fd)
+        raise OSError(errno.ENOENT, "not a regular file", str(path))
+    if single_link and st.st_nlink > 1:
+        os.close(fd)
+        raise OSError(
+            errno.EMLINK, f"a hard link ({st.st_nlink} links): another name may lie anywhere", str(path)
+        )
+    return fd
+
+
+def open_regular(path: Path, root: Path | None = None, *, single_link: bool = False) -> int:
+    """An fd reading the regular file ``path``, reached from ``root`` without following symlinks.
+
+    ``root`` defaults to ``path``'s directory (only the file itself is then checked).
+    Raises OSError: ELOOP when the file is a symlink, ENOTDIR when a directory on the way
+    is one, ENOENT when it is missing or not a regular file (a FIFO, socket or device),
+    and with ``single_link`` EMLINK when it has more than one hard link.
+    """
+    base = path.parent if root is None else root
+    parts = _components(path, base)
+    directory = _directory(base, parts[:-1])
+    try:
+        return _open_in(directory, parts[-1], path, single_link)
+    finally:
+        os.close(directory)
+
+
+class Opener:
+    """``open_regular`` for many files under one root, keeping the last directory open.
+
+    Files of one directory (a checkpoint's shards) then cost one ``openat`` each, as a
+    plain open does. A context manager: the directory is closed at exit.
+    """
+
+    def __init__(self, root: Path, *, single_link: bool = False) -> None:
+        self.root = root
+        self.single_link = single_link
+        self._parts: tuple[str, ...] | None = None
+        self._fd = -1
+
+    def open(self, path: Path) -> int:
+        """Like ``open_regular(path, root)``; raises the same OSError."""
+        parts = _components(path, self.root)
+        if parts[:-1] != self._parts:
+            self.close()
+            self._fd = _directory(self.root, parts[:-1])
+            self._parts = parts[:-1]
+        return _open_in(self._fd, parts[-1], path, self.single_link)
+
+    def close(self) -> None:
+        """Close the directory kept open (idempotent)."""
+        fd, self._fd, self._parts = self._fd, -1, None
+        if fd >= 0:
+            os.close(fd)
+
+    def __enter__(self) -> Opener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_regular(path: Path, limit: int, root: Path | None = None) -> bytes:
+    """The first ``limit`` bytes of the regular file ``path`` (``open_regular``'s rules).
+
+    Raises OSError like ``open_regular``, or EFBIG when the file is longer than ``limit``.
+    """
+    fd = open_regular(path, root)
+    try:
+        if os.fstat(fd).st_size > limit:
+            raise OSError(errno.EFBIG, f"longer than {limit} bytes", str(path))
+        chunks: list[bytes] = []
+        remaining = limit
+        while remaining > 0 and (chunk := os.read(fd, min(remaining, 1024 * 1024))):
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
