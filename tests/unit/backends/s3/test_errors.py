@@ -55,6 +55,19 @@ def test_client_errors(code: str, status: int, expected: type[TierdError]) -> No
 
 
 @pytest.mark.parametrize(
+    ("code", "status", "said"),
+    [
+        ("AccessDenied", 403, "stat s3://b/k: 403 AccessDenied msg"),
+        ("SlowDown", 503, "stat s3://b/k: 503 SlowDown msg"),
+        ("403", 403, "stat s3://b/k: 403 msg"),  # HEAD: the status is the code
+        ("Throttling", 0, "stat s3://b/k: Throttling msg"),
+    ],
+)
+def test_client_errors_name_the_stores_answer(code: str, status: int, said: str) -> None:
+    assert str(translate(client_error(code, status), "stat", "s3://b/k")) == said
+
+
+@pytest.mark.parametrize(
     ("exc", "expected"),
     [
         (boto.EndpointConnectionError(endpoint_url="http://x"), TransientBackendError),

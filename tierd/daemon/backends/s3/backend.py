@@ -201,7 +201,7 @@ class S3Backend(Backend):
             s3={"addressing_style": self.tier.addressing_style, "payload_signing_enabled": False},
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
-            retries={"mode": "standard", "max_attempts": REQUEST_ATTEMPTS},
+            retries={"mode": "standard", "total_max_attempts": REQUEST_ATTEMPTS},
             max_pool_connections=pool_size(self.tier.concurrency),
             connect_timeout=CONNECT_TIMEOUT,
             read_timeout=READ_TIMEOUT,

@@ -91,7 +91,9 @@ def _client_error(exc: boto.ClientError, where: str) -> TierdError:
     error = exc.response.get("Error", {})
     code = str(error.get("Code", ""))
     status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-    message = f"{where}: {code or status} {error.get('Message', '')}".rstrip()
+    # the store's answer as it gave it: "403 AccessDenied Access Denied", "503 SlowDown ..."
+    answer = " ".join(dict.fromkeys(part for part in (str(status) if status else "", code) if part))
+    message = f"{where}: {answer} {error.get('Message', '')}".rstrip()
     if code in _NOT_FOUND or (status == 404 and not code.startswith("NoSuch")):
         return NotFound(message)
     if code in _INTEGRITY:
