@@ -37,7 +37,7 @@ def client_error(code: str, status: int) -> boto.ClientError:
         ("InvalidAccessKeyId", 403, PermanentBackendError),
         ("SignatureDoesNotMatch", 403, PermanentBackendError),
         ("InvalidRequest", 400, PermanentBackendError),
-        ("PreconditionFailed", 412, PermanentBackendError),
+        ("PreconditionFailed", 412, TransientBackendError),  # changed since open: open again
         ("SlowDown", 503, TransientBackendError),
         ("Throttling", 400, TransientBackendError),
         ("RequestTimeout", 400, TransientBackendError),

@@ -136,8 +136,8 @@ class S3Reader:
     async def read_into(self, offset: int, buf: memoryview) -> int:
         """Fill ``buf`` from ``offset``.
 
-        Raises NotFound if the object vanished, PermanentBackendError if it changed
-        since open (412), TransientBackendError when the network failed.
+        Raises NotFound if the object vanished, TransientBackendError if it changed
+        since open (412: the next try opens it again) or the network failed.
         """
         want = min(len(buf), self.size - offset)
         if want <= 0:
@@ -534,7 +534,7 @@ class S3Backend(Backend):
     async def hash(self, relpath: str) -> str:
         """GET every byte (ranges in parallel) and return its CRC64NVME.
 
-        Raises NotFound when missing, PermanentBackendError if it changed meanwhile.
+        Raises NotFound when missing, TransientBackendError if it changed meanwhile (412).
         """
         return await self._hash(relpath, await self._head(relpath))
 

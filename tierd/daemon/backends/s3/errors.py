@@ -8,7 +8,9 @@ BadDigest, InvalidDigest, XAmzContentSHA256Mismatch,          IntegrityError
 botocore's FlexibleChecksumError
 SlowDown, Throttling*, RequestTimeout, InternalError,         TransientBackendError
 ServiceUnavailable, OperationAborted, any 5xx, 408, 429,
-connection errors, timeouts, truncated bodies
+connection errors, timeouts, truncated bodies;
+PreconditionFailed (412: the object changed since it
+was opened, or the ETag it was opened with was wrong)
 AccessDenied, NoSuchBucket, InvalidAccessKeyId,               PermanentBackendError
 SignatureDoesNotMatch, every other 4xx, missing credentials,
 bad parameters, awscrt errors (signing a lean request),
@@ -59,6 +61,10 @@ _TRANSIENT = frozenset(
     }
 )
 _TRANSIENT_STATUS = frozenset({408, 429})
+# tierd's one precondition is the If-Match that pins a reader's ranged GETs to the ETag its
+# opening GET saw. A 412 means the object changed since, or that ETag was wrong: the next
+# try opens it again, and its bytes must still hash to the checksum recorded at first sight.
+_CHANGED = "PreconditionFailed"
 
 _TRANSIENT_BOTO = (
     boto.HTTPClientError,  # connection closed, read timeouts, streaming errors
@@ -100,6 +106,8 @@ def _client_error(exc: boto.ClientError, where: str) -> TierdError:
         return IntegrityError(message)
     if code in _TRANSIENT or status >= 500 or status in _TRANSIENT_STATUS:
         return TransientBackendError(message)
+    if code == _CHANGED or status == 412:
+        return TransientBackendError(f"{message} (changed since it was opened: opened again on the next try)")
     return PermanentBackendError(message)
 
 
