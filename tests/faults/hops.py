@@ -10,6 +10,8 @@ what a test counts is what one pass sent.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -75,7 +77,25 @@ class World:
                     await asyncio.sleep(0.05)
         finally:
             await service.stop(5)
-        return replicas(self.db, self.checkpoint_id)[tier]
+        replica = replicas(self.db, self.checkpoint_id)[tier]
+        self._log(tier, replica)
+        return replica
+
+    def _log(self, tier: str, replica: Replica) -> None:
+        """With ``TIERD_FAULT_LOG`` set, add a JSON line: the faults fired and how the hop ended."""
+        path = os.environ.get("TIERD_FAULT_LOG")
+        if path and self.proxy.fired:
+            line = {
+                "test": os.environ.get("PYTEST_CURRENT_TEST", ""),
+                "store": self.server.kind,
+                "tier": tier,
+                "fired": self.proxy.fired,
+                "state": replica.state,
+                "error": replica.error,
+                "requests": dict(self.proxy.counts),
+            }
+            with open(path, "a") as out:
+                out.write(json.dumps(line) + "\n")
 
     def state(self, tier: str) -> str | None:
         """The replica's state on ``tier``."""
