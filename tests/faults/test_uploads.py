@@ -161,3 +161,6 @@ async def test_a_fault_that_does_not_stop_ends_the_pass_within_the_table(
             sends = world.proxy.count("PutObject", SMALL)
             assert FILE_ATTEMPTS <= sends <= LEAN_BOUND * (2 if dropped else 1)
         assert "small.bin" not in world.stored() or rule.operation != "PutObject"
+        said = {"reset_request": "Connection reset by peer", "status": rule.fault.name}[rule.fault.kind]
+        assert replica.error is not None
+        assert said in replica.error

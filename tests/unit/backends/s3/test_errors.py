@@ -67,6 +67,15 @@ def test_client_errors_name_the_stores_answer(code: str, status: int, said: str)
     assert str(translate(client_error(code, status), "stat", "s3://b/k")) == said
 
 
+def test_a_connection_error_says_what_aiohttp_said() -> None:
+    reset = aiohttp.ClientOSError(104, "Connection reset by peer")
+    error = translate(
+        boto.EndpointConnectionError(endpoint_url="http://x/b/k", error=reset), "put", "s3://b/k"
+    )
+    assert isinstance(error, TransientBackendError)
+    assert str(error).endswith("(ClientOSError: [Errno 104] Connection reset by peer)")
+
+
 @pytest.mark.parametrize(
     ("exc", "expected"),
     [

@@ -83,7 +83,7 @@ def translate(exc: BaseException, action: str, location: str) -> TierdError | No
     if isinstance(exc, boto.FlexibleChecksumError):
         return IntegrityError(f"{where}: {exc}")
     if isinstance(exc, _TRANSIENT_BOTO):
-        return TransientBackendError(f"{where}: {exc}")
+        return TransientBackendError(f"{where}: {exc}{_underlying(exc)}")
     if isinstance(exc, boto.BotoCoreError):
         return PermanentBackendError(f"{where}: {exc}")
     if isinstance(exc, AwsCrtError):
@@ -91,6 +91,16 @@ def translate(exc: BaseException, action: str, location: str) -> TierdError | No
     if isinstance(exc, aiohttp.ClientError | asyncio.TimeoutError | ConnectionError):
         return TransientBackendError(f"{where}: {type(exc).__name__}: {exc}")
     return None
+
+
+def _underlying(exc: boto.BotoCoreError) -> str:
+    """What aiohttp said under a botocore connection error, which may not say it.
+
+    aiobotocore reports any aiohttp connection error, a reset mid-request included, as
+    "Could not connect to the endpoint URL".
+    """
+    cause = getattr(exc, "kwargs", {}).get("error")
+    return f" ({type(cause).__name__}: {cause})" if isinstance(cause, BaseException) else ""
 
 
 def _client_error(exc: boto.ClientError, where: str) -> TierdError:
