@@ -115,6 +115,8 @@ async def test_access_denied_fails_at_once_naming_the_answer(
         assert "403 AccessDenied" in replica.error
         job = world.job("s3")
         assert (job.state, job.detail["reason"]) == ("failed", "permanent")
+        if operation != "PutObject":  # (there, big.bin's upload was cut short, and is kept)
+            assert world.pending_uploads() == []  # aborted: the catalog forgets a job failed for good
         # a refusal is not sent again (two parts go in parallel: each once)
         assert world.proxy.count(operation) == (2 if operation == "UploadPart" else 1)
         assert set(world.stored()) <= {"big.bin", "small.bin"} - {
