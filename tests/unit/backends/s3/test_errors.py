@@ -42,6 +42,7 @@ def client_error(code: str, status: int) -> boto.ClientError:
         ("Throttling", 400, TransientBackendError),
         ("RequestTimeout", 400, TransientBackendError),
         ("InternalError", 500, TransientBackendError),
+        ("InvalidPart", 400, TransientBackendError),  # the next try sends that part again
         ("", 502, TransientBackendError),
         ("TooManyRequests", 429, TransientBackendError),
         ("BadDigest", 400, IntegrityError),

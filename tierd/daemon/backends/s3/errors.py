@@ -8,6 +8,8 @@ BadDigest, InvalidDigest, XAmzContentSHA256Mismatch,          IntegrityError
 botocore's FlexibleChecksumError
 SlowDown, Throttling*, RequestTimeout, InternalError,         TransientBackendError
 ServiceUnavailable, OperationAborted, any 5xx, 408, 429,
+InvalidPart (a part not held as its answer said: the
+next try lists the parts and sends those again),
 connection errors, timeouts, truncated bodies;
 PreconditionFailed (412: the object changed since it
 was opened, or the ETag it was opened with was wrong)
@@ -58,6 +60,9 @@ _TRANSIENT = frozenset(
         "OperationAborted",
         "PriorRequestNotComplete",
         "RequestTimeTooSkewed",
+        # CompleteMultipartUpload: a part is not held with the ETag its answer gave. The next
+        # try keeps only the parts ListParts shows as recorded, and sends the others again.
+        "InvalidPart",
     }
 )
 _TRANSIENT_STATUS = frozenset({408, 429})
