@@ -19,10 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.fixtures.faultproxy import FaultProxy
+import pytest
+
+from tests.fixtures.faultproxy import FaultProxy, Rule
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import all_jobs, record_checkpoint, replicas, write_files
 from tierd.config import Config, S3Tier
+from tierd.daemon.backends.s3 import backend as s3_backend
 from tierd.daemon.backends.s3.backend import REQUEST_ATTEMPTS
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
@@ -39,6 +42,7 @@ __all__ = [
     "World",
     "add_download_tier",
     "attempts_over_table",
+    "stall_timeouts",
     "upload_world",
 ]
 
@@ -123,6 +127,17 @@ class World:
         """The files of the checkpoint on the POSIX tier ``tier``."""
         root = self.root / tier / PATH
         return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def stall_timeouts(monkeypatch: pytest.MonkeyPatch, rule: Rule) -> None:
+    """Where ``rule`` stalls answers, give them up after 4 s (a pipelined group after 2 s).
+
+    Only there: elsewhere the production timeouts (120 s and 10 s) stay, so an answer slowed
+    by a loaded machine is not taken for a fault. The backend reads them as its client opens.
+    """
+    if rule.fault.kind == "stall":
+        monkeypatch.setattr(s3_backend, "READ_TIMEOUT", 4)
+        monkeypatch.setattr(s3_backend, "PIPELINE_STALL", 2)
 
 
 def _config(root: Path, tiers: list[Any]) -> Config:

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.hops import World, add_download_tier, attempts_over_table, upload_world
+from tests.faults.hops import World, add_download_tier, attempts_over_table, stall_timeouts, upload_world
 from tests.fixtures.faultproxy import ACCESS_DENIED, INTERNAL_ERROR, SLOW_DOWN, Fault, Rule
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import MiB
-from tierd.daemon.backends.s3 import backend as s3_backend
 
 #: 70 small objects: two groups (64 files a group), read one group at a time (``concurrency: 1``),
 #: so the second is pipelined once the first has shown botocore the bucket.
@@ -54,13 +53,6 @@ PIPELINED = {
 }
 
 
-@pytest.fixture(autouse=True)
-def short_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stalled answer is given up after 2 s (a pipelined group after 1 s), not 120 s and 10 s."""
-    monkeypatch.setattr(s3_backend, "READ_TIMEOUT", 2)
-    monkeypatch.setattr(s3_backend, "PIPELINE_STALL", 1)
-
-
 async def _download(world: World, rule: Rule) -> None:
     await add_download_tier(world, concurrency=1)
     world.proxy.set_rules([rule])
@@ -74,8 +66,9 @@ async def _download(world: World, rule: Rule) -> None:
 
 @pytest.mark.parametrize("case", list(ANY_STORE))
 async def test_retryable_faults_end_verified_on_moto(
-    tmp_path: Path, moto_server: S3Server, case: str
+    tmp_path: Path, moto_server: S3Server, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
+    stall_timeouts(monkeypatch, ANY_STORE[case])
     with upload_world(tmp_path, moto_server, SIZES) as world:
         await _download(world, ANY_STORE[case])
         # moto closes the connection after each answer: pipelining ends at its first group
@@ -84,8 +77,9 @@ async def test_retryable_faults_end_verified_on_moto(
 
 @pytest.mark.parametrize("case", list(ANY_STORE) + list(PIPELINED))
 async def test_retryable_faults_end_verified_on_rclone(
-    tmp_path: Path, rclone_server: S3Server, case: str
+    tmp_path: Path, rclone_server: S3Server, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
+    stall_timeouts(monkeypatch, {**ANY_STORE, **PIPELINED}[case])
     with upload_world(tmp_path, rclone_server, SIZES) as world:
         await _download(world, {**ANY_STORE, **PIPELINED}[case])
         assert world.proxy.pipelined["GetObject"] > 0

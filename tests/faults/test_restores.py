@@ -14,14 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.hops import attempts_over_table
+from tests.faults.hops import attempts_over_table, stall_timeouts
 from tests.fixtures.faultproxy import ACCESS_DENIED, SLOW_DOWN, Fault, FaultProxy, Rule
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import tier_dict
 from tests.unit.restore.world import RestoreWorld
 from tests.unit.retention.world import posix_tier
 from tierd.daemon.backends import close_backends
-from tierd.daemon.backends.s3 import backend as s3_backend
 from tierd.daemon.catalog.db import Database
 
 STEP = {
@@ -42,10 +41,8 @@ RETRYABLE = {
 
 @pytest.fixture
 async def lab(
-    tmp_path: Path, sqlite_db: Database, rclone_server: S3Server, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, sqlite_db: Database, rclone_server: S3Server
 ) -> AsyncIterator[tuple[RestoreWorld, FaultProxy]]:
-    monkeypatch.setattr(s3_backend, "READ_TIMEOUT", 2)
-    monkeypatch.setattr(s3_backend, "PIPELINE_STALL", 1)
     with FaultProxy(rclone_server.endpoint_url) as proxy:
         s3 = tier_dict(rclone_server.new_tier("s3", endpoint_url=proxy.endpoint_url))
         made = RestoreWorld.make(tmp_path, sqlite_db, [posix_tier(tmp_path, "nvme"), s3])
@@ -60,7 +57,10 @@ def files_under(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("case", list(RETRYABLE))
-async def test_retryable_faults_end_done(lab: tuple[RestoreWorld, FaultProxy], case: str) -> None:
+async def test_retryable_faults_end_done(
+    lab: tuple[RestoreWorld, FaultProxy], monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    stall_timeouts(monkeypatch, RETRYABLE[case])
     world, proxy = lab
     cid = await world.add(1, ONLY_IN_S3, STEP)
     proxy.reset_counts()

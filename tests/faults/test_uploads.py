@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.hops import LEAN_BOUND, World, attempts_over_table, upload_world
+from tests.faults.hops import LEAN_BOUND, World, attempts_over_table, stall_timeouts, upload_world
 from tests.fixtures.faultproxy import ACCESS_DENIED, INTERNAL_ERROR, SLOW_DOWN, Fault, Rule
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import MiB
-from tierd.daemon.backends.s3 import backend as s3_backend
 from tierd.daemon.pipeline.retry import FILE_ATTEMPTS
 
 SIZES = {
@@ -51,12 +50,6 @@ RETRYABLE = {
 }
 
 
-@pytest.fixture(autouse=True)
-def short_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stalled answer is given up after 2 s, not 120 s (the backend reads these at client start)."""
-    monkeypatch.setattr(s3_backend, "READ_TIMEOUT", 2)
-
-
 DROPPING = frozenset({"reset_request", "reset_response", "truncate", "stall"})
 
 
@@ -67,7 +60,10 @@ def _check_verified(world: World, rule: Rule) -> None:
 
 
 @pytest.mark.parametrize("case", list(RETRYABLE))
-async def test_retryable_faults_end_verified(tmp_path: Path, moto_server: S3Server, case: str) -> None:
+async def test_retryable_faults_end_verified(
+    tmp_path: Path, moto_server: S3Server, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    stall_timeouts(monkeypatch, RETRYABLE[case])
     with upload_world(tmp_path, moto_server, SIZES) as world:
         world.proxy.set_rules([RETRYABLE[case]])
         replica = await world.hop("s3")
