@@ -83,7 +83,7 @@ def test_botocore_sends_a_request_at_most_request_attempts_times() -> None:
     backend = S3Backend(S3Tier(name="s3", kind="s3", bucket="bkt", endpoint_url="http://127.0.0.1:1"))
     config: Any = backend._boto_config()
     retries = config.retries
-    assert retries == {"mode": "standard", "max_attempts": REQUEST_ATTEMPTS}
+    assert retries == {"mode": "standard", "total_max_attempts": REQUEST_ATTEMPTS}
     assert REQUEST_ATTEMPTS == 2
 
 

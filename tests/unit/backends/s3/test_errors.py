@@ -37,11 +37,12 @@ def client_error(code: str, status: int) -> boto.ClientError:
         ("InvalidAccessKeyId", 403, PermanentBackendError),
         ("SignatureDoesNotMatch", 403, PermanentBackendError),
         ("InvalidRequest", 400, PermanentBackendError),
-        ("PreconditionFailed", 412, PermanentBackendError),
+        ("PreconditionFailed", 412, TransientBackendError),  # changed since open: open again
         ("SlowDown", 503, TransientBackendError),
         ("Throttling", 400, TransientBackendError),
         ("RequestTimeout", 400, TransientBackendError),
         ("InternalError", 500, TransientBackendError),
+        ("InvalidPart", 400, TransientBackendError),  # the next try sends that part again
         ("", 502, TransientBackendError),
         ("TooManyRequests", 429, TransientBackendError),
         ("BadDigest", 400, IntegrityError),
@@ -52,6 +53,28 @@ def test_client_errors(code: str, status: int, expected: type[TierdError]) -> No
     error = translate(client_error(code, status), "stat", "s3://b/k")
     assert type(error) is expected
     assert "s3://b/k" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "said"),
+    [
+        ("AccessDenied", 403, "stat s3://b/k: 403 AccessDenied msg"),
+        ("SlowDown", 503, "stat s3://b/k: 503 SlowDown msg"),
+        ("403", 403, "stat s3://b/k: 403 msg"),  # HEAD: the status is the code
+        ("Throttling", 0, "stat s3://b/k: Throttling msg"),
+    ],
+)
+def test_client_errors_name_the_stores_answer(code: str, status: int, said: str) -> None:
+    assert str(translate(client_error(code, status), "stat", "s3://b/k")) == said
+
+
+def test_a_connection_error_says_what_aiohttp_said() -> None:
+    reset = aiohttp.ClientOSError(104, "Connection reset by peer")
+    error = translate(
+        boto.EndpointConnectionError(endpoint_url="http://x/b/k", error=reset), "put", "s3://b/k"
+    )
+    assert isinstance(error, TransientBackendError)
+    assert str(error).endswith("(ClientOSError: [Errno 104] Connection reset by peer)")
 
 
 @pytest.mark.parametrize(

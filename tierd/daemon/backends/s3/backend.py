@@ -137,8 +137,8 @@ class S3Reader:
     async def read_into(self, offset: int, buf: memoryview) -> int:
         """Fill ``buf`` from ``offset``.
 
-        Raises NotFound if the object vanished, PermanentBackendError if it changed
-        since open (412), TransientBackendError when the network failed.
+        Raises NotFound if the object vanished, TransientBackendError if it changed
+        since open (412: the next try opens it again) or the network failed.
         """
         want = min(len(buf), self.size - offset)
         if want <= 0:
@@ -202,7 +202,7 @@ class S3Backend(Backend):
             s3={"addressing_style": self.tier.addressing_style, "payload_signing_enabled": False},
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
-            retries={"mode": "standard", "max_attempts": REQUEST_ATTEMPTS},
+            retries={"mode": "standard", "total_max_attempts": REQUEST_ATTEMPTS},
             max_pool_connections=pool_size(self.tier.concurrency),
             connect_timeout=CONNECT_TIMEOUT,
             read_timeout=READ_TIMEOUT,
@@ -535,7 +535,7 @@ class S3Backend(Backend):
     async def hash(self, relpath: str) -> str:
         """GET every byte (ranges in parallel) and return its CRC64NVME.
 
-        Raises NotFound when missing, PermanentBackendError if it changed meanwhile.
+        Raises NotFound when missing, TransientBackendError if it changed meanwhile (412).
         """
         return await self._hash(relpath, await self._head(relpath))
 

@@ -8,7 +8,11 @@ BadDigest, InvalidDigest, XAmzContentSHA256Mismatch,          IntegrityError
 botocore's FlexibleChecksumError
 SlowDown, Throttling*, RequestTimeout, InternalError,         TransientBackendError
 ServiceUnavailable, OperationAborted, any 5xx, 408, 429,
-connection errors, timeouts, truncated bodies
+InvalidPart (a part not held as its answer said: the
+next try lists the parts and sends those again),
+connection errors, timeouts, truncated bodies;
+PreconditionFailed (412: the object changed since it
+was opened, or the ETag it was opened with was wrong)
 AccessDenied, NoSuchBucket, InvalidAccessKeyId,               PermanentBackendError
 SignatureDoesNotMatch, every other 4xx, missing credentials,
 bad parameters, awscrt errors (signing a lean request),
@@ -56,9 +60,16 @@ _TRANSIENT = frozenset(
         "OperationAborted",
         "PriorRequestNotComplete",
         "RequestTimeTooSkewed",
+        # CompleteMultipartUpload: a part is not held with the ETag its answer gave. The next
+        # try keeps only the parts ListParts shows as recorded, and sends the others again.
+        "InvalidPart",
     }
 )
 _TRANSIENT_STATUS = frozenset({408, 429})
+# tierd's one precondition is the If-Match that pins a reader's ranged GETs to the ETag its
+# opening GET saw. A 412 means the object changed since, or that ETag was wrong: the next
+# try opens it again, and its bytes must still hash to the checksum recorded at first sight.
+_CHANGED = "PreconditionFailed"
 
 _TRANSIENT_BOTO = (
     boto.HTTPClientError,  # connection closed, read timeouts, streaming errors
@@ -77,7 +88,7 @@ def translate(exc: BaseException, action: str, location: str) -> TierdError | No
     if isinstance(exc, boto.FlexibleChecksumError):
         return IntegrityError(f"{where}: {exc}")
     if isinstance(exc, _TRANSIENT_BOTO):
-        return TransientBackendError(f"{where}: {exc}")
+        return TransientBackendError(f"{where}: {exc}{_underlying(exc)}")
     if isinstance(exc, boto.BotoCoreError):
         return PermanentBackendError(f"{where}: {exc}")
     if isinstance(exc, AwsCrtError):
@@ -87,17 +98,31 @@ def translate(exc: BaseException, action: str, location: str) -> TierdError | No
     return None
 
 
+def _underlying(exc: boto.BotoCoreError) -> str:
+    """What aiohttp said under a botocore connection error, which may not say it.
+
+    aiobotocore reports any aiohttp connection error, a reset mid-request included, as
+    "Could not connect to the endpoint URL".
+    """
+    cause = getattr(exc, "kwargs", {}).get("error")
+    return f" ({type(cause).__name__}: {cause})" if isinstance(cause, BaseException) else ""
+
+
 def _client_error(exc: boto.ClientError, where: str) -> TierdError:
     error = exc.response.get("Error", {})
     code = str(error.get("Code", ""))
     status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-    message = f"{where}: {code or status} {error.get('Message', '')}".rstrip()
+    # the store's answer as it gave it: "403 AccessDenied Access Denied", "503 SlowDown ..."
+    answer = " ".join(dict.fromkeys(part for part in (str(status) if status else "", code) if part))
+    message = f"{where}: {answer} {error.get('Message', '')}".rstrip()
     if code in _NOT_FOUND or (status == 404 and not code.startswith("NoSuch")):
         return NotFound(message)
     if code in _INTEGRITY:
         return IntegrityError(message)
     if code in _TRANSIENT or status >= 500 or status in _TRANSIENT_STATUS:
         return TransientBackendError(message)
+    if code == _CHANGED or status == 412:
+        return TransientBackendError(f"{message} (changed since it was opened: opened again on the next try)")
     return PermanentBackendError(message)
 
 

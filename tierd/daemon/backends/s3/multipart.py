@@ -144,8 +144,9 @@ class Multipart:
 
         Raises IntegrityError (after aborting the upload) when the parts' combined CRC
         differs from ``expected``; UploadVanished (a TransientBackendError) when the
-        store lost the upload meanwhile (the next attempt starts over). On other failures the
-        upload is kept for a later resume when ``resume`` is given, else aborted.
+        store lost the upload meanwhile (the next attempt starts over). A PermanentBackendError
+        (the store refused a request) aborts the upload too. On other failures the upload is
+        kept for a later resume when ``resume`` is given, else aborted.
         """
         try:
             await self._write(relpath, reader, expected, resume, progress)
@@ -175,7 +176,8 @@ class Multipart:
                     f"{self.location}: the upload vanished before completion"
                 ) from exc
         except BaseException as exc:
-            if resume is None or isinstance(exc, IntegrityError):
+            # a refusal fails the job for good, and the catalog then forgets the upload
+            if resume is None or isinstance(exc, IntegrityError | PermanentBackendError):
                 await asyncio.shield(self._give_up(relpath, state, resume))
             raise
         if resume is not None:
