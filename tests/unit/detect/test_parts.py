@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.unit.detect.fleet import age, dcp_across, node_context, reconcile, step_missing, step_row
+from tierd.api.schemas import CheckpointDetail
+from tierd.daemon.catalog.checkpoints import get_checkpoint
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.parts import Expectation
 from tierd.daemon.detect.notify import notify_checkpoint
@@ -39,6 +41,15 @@ async def test_dcp_step_over_three_nodes_is_complete_only_with_every_shard(
     assert missing.files == ("__0_2.distcp",)
     assert missing.file_count == 1
     assert missing.nodes_heard == ("n0", "n1")
+    with db.read_session() as session:  # what GET /v1/checkpoints/{id} answers
+        shown = CheckpointDetail.of(get_checkpoint(session, row.id)).model_dump(mode="json")
+    tiers = {"nvme": "verified", "object": "pending", "pfs": "pending", "replica": "pending"}
+    assert [(p["node"], p["files"]) for p in shown["parts"]] == [("n0", 2), ("n1", 1)]
+    assert all({t: v["state"] for t, v in p["tiers"].items()} == tiers for p in shown["parts"])
+    assert shown["missing"]["files"] == ["__0_2.distcp"]
+    assert shown["missing"]["nodes_heard"] == ["n0", "n1"]
+    assert shown["waiting_since"] is not None
+    assert shown["replicas"] == []
 
     await reconcile(nodes[2])
     row = step_row(db, 7)
