@@ -6,6 +6,7 @@ its detect service runs one reconcile pass (scan, then the waiting sweep) at a t
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from tests.unit.detect.fleet import age, dcp_across, node_context, reconcile, step_missing, step_row
@@ -164,3 +165,33 @@ async def test_a_part_still_being_written_waits_for_the_settle_time(db: Database
 
 def _files(names: list[str]) -> Expectation:
     return Expectation(files=tuple(names), source="notify")
+
+
+async def test_each_node_checks_only_its_part_and_tier_0_is_gone_when_every_part_is(
+    db: Database, tmp_path: Path
+) -> None:
+    nodes = [node_context(db, tmp_path, f"n{i}", nodes=3) for i in range(3)]
+    dcp_across(tmp_path / "scratch", nodes, 8)
+    services = [await reconcile(ctx) for ctx in nodes]
+    for service in services:  # the other nodes' files are not on this node: no change
+        await service.check_changes()
+    row = step_row(db, 8)
+    assert row is not None
+    assert row.state == "complete", "a node took the others' files for missing"
+
+    shutil.rmtree(nodes[1].config.watch[0].path / "step_8")
+    await services[1].check_changes()
+    row = step_row(db, 8)
+    assert row is not None
+    assert {r.tier: r.state for r in row.replicas}["nvme"] == "verified"
+    assert {p.node: {r.tier: r.state for r in p.replicas}["nvme"] for p in row.parts} == {
+        "n0": "verified",
+        "n1": "deleted",
+        "n2": "verified",
+    }
+    for index in (0, 2):
+        shutil.rmtree(nodes[index].config.watch[0].path / "step_8")
+        await services[index].check_changes()
+    row = step_row(db, 8)
+    assert row is not None
+    assert {r.tier: r.state for r in row.replicas}["nvme"] == "deleted"
