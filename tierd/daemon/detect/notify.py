@@ -17,9 +17,11 @@ from typing import Any
 from tierd.daemon.aio import blocking
 from tierd.daemon.catalog.checkpoints import checkpoint_state, step_id_and_state
 from tierd.daemon.catalog.models import CheckpointState
+from tierd.daemon.catalog.parts import Expectation
 from tierd.daemon.context import Context
 from tierd.daemon.detect.hostile import check_checkpoint, printable
 from tierd.daemon.detect.layout import Settings, Verdict, stat_file, walk_files
+from tierd.daemon.detect.parts import inspect_part, part_verdict
 from tierd.daemon.detect.record import Outcome, record_checkpoint, write_refused, write_waiting
 from tierd.daemon.detect.registry import detectors_for
 from tierd.daemon.detect.scan import RootSpec, detect_path
@@ -82,18 +84,22 @@ async def notify_checkpoint(
     fmt: str | None,
     actor: str,
     detail: Mapping[str, Any] | None = None,
+    expect: Expectation | None = None,
 ) -> NotifyResult:
     """Record (or mark waiting) the step the job announced; raises NotifyRejected, CatalogError.
 
     A checkpoint holding what tierd will not read (``hostile``) is refused: the audit log
     gets a ``refused`` event and NotifyRejected says why. ``detail`` (what the job said
-    beside the step, e.g. its world size) joins the audit event's.
+    beside the step, e.g. its world size) joins the audit event's. ``expect`` (its world
+    size, its file list) says the step may span nodes: what this node holds is recorded as
+    its part, and the step completes when every part is in.
     """
     tier0 = ctx.config.tier0.path.resolve()
     target = await blocking(resolve_in_tier0, path, tier0)
     relpath = target.relative_to(tier0).as_posix()
+    announced = _Announced(run, step, target, relpath, fmt, actor, dict(detail or {}), expect or None)
     try:
-        return await _notify(ctx, run, step, target, relpath, fmt, actor, dict(detail or {}))
+        return await _notify(ctx, announced)
     except Refused as exc:
         name = fmt or "auto"
         await blocking(
@@ -103,66 +109,75 @@ async def notify_checkpoint(
         raise NotifyRejected(str(exc)) from None
 
 
-async def _notify(
-    ctx: Context,
-    run: str,
-    step: int,
-    target: Path,
-    relpath: str,
-    fmt: str | None,
-    actor: str,
-    extra: dict[str, Any],
-) -> NotifyResult:
-    existing = await blocking(step_id_and_state, ctx.db, run, step)
+@dataclass(frozen=True)
+class _Announced:
+    """What the job's notify call said, resolved inside tier 0."""
+
+    run: str
+    step: int
+    target: Path
+    relpath: str
+    fmt: str | None
+    actor: str
+    extra: dict[str, Any]
+    expect: Expectation | None
+
+
+async def _notify(ctx: Context, a: _Announced) -> NotifyResult:
+    existing = await blocking(step_id_and_state, ctx.db, a.run, a.step)
     if existing is not None and existing[1] != CheckpointState.WAITING.value:
         return NotifyResult(200, existing[0])
-    await blocking(check_checkpoint, ctx.config.tier0.path.resolve(), relpath, ())
-    settings = _settings_for(ctx, target)
-    detectors = detectors_for(fmt or "auto", settings.marker)
-    found = await blocking(detect_path, target, detectors, settings, step)
-    if found is None and fmt in (None, "auto"):
-        verdict, name, recheck = await blocking(_whole_path, target), "unknown", None
+    await blocking(check_checkpoint, ctx.config.tier0.path.resolve(), a.relpath, ())
+    settings = _settings_for(ctx, a.target)
+    detectors = detectors_for(a.fmt or "auto", settings.marker)
+    found = await blocking(detect_path, a.target, detectors, settings, a.step)
+    if found is None and a.fmt in (None, "auto"):
+        verdict, name, recheck = await blocking(_whole_path, a.target), "unknown", None
     elif found is None:
-        return await _wait(ctx, run, step, str(fmt), relpath, actor, f"not recognised as {fmt}", extra)
+        return await _wait(ctx, a, str(a.fmt), f"not recognised as {a.fmt}")
     else:
         detector, candidate, verdict = found
         name = detector.name
         recheck = functools.partial(detector.inspect, candidate, settings) if candidate else None
-        if not verdict.complete:
-            return await _wait(ctx, run, step, name, relpath, actor, verdict.reason, extra)
+        if not verdict.complete and a.expect is not None and candidate is not None:
+            verdict = await blocking(part_verdict, candidate.path, verdict, settings)
+            recheck = functools.partial(inspect_part, detector, candidate, settings)
+        if not verdict.complete and not verdict.partial:
+            return await _wait(ctx, a, name, verdict.reason)
     try:
         outcome, checkpoint_id = await record_checkpoint(
             ctx,
             verdict,
-            run=run,
-            step=step,
+            run=a.run,
+            step=a.step,
             fmt=name,
-            relpath=relpath,
-            actor=actor,
+            relpath=a.relpath,
+            actor=a.actor,
             action="notified",
             recheck=recheck,
-            detail=extra,
+            detail=a.extra,
+            expect=a.expect,
         )
     except Unstable as exc:
-        return await _wait(ctx, run, step, name, relpath, actor, str(exc), extra)
-    return NotifyResult(200 if outcome is Outcome.EXISTING else 201, checkpoint_id)
+        return await _wait(ctx, a, name, str(exc))
+    status = {Outcome.EXISTING: 200, Outcome.PART: 202}.get(outcome, 201)
+    return NotifyResult(status, checkpoint_id)
 
 
-async def _wait(
-    ctx: Context, run: str, step: int, fmt: str, relpath: str, actor: str, reason: str, extra: dict[str, Any]
-) -> NotifyResult:
-    log.warning("notify_disagrees", run=run, step=step, path=relpath, format=fmt, reason=reason)
+async def _wait(ctx: Context, a: _Announced, fmt: str, reason: str) -> NotifyResult:
+    log.warning("notify_disagrees", run=a.run, step=a.step, path=a.relpath, format=fmt, reason=reason)
     _, checkpoint_id = await blocking(
         write_waiting,
         ctx.db,
         ctx.config,
-        run=run,
-        step=step,
+        run=a.run,
+        step=a.step,
         fmt=fmt,
-        relpath=relpath,
-        actor=actor,
+        relpath=a.relpath,
+        actor=a.actor,
         reason=reason,
-        detail=extra,
+        detail=a.extra,
+        expect=a.expect,
     )
     state = await blocking(checkpoint_state, ctx.db, checkpoint_id)
     return NotifyResult(202 if state == CheckpointState.WAITING.value else 200, checkpoint_id)
