@@ -39,6 +39,7 @@ __all__ = [
     "CatalogConfig",
     "Config",
     "Duration",
+    "FleetSettings",
     "FreeSpace",
     "KeepBestConfig",
     "PosixTier",
@@ -333,6 +334,31 @@ class RestoreSettings(_Strict):
         return roots
 
 
+class FleetSettings(_Strict):
+    """The fleet on one PostgreSQL catalog: heartbeats, the shared tiers' leader lease, silence.
+
+    A leader that dies is replaced within ``lease`` + ``heartbeat_interval`` (at most twice
+    the lease); a node not heard from for ``node_timeout`` is shown ``silent``.
+    """
+
+    heartbeat_interval: Annotated[Duration, Field(gt=0)] = 5.0
+    lease: Annotated[Duration, Field(gt=0)] = 15.0
+    node_timeout: Annotated[Duration, Field(gt=0)] = 60.0
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FleetSettings:
+        if self.heartbeat_interval * 2 > self.lease:
+            raise ValueError(
+                f"lease: {self.lease:g}s must be at least twice heartbeat_interval "
+                f"({self.heartbeat_interval:g}s), so a leader renews it in time"
+            )
+        if self.node_timeout < self.lease:
+            raise ValueError(
+                f"node_timeout: {self.node_timeout:g}s must be at least the lease ({self.lease:g}s)"
+            )
+        return self
+
+
 class _TierBase(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")
     # Small files are bound by fsyncs (POSIX) or round trips (S3), not bandwidth: sixteen in
@@ -429,6 +455,7 @@ class Config(BaseSettings):
     tiers: list[TierConfig] = Field(min_length=1)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     restore: RestoreSettings = Field(default_factory=RestoreSettings)
+    fleet: FleetSettings = Field(default_factory=FleetSettings)
 
     @model_validator(mode="before")
     @classmethod

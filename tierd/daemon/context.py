@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from tierd.config import Config
 from tierd.daemon.catalog.db import Database
+from tierd.daemon.fleet.election import FixedLeadership, Leadership
 from tierd.daemon.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -29,10 +30,10 @@ class Context:
     #: clears it when it wakes. Services set it with ``ctx.wake_pipeline()``.
     pipeline_wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     metrics: Metrics = field(init=False)
-    #: Whether this daemon may delete, evict and scrub on shared tiers now. One daemon of a
-    #: fleet at a time leads (the fleet's election sets it); a daemon alone always does.
+    #: Whether this daemon may delete, evict and scrub on shared tiers now (``leader``). One
+    #: daemon of a fleet at a time leads (the fleet's ``Elector``); a daemon alone always does.
     #: Node-local tiers are every daemon's own, whatever this says: see ``acts_on``.
-    leader: bool = True
+    leadership: Leadership = field(default_factory=FixedLeadership)
     #: The running retention service (pins, deletes and reservations from the API go through it).
     retention: RetentionService | None = None
     #: The running restore service (the API's restores are woken and cancelled through it).
@@ -40,6 +41,15 @@ class Context:
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(self.db, [tier.name for tier in self.config.tiers])
+
+    @property
+    def leader(self) -> bool:
+        """Whether this daemon leads the fleet's shared tiers at this instant (asked afresh each time)."""
+        return self.leadership.leads()
+
+    @leader.setter
+    def leader(self, value: bool) -> None:
+        self.leadership = FixedLeadership(value)
 
     def acts_on(self, tier: str) -> bool:
         """Whether this daemon may delete, evict or scrub on ``tier`` now (its own, or it leads)."""

@@ -14,6 +14,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from tierd import __version__
+from tierd.daemon.catalog import fleet
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import ReplicaState
 from tierd.daemon.catalog.stats import replica_stats
@@ -93,7 +94,16 @@ class Metrics:
             ["tier"],
             registry=self.registry,
         )
+        self.fleet_leader = Gauge(
+            "tierd_fleet_leader",
+            "1 while this daemon leads the fleet's shared tiers (deletes, evicts, scrubs on them)",
+            registry=self.registry,
+        )
         self.registry.register(_CatalogCollector(db, tiers))
+
+    def count_fleet_nodes(self, db: Database, node_timeout: float) -> None:
+        """Report ``tierd_fleet_nodes{state}`` (live, silent) from the catalog at each scrape."""
+        self.registry.register(_FleetCollector(db, node_timeout))
 
 
 class _CatalogCollector(Collector):
@@ -141,3 +151,23 @@ class _CatalogCollector(Collector):
         held = GaugeMetricFamily("tierd_checkpoints_held", "Checkpoints under one or more legal holds")
         held.add_metric([], stats.held)
         return [replicas, age, verified_bytes, pinned, held]
+
+
+class _FleetCollector(Collector):
+    """``tierd_fleet_nodes{state}``: nodes heard from within ``node_timeout`` (database clock) or not."""
+
+    def __init__(self, db: Database, node_timeout: float) -> None:
+        self.db = db
+        self.node_timeout = node_timeout
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            with self.db.read_session() as session:
+                nodes = fleet.list_nodes(session)
+        except CatalogError:
+            return
+        family = GaugeMetricFamily("tierd_fleet_nodes", "Daemons of the fleet by state", labels=["state"])
+        silent = sum(1 for n in nodes if n.age_seconds > self.node_timeout)
+        family.add_metric(["live"], len(nodes) - silent)
+        family.add_metric(["silent"], silent)
+        yield family

@@ -20,6 +20,7 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import check_schema
 from tierd.daemon.context import Context
 from tierd.daemon.detect.service import DetectService
+from tierd.daemon.fleet.service import FleetService
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.service import PipelineService
 from tierd.daemon.restore.service import RestoreService
@@ -45,8 +46,11 @@ class Daemon:
         self.budget = ByteBudget(PipelineOptions().memory_budget)
         self.backends = {t.name: make_backend(t, budget=self.budget) for t in config.tiers}
         # Start order; stop order is the reverse of the work flow: first stop taking new
-        # work (watcher), then drain transfers, and keep the API up until last.
+        # work (watcher), then drain transfers, and keep the API up until last. The fleet
+        # goes first both ways: the leader is known before retention runs, and a stopping
+        # daemon hands the lease over at once (its draining services no longer lead).
         self.services: list[Service] = [
+            FleetService(self.ctx, self._api_address),
             DetectService(self.ctx),
             PipelineService(self.ctx, backends=self.backends, budget=self.budget),
             RetentionService(self.ctx, self.backends),
@@ -55,6 +59,11 @@ class Daemon:
         ]
         self._stop = asyncio.Event()
         self._started: list[Service] = []
+
+    def _api_address(self) -> str:
+        """Where this daemon's API listens (the bound port once it is up)."""
+        host = self.config.api.host
+        return f"[{host}]:{self.api.port}" if ":" in host else f"{host}:{self.api.port}"
 
     def request_stop(self, reason: str) -> None:
         """Begin an orderly shutdown (called from the signal handlers)."""

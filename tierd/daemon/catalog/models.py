@@ -32,7 +32,9 @@ __all__ = [
     "Checkpoint",
     "CheckpointState",
     "File",
+    "FleetLease",
     "Hold",
+    "Node",
     "Job",
     "JobFileDone",
     "Upload",
@@ -314,3 +316,32 @@ class UploadPart(Base):
     checksum: Mapped[str] = mapped_column(String(128))
 
     upload: Mapped[Upload] = relationship(back_populates="parts")
+
+
+class Node(Base):
+    """A daemon of the fleet, as its heartbeats left it. Times are the database's clock, never the node's."""
+
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    version: Mapped[str] = mapped_column(String(64))
+    pid: Mapped[int] = mapped_column(Integer)
+    api: Mapped[str] = mapped_column(String(255), default="")
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class FleetLease(Base):
+    """A lease one daemon holds at a time (``shared-tiers``: deleting, evicting, scrubbing shared tiers).
+
+    ``holder`` is the lease owner ``node:pid``; ``term`` grows by one each time the lease changes
+    hands (a fencing token); ``expires_at`` is on the database's clock.
+    """
+
+    __tablename__ = "fleet_leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(255), default=None)
+    term: Mapped[int] = mapped_column(BigInteger, default=0)
+    acquired_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)

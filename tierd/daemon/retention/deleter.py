@@ -12,6 +12,11 @@ For each due deletion, in order:
    by the API or because every tier's policy drops it) is no durable copy required;
 4. remove the bytes, completion markers first (a POSIX tier renames the directory out of
    sight before anything), then mark the replica ``deleted``.
+
+On a shared tier only the fleet's leader deletes: ``acts_on(tier)`` is asked before a
+deletion is claimed, and again right before its bytes go (the fence: a leader paused or cut
+off meanwhile has lost the right). A deletion skipped for this reason is not an error; one
+claimed already stays claimed, and the leader finishes it.
 """
 
 from __future__ import annotations
@@ -34,11 +39,13 @@ from tierd.daemon.retention.state import tier_rules
 from tierd.errors import TierdError
 from tierd.logs import get_logger
 
-__all__ = ["Deleter", "Outcome", "Veto"]
+__all__ = ["NOT_LEADER", "Deleter", "Outcome", "Veto"]
 
 log = get_logger(__name__)
 
 ACTOR = "retention"
+#: Why a deletion on a shared tier was skipped on a daemon that does not lead the fleet.
+NOT_LEADER = "not the leader of the shared tiers"
 #: Replica states that mean the copy is leaving or was never made: no longer a copy to rely on.
 NOT_A_COPY = frozenset(
     {
@@ -73,9 +80,15 @@ class Deleter:
         metrics: Metrics,
         *,
         on_bad_copy: Callable[[], None] = lambda: None,
+        acts_on: Callable[[str], bool] = lambda _tier: True,
     ) -> None:
-        """``on_bad_copy`` runs when a re-check marks a replica failed (the pipeline copies it again)."""
+        """Deletes on ``backends``; two callbacks tie it to the rest of the daemon.
+
+        ``on_bad_copy`` runs when a re-check marks a replica failed (the pipeline copies it
+        again); ``acts_on(tier)`` says whether this daemon may delete on ``tier`` now.
+        """
         self.on_bad_copy = on_bad_copy
+        self.acts_on = acts_on
         self.config = config
         self.db = db
         self.backends = backends
@@ -96,6 +109,9 @@ class Deleter:
         """
         outcomes = []
         for item in due:
+            if not self.acts_on(item.tier):
+                outcomes.append(Outcome("skipped", NOT_LEADER))
+                continue
             # A deletion that had begun before a crash may have removed bytes: it is finished,
             # or (when refused below) its replica is copied again; never given back as it was.
             refusal = veto(item) if not item.begun else None
@@ -112,6 +128,8 @@ class Deleter:
 
     async def delete(self, due: DueDeletion, *, now: datetime | None = None) -> Outcome:
         """Run one deletion (claimed first unless it has begun already)."""
+        if not self.acts_on(due.tier):
+            return Outcome("skipped", NOT_LEADER)
         if not due.begun and not await blocking(self._begin, due.replica_id, now or utcnow()):
             return Outcome("skipped", "undeleted or changed before it began")
         try:
@@ -139,6 +157,8 @@ class Deleter:
         if context.protected_by:
             await blocking(self._abandon, due, context.protected_by)
             return Outcome("refused", context.protected_by)
+        if not self._fence(due):
+            return Outcome("skipped", NOT_LEADER)
         await self._remove(due, [f[0] for f in context.files])
         await blocking(self._finish, due)
         self.metrics.deletions.labels(due.tier, due.origin.value).inc()
@@ -151,6 +171,15 @@ class Deleter:
             reason=due.reason,
         )
         return Outcome("deleted", due.reason)
+
+    def _fence(self, due: DueDeletion) -> bool:
+        """Whether the bytes may go now; on a shared tier, logs the leader's act (or its stand-down)."""
+        if not self.acts_on(due.tier):
+            log.info("deletion_left_to_leader", checkpoint=due.checkpoint_id, tier=due.tier)
+            return False
+        if self._tiers[due.tier].shared:
+            log.info("leader_acts", action="delete", checkpoint=due.checkpoint_id, tier=due.tier)
+        return True
 
     def _context(self, checkpoint_id: int) -> DeletionContext:
         with self.db.read_session() as session:

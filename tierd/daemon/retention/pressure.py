@@ -105,9 +105,10 @@ class Pressure:
         return space
 
     async def relieve_all(self) -> None:
-        """Evict on every tier that is below its low mark."""
+        """Evict on every tier that is below its low mark (a shared one only on the fleet's leader)."""
         for tier in self.tiers():
-            await self.relieve(tier)
+            if self.deleter.acts_on(tier.name):
+                await self.relieve(tier)
 
     async def relieve(self, tier: PosixTier) -> Room | None:
         """Evict down to ``evict_to`` if the tier is below ``evict_below``; None when it is not."""
@@ -152,6 +153,8 @@ class Pressure:
             snap = await blocking(self.snapshot)
             plan = eviction_candidates(snap.checkpoints, tier, self.deleter.rules, target_free - space.free)
             candidates = () if all_or_nothing and not plan.enough else plan.candidates
+            if not self.deleter.acts_on(tier):
+                candidates = ()  # a shared tier: only the fleet's leader evicts there
             if self.config.retention.dry_run:
                 for c in candidates:
                     log.info("retention_dry_run_would_evict", tier=tier, checkpoint=c.checkpoint_id, why=why)

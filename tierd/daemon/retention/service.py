@@ -8,6 +8,10 @@ Every ``retention.interval`` (and when woken), one pass:
 3. runs the deletions that are due (``deleter``), each vetoed when the fresh plan keeps it;
 4. evicts on POSIX tiers below their low mark (``pressure``).
 
+On shared tiers only the fleet's leader schedules, cancels, deletes and evicts
+(``Context.acts_on``, asked again right before each delete); node-local tiers are every
+daemon's own.
+
 With ``retention.dry_run`` a pass logs what it would schedule and touches nothing; due
 deletions and eviction do not run either. A tier with no retention block keeps everything.
 """
@@ -67,7 +71,9 @@ class RetentionService:
     def __init__(self, ctx: Context, backends: Mapping[str, Backend]) -> None:
         self.ctx = ctx
         self.config = ctx.config
-        self.deleter = Deleter(ctx.config, ctx.db, backends, ctx.metrics, on_bad_copy=ctx.wake_pipeline)
+        self.deleter = Deleter(
+            ctx.config, ctx.db, backends, ctx.metrics, on_bad_copy=ctx.wake_pipeline, acts_on=ctx.acts_on
+        )
         self.pressure = Pressure(ctx.config, ctx.db, backends, self.deleter, ctx.metrics, self.snapshot)
         self.wakeup = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
@@ -174,7 +180,7 @@ class RetentionService:
         items = [
             deletions.Scheduled(v.checkpoint_id, v.tier, now + delays[v.tier], v.reason, v.policy)
             for v in snap.plan.deletions()
-            if v.schedules_deletion
+            if v.schedules_deletion and self.ctx.acts_on(v.tier)
         ]
         cancelled = 0
         with self.ctx.db.session() as session:
@@ -182,7 +188,7 @@ class RetentionService:
                 deletions.schedule_replica_deletions(session, items, origin=Origin.RETENTION, actor=ACTOR)
             )
             for verdict in snap.plan.cancellations():
-                if deletions.cancel_retention_deletion(
+                if self.ctx.acts_on(verdict.tier) and deletions.cancel_retention_deletion(
                     session, verdict.checkpoint_id, verdict.tier, reason=verdict.reason, actor=ACTOR
                 ):
                     cancelled += 1
