@@ -84,6 +84,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     audit.add_argument("ref", type=checkpoint_ref, nargs="?", metavar="ID|RUN:STEP", help="only this one")
     audit.add_argument("--limit", type=int, default=50)
     audit.add_argument("--before", type=int, help="only events older than this event id")
+    _command(sub, common, "fleet", "every daemon on the catalog: heartbeat, leader, jobs", _cmd_fleet)
     _command(sub, common, "runs", "every run: its newest complete step, and per tier", _cmd_runs)
     latest = _command(sub, common, "latest", "a run's newest complete step (to resume from)", _cmd_latest)
     latest.add_argument("run")
@@ -554,6 +555,37 @@ def _jobs_lines(body: JsonObject) -> list[str]:
     lines = [f"copies: {len(copies)}", *table(("ID", "CHECKPOINT", "HOP", "STATE", "DONE", "ERROR"), copies)]
     lines += [f"deletions: {len(deletions)}", *table(("CHECKPOINT", "TIER", "AFTER", "REASON"), deletions)]
     lines += [f"restores: {len(body['restores'])}", *(_restore_line(r) for r in body["restores"])]
+    return lines
+
+
+def _cmd_fleet(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        body = client.fleet()
+    return _emit(args, body, lambda: _fleet_lines(body))
+
+
+def _fleet_lines(body: JsonObject) -> list[str]:
+    leader = f"{body['leader']} (term {body['term']})" if body["leader"] else "nobody"
+    rows = [
+        (
+            n["name"],
+            "silent" if n["silent"] else "live",
+            "yes" if n["leader"] else "",
+            f"{format_duration(n['heartbeat_age_seconds'])} ago",
+            n["version"],
+            n["pid"],
+            ", ".join(f"{j['run']}:{j['step']} -> {j['dst_tier']}" for j in n["copying"]) or "-",
+        )
+        for n in body["nodes"]
+    ]
+    lines = [f"nodes: {len(rows)}, leader: {leader}"]
+    lines += table(("NODE", "STATE", "LEADER", "HEARD", "VERSION", "PID", "COPYING"), rows, right=(5,))
+    for node in body["nodes"]:
+        for job in (node["unfinished"] or {}).get("jobs", []):
+            hop = f"{job['src_tier'] or '-'} -> {job['dst_tier'] or '-'}"
+            lines.append(
+                f"  {node['name']} left {job['kind']} {job['run']}:{job['step']} {hop} ({job['state']})"
+            )
     return lines
 
 

@@ -6,7 +6,18 @@ from fastapi import FastAPI
 
 from tierd import __version__
 from tierd.api.problems import install_problem_handlers
-from tierd.api.routes import audit, checkpoints, health, jobs, metrics, restores, retention, runs, tiers
+from tierd.api.routes import (
+    audit,
+    checkpoints,
+    fleet,
+    health,
+    jobs,
+    metrics,
+    restores,
+    retention,
+    runs,
+    tiers,
+)
 from tierd.daemon.context import Context
 
 __all__ = ["create_app"]
@@ -31,5 +42,6 @@ def create_app(ctx: Context) -> FastAPI:
     app.include_router(audit.router)
     app.include_router(restores.router)
     app.include_router(jobs.router)
+    app.include_router(fleet.router)
     app.include_router(metrics.router)
     return app

@@ -162,6 +162,10 @@ class Client:
         params = {"reason": reason} if reason else {}
         return self._object("DELETE", f"/v1/restores/{restore_id}", params=params)
 
+    def fleet(self) -> JsonObject:
+        """``GET /v1/fleet``: every node, its heartbeat and whether it leads."""
+        return self._object("GET", "/v1/fleet")
+
     def jobs(self) -> JsonObject:
         """``GET /v1/jobs``: copies, deletions and restores in flight."""
         return self._object("GET", "/v1/jobs")

@@ -37,6 +37,10 @@ __all__ = [
     "CopyJobOut",
     "DeletionOut",
     "FallbackOut",
+    "FleetJobOut",
+    "FleetNodeOut",
+    "FleetOut",
+    "UnfinishedOut",
     "JobsOut",
     "RestoreIn",
     "RestoreOut",
@@ -511,3 +515,52 @@ class RunPage(BaseModel):
     """Every run by name (``GET /v1/runs``)."""
 
     items: list[RunOut]
+
+
+class FleetJobOut(BaseModel):
+    """A job a node runs (its lease ``owner`` is ``node:pid``) or owes (queued from its node-local tier)."""
+
+    id: int
+    kind: str
+    state: str
+    checkpoint_id: int
+    run: str
+    step: int
+    src_tier: str | None
+    dst_tier: str | None
+    owner: str | None
+
+
+class UnfinishedOut(BaseModel):
+    """What a silent node left undone."""
+
+    jobs: list[FleetJobOut] = Field(
+        description="running under its lease (taken over once it expires), or copies only it can make"
+    )
+
+
+class FleetNodeOut(BaseModel):
+    """One daemon of the fleet; times and ages on the database's clock."""
+
+    name: str
+    version: str
+    pid: int
+    api: str = Field(description="where its API listens")
+    started_at: datetime
+    heartbeat_at: datetime
+    heartbeat_age_seconds: float
+    leader: bool = Field(description="whether it holds the shared tiers' lease now")
+    silent: bool = Field(description="not heard from for longer than fleet.node_timeout")
+    copying: list[FleetJobOut] = Field(description="its running jobs")
+    unfinished: UnfinishedOut | None = Field(description="only for a silent node: what it left")
+
+
+class FleetOut(BaseModel):
+    """Every node of the fleet and its leader (``GET /v1/fleet``)."""
+
+    nodes: list[FleetNodeOut]
+    leader: str | None = Field(description="the node leading the shared tiers, None while nobody does")
+    term: int = Field(description="the lease's term: grows by one each time the leader changes")
+    lease_expires_at: datetime | None
+    node_timeout_seconds: float
+    checked_at: datetime = Field(description="the database's clock when this was read")

@@ -15,11 +15,11 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import case, func, or_, select, text, update
+from sqlalchemy import case, func, or_, select, text, type_coerce, update
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.dialect import insert_ignoring_duplicates, is_postgresql
-from tierd.daemon.catalog.models import Checkpoint, FleetLease, Job, JobState, Node, Run
+from tierd.daemon.catalog.models import Checkpoint, FleetLease, Job, JobState, Node, Run, UTCDateTime
 
 __all__ = [
     "SHARED_TIERS_LEASE",
@@ -90,7 +90,7 @@ class NodeJob:
 
 def database_now(session: Session) -> datetime:
     """The database's clock now."""
-    value: datetime = session.scalars(select(func.now())).one()
+    value: datetime = session.scalars(select(type_coerce(func.now(), UTCDateTime()))).one()
     return value
 
 
