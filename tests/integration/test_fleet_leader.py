@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import pytest
 
@@ -91,3 +92,14 @@ def test_leader_killed_then_paused_and_shared_deletions_happen_once(make_fleet: 
     assert deleted == dict.fromkeys(old, 1), "each old object deleted once"
     acting = {name for name, e in fleet.events("leader_acts") if e.get("tier") == "s3"}
     assert acting == {third.name}, f"only the leader deletes on the shared tier: {acting}"
+
+    view = fleet.wait_for(partial(_silent_view, fleet, first), 30, f"{first.name} shown silent in /v1/fleet")
+    assert view["leader"] == third.name
+    assert {n["name"] for n in view["nodes"]} == {n.name for n in fleet.nodes}
+    assert {n["name"] for n in view["nodes"] if n["silent"]} == {first.name}
+    assert [n["name"] for n in view["nodes"] if n["leader"]] == [third.name]
+
+
+def _silent_view(fleet: Fleet, dead: Node) -> dict[str, Any] | None:
+    view: dict[str, Any] = fleet.any_node().get("/v1/fleet")
+    return view if any(n["name"] == dead.name and n["silent"] for n in view["nodes"]) else None
