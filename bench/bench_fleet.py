@@ -25,7 +25,6 @@ coordinator's real DCP ``.metadata`` (a pickled ``Metadata`` naming all 32 shard
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 import statistics
 import threading
@@ -42,6 +41,7 @@ from bench.harness import OtherLoad, tierd_source
 from bench.retention_idle import daemon_cpu
 from tests.fixtures.fleet import Fleet, FleetSpec, build_fleet
 from tests.fixtures.pgserver import PostgresServer, pg_available, postgres_server
+from tests.integration.fleet_jobs import dcp_metadata
 
 POLL = 0.1
 SETTLE = 15.0
@@ -83,31 +83,6 @@ class Catalog:
         return int(
             self.query("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")[0][0]
         )
-
-
-def dcp_metadata(ranks: int, shard_bytes: int) -> bytes:
-    """A real DCP ``.metadata`` pickle: one float32 tensor per rank, in ``__r_0.distcp``."""
-    import torch
-    from torch.distributed.checkpoint.filesystem import _StorageInfo
-    from torch.distributed.checkpoint.metadata import (
-        ChunkStorageMetadata,
-        Metadata,
-        MetadataIndex,
-        TensorProperties,
-        TensorStorageMetadata,
-    )
-
-    floats = shard_bytes // 4
-    tensors: dict[str, Any] = {}
-    storage: dict[Any, Any] = {}
-    for rank in range(ranks):
-        fqn = f"rank{rank}.weight"
-        chunk = ChunkStorageMetadata(offsets=torch.Size([0]), sizes=torch.Size([floats]))
-        tensors[fqn] = TensorStorageMetadata(
-            TensorProperties(dtype=torch.float32), torch.Size([floats]), [chunk]
-        )
-        storage[MetadataIndex(fqn, torch.Size([0]), 0)] = _StorageInfo(f"__{rank}_0.distcp", 0, shard_bytes)
-    return pickle.dumps(Metadata(state_dict_metadata=tensors, storage_data=storage))
 
 
 def write_step(fleet: Fleet, step: int, shard: bytes, metadata: bytes) -> float:
@@ -157,7 +132,7 @@ def run_steps(
     fleet: Fleet, catalog: Catalog, steps: int, interval: float, shard_bytes: int
 ) -> dict[str, Any]:
     """Write the steps at ``interval``; wait for each to be verified on pfs; latencies and rates."""
-    metadata = dcp_metadata(len(fleet.nodes), shard_bytes)
+    metadata = dcp_metadata([shard_bytes] * len(fleet.nodes))
     shard = os.urandom(shard_bytes)
     watcher = Watcher(catalog)
     before, own, started = catalog.stats(), catalog.own_queries, time.monotonic()

@@ -3,18 +3,26 @@ tier-0 directories, and DCP-like steps written by hand."""
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.filesystem import FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystemWriter, _StorageInfo
+from torch.distributed.checkpoint.metadata import (
+    ChunkStorageMetadata,
+    Metadata,
+    MetadataIndex,
+    TensorProperties,
+    TensorStorageMetadata,
+)
 from torch.distributed.checkpoint.state_dict_saver import save
 from torch.multiprocessing.spawn import start_processes
 
 from tests.integration.daemon_helpers import write_files
 
-__all__ = ["dcp_save", "shard_name", "write_step"]
+__all__ = ["dcp_metadata", "dcp_save", "shard_name", "write_step"]
 
 #: Floats per rank: 64 KiB shards, well under one S3 part.
 SHARD_FLOATS = 16_384
@@ -44,6 +52,21 @@ def dcp_save(init_file: Path, rank_dirs: Sequence[Path], step: int) -> None:
     start_processes(  # type: ignore[no-untyped-call]
         _rank, args=(len(dirs), str(init_file), dirs, step), nprocs=len(dirs), start_method="spawn"
     )
+
+
+def dcp_metadata(shard_sizes: Sequence[int]) -> bytes:
+    """A real DCP ``.metadata`` pickle naming rank r's shard ``__r_0.distcp`` of ``shard_sizes[r]``
+    bytes (one float32 tensor per rank), as the coordinator writes it after a save."""
+    tensors: dict[str, TensorStorageMetadata] = {}
+    storage: dict[MetadataIndex, _StorageInfo] = {}
+    for rank, size in enumerate(shard_sizes):
+        fqn, floats = f"rank{rank}.weight", size // 4
+        chunk = ChunkStorageMetadata(offsets=torch.Size([0]), sizes=torch.Size([floats]))
+        tensors[fqn] = TensorStorageMetadata(
+            TensorProperties(dtype=torch.float32), torch.Size([floats]), [chunk]
+        )
+        storage[MetadataIndex(fqn, torch.Size([0]), 0)] = _StorageInfo(shard_name(rank), 0, size)
+    return pickle.dumps(Metadata(state_dict_metadata=dict(tensors), storage_data=storage))
 
 
 def write_step(directory: Path, shards: int, shard_bytes: int, *, seed: int = 0) -> dict[str, bytes]:
