@@ -39,11 +39,12 @@ from bench.common import bench_root, emit, env_float, env_int, note, percentile,
 from bench.fleet_api import measure_api
 from bench.harness import OtherLoad, tierd_source
 from bench.retention_idle import daemon_cpu
-from tests.fixtures.fleet import Fleet, FleetSpec, build_fleet
+from tests.fixtures.fleet import Fleet, FleetSpec, PostgresSwitch, build_fleet
 from tests.fixtures.pgserver import PostgresServer, pg_available, postgres_server
 from tests.integration.fleet_jobs import dcp_metadata
 
 POLL = 0.1
+MAX_CONNECTIONS = "1000"
 SETTLE = 15.0
 
 
@@ -245,5 +246,8 @@ def main() -> None:
     root = bench_root() / "fleet"
     shutil.rmtree(root, ignore_errors=True)  # a step left by an earlier run would be detected again
     with postgres_server(None, durable=True) as server:
+        # PostgreSQL's default of 100 connections is not enough for 32 daemons: allow plenty,
+        # and report how many the fleet used.
+        PostgresSwitch.of(server).set_and_restart(max_connections=MAX_CONNECTIONS)
         _scale(server, root)
         measure_api(server, root / "api")
