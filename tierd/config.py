@@ -156,6 +156,9 @@ class WatchConfig(_Strict):
     format: Format = "auto"
     marker: str | None = None
     settle_seconds: float = Field(default=30.0, gt=0)
+    #: How many nodes write each step, each its part on its own node-local tier 0: a step is
+    #: complete once that many parts are recorded (unless the format or notify says more).
+    nodes: int = Field(default=1, ge=1, le=1_000_000)
 
     @model_validator(mode="after")
     def _run_source(self) -> WatchConfig:

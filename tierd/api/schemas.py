@@ -6,9 +6,11 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, StringConstraints, model_validator
+from sqlalchemy.orm import object_session
 
 from tierd.config import Format
-from tierd.daemon.catalog.models import Checkpoint, File, Hold, Replica
+from tierd.daemon.catalog.models import Checkpoint, CheckpointState, File, Hold, Part, Replica
+from tierd.daemon.catalog.parts import Missing, missing_of
 from tierd.daemon.catalog.restores import RestoreRow
 
 __all__ = [
@@ -34,6 +36,9 @@ __all__ = [
     "CheckpointDetail",
     "CheckpointOut",
     "CheckpointPage",
+    "MissingOut",
+    "PartOut",
+    "PartTierOut",
     "CopyJobOut",
     "DeletionOut",
     "FallbackOut",
@@ -89,7 +94,14 @@ class NotifyIn(BaseModel):
         default=None,
         ge=1,
         le=INTEGER_MAX,
-        description="processes that wrote the step (kept in the audit log)",
+        description="processes that wrote the step: DCP's step is complete once every rank's shards are",
+    )
+    expected_files: (
+        list[Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=NO_NUL)]] | None
+    ) = Field(
+        default=None,
+        max_length=1_000_000,
+        description="every file of the step, relative to path, whichever node holds it",
     )
 
 
@@ -176,8 +188,64 @@ class FileOut(BaseModel):
         )
 
 
+class PartTierOut(BaseModel):
+    """A part's copy on one tier."""
+
+    state: str
+    bytes_done: int
+    verified_at: datetime | None
+    error: str | None
+
+
+class PartOut(BaseModel):
+    """The files of a step one node holds and recorded, and its copy on each tier."""
+
+    node: str
+    files: int
+    bytes: int
+    recorded_at: datetime
+    tiers: dict[str, PartTierOut]
+
+    @classmethod
+    def of(cls, row: Part) -> PartOut:
+        """Build from a catalog row with its replicas loaded."""
+        tiers = {r.tier: PartTierOut.model_validate(r, from_attributes=True) for r in row.replicas}
+        return cls(
+            node=row.node,
+            files=row.file_count,
+            bytes=row.total_bytes,
+            recorded_at=row.recorded_at,
+            tiers=tiers,
+        )
+
+
+class MissingOut(BaseModel):
+    """What a waiting step lacks: files and ranks (the first 1000 of each) and parts not heard from."""
+
+    files: list[str] = Field(description="expected files no node has recorded, relative to the step's path")
+    file_count: int
+    ranks: list[int] = Field(description="ranks (world_size) with no shard recorded")
+    rank_count: int
+    nodes: int = Field(description="parts still to come, of the watch's nodes: N")
+    nodes_expected: int | None
+    nodes_heard: list[str] = Field(description="the nodes that recorded their part")
+
+    @classmethod
+    def of(cls, missing: Missing, nodes_expected: int | None) -> MissingOut:
+        """Build from the catalog's answer."""
+        return cls(
+            files=list(missing.files),
+            file_count=missing.file_count,
+            ranks=list(missing.ranks),
+            rank_count=missing.rank_count,
+            nodes=missing.nodes,
+            nodes_expected=nodes_expected,
+            nodes_heard=list(missing.nodes_heard),
+        )
+
+
 class CheckpointOut(BaseModel):
-    """A checkpoint step and its replicas, in tier order."""
+    """A checkpoint step, its replicas in tier order, and its parts (one per node that holds files)."""
 
     id: int
     run: str
@@ -194,6 +262,12 @@ class CheckpointOut(BaseModel):
     created_at: datetime
     completed_at: datetime | None
     replicas: list[ReplicaOut]
+    parts: list[PartOut]
+    waiting_since: datetime | None = Field(description="while waiting: since when")
+    expected_source: str | None = Field(
+        description="where the expected files came from: format, notify, config"
+    )
+    missing: MissingOut | None = Field(description="while waiting: what is not recorded yet")
 
     @classmethod
     def of(cls, row: Checkpoint) -> CheckpointOut:
@@ -239,7 +313,18 @@ def _checkpoint_fields(row: Checkpoint) -> dict[str, object]:
         "created_at": row.created_at,
         "completed_at": row.completed_at,
         "replicas": [ReplicaOut.of(r) for r in row.replicas],
+        "parts": [PartOut.of(p) for p in row.parts],
+        "waiting_since": row.waiting_since,
+        "expected_source": row.expected_source,
+        "missing": _missing(row),
     }
+
+
+def _missing(row: Checkpoint) -> MissingOut | None:
+    session = object_session(row)
+    if row.state != CheckpointState.WAITING.value or session is None:
+        return None
+    return MissingOut.of(missing_of(session, row), row.expected_nodes)
 
 
 Reason = Annotated[str, Field(max_length=1000, pattern=NO_NUL, description="why: kept in the audit log")]

@@ -27,6 +27,7 @@ from tierd.daemon.catalog import checkpoints as queries
 from tierd.daemon.catalog import deletions, protection
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import utcnow
+from tierd.daemon.catalog.parts import Expectation
 from tierd.daemon.context import Context
 from tierd.daemon.detect.notify import notify_checkpoint
 from tierd.errors import CatalogError, Conflict, NotFound
@@ -84,7 +85,10 @@ def _out(db: Database, checkpoint_id: int) -> CheckpointOut:
 )
 async def notify(body: NotifyIn, ctx: ContextDep, caller: Operator, response: Response) -> CheckpointOut:
     """Record a step now (201), return it if already recorded (200), or record it waiting (202)."""
-    extra = {"world_size": body.world_size} if body.world_size is not None else {}
+    extra: dict[str, object] = {"world_size": body.world_size} if body.world_size is not None else {}
+    if body.expected_files is not None:
+        extra["expected_files"] = len(body.expected_files)
+    files = tuple(body.expected_files) if body.expected_files is not None else None
     result = await notify_checkpoint(
         ctx,
         run=body.run,
@@ -93,6 +97,7 @@ async def notify(body: NotifyIn, ctx: ContextDep, caller: Operator, response: Re
         fmt=body.format,
         actor=f"api:{caller}",
         detail=extra,
+        expect=Expectation(files=files, ranks=body.world_size, source="notify"),
     )
     if body.metrics:
         await blocking(_set_metrics, ctx.db, result.checkpoint_id, body.metrics, f"api:{caller}")

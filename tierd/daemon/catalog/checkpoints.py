@@ -13,13 +13,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from tierd.daemon import checksum
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import Checkpoint, CheckpointState, File, Run
+from tierd.daemon.catalog.models import Checkpoint, CheckpointState, File, Part, Run
 from tierd.errors import NotFound
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "mark_checkpoint_changed",
     "recorded_steps",
     "step_id_and_state",
+    "steps_awaiting_part",
     "update_file_mtimes",
     "waiting_steps",
 ]
@@ -195,15 +196,43 @@ def checkpoint_state(db: Database, checkpoint_id: int) -> str | None:
         return session.scalar(select(Checkpoint.state).where(Checkpoint.id == checkpoint_id))
 
 
-def recorded_steps(db: Database) -> list[tuple[str, int, str, str]]:
-    """(run, step, path, format) of every recorded (not waiting) checkpoint."""
+def recorded_steps(db: Database, node: str | None = None) -> list[tuple[str, int, str, str]]:
+    """(run, step, path, format) of every recorded (not waiting) checkpoint.
+
+    With ``node``: also the waiting steps of which ``node`` recorded its part.
+    """
+    recorded: ColumnElement[bool] = Checkpoint.state != CheckpointState.WAITING.value
+    if node is not None:
+        recorded = recorded | Checkpoint.id.in_(select(Part.checkpoint_id).where(Part.node == node))
     with db.read_session() as session:
         rows = session.execute(
             select(Run.name, Checkpoint.step, Checkpoint.path, Checkpoint.format)
             .join(Checkpoint.run)
-            .where(Checkpoint.state != CheckpointState.WAITING.value)
+            .where(recorded)
         ).all()
     return [(run, step, path, fmt) for run, step, path, fmt in rows]
+
+
+def steps_awaiting_part(db: Database, node: str) -> list[tuple[int, str, int, str, str, bool]]:
+    """(id, run, step, path, format, spans) of the waiting steps ``node`` has no part of.
+
+    ``spans``: the step is known to span nodes (it has an expectation, or another node's part).
+    """
+    mine = select(Part.checkpoint_id).where(Part.node == node)
+    others = select(Part.checkpoint_id).where(Part.node != node)
+    spans = (
+        Checkpoint.expected_files.is_not(None)
+        | Checkpoint.expected_ranks.is_not(None)
+        | Checkpoint.expected_nodes.is_not(None)
+        | Checkpoint.id.in_(others)
+    )
+    with db.read_session() as session:
+        rows = session.execute(
+            select(Checkpoint.id, Run.name, Checkpoint.step, Checkpoint.path, Checkpoint.format, spans)
+            .join(Checkpoint.run)
+            .where(Checkpoint.state == CheckpointState.WAITING.value, Checkpoint.id.not_in(mine))
+        ).all()
+    return [(cid, run, step, path, fmt, bool(wide)) for cid, run, step, path, fmt, wide in rows]
 
 
 def waiting_steps(db: Database, node: str) -> list[tuple[int, str, int, str, str]]:
@@ -232,7 +261,10 @@ def load_checkpoint(session: Session, checkpoint_id: int) -> Checkpoint:
         select(Checkpoint)
         .where(Checkpoint.id == checkpoint_id)
         .options(
-            selectinload(Checkpoint.run), selectinload(Checkpoint.replicas), selectinload(Checkpoint.holds)
+            selectinload(Checkpoint.run),
+            selectinload(Checkpoint.replicas),
+            selectinload(Checkpoint.holds),
+            selectinload(Checkpoint.parts).selectinload(Part.replicas),
         )
         .execution_options(populate_existing=True)
     ).one()
@@ -253,7 +285,10 @@ def list_checkpoints(
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     rows = session.scalars(
         query.options(
-            selectinload(Checkpoint.replicas), selectinload(Checkpoint.run), selectinload(Checkpoint.holds)
+            selectinload(Checkpoint.replicas),
+            selectinload(Checkpoint.run),
+            selectinload(Checkpoint.holds),
+            selectinload(Checkpoint.parts).selectinload(Part.replicas),
         )
         .order_by(Checkpoint.created_at.desc(), Checkpoint.id.desc())
         .limit(limit)
@@ -272,6 +307,7 @@ def get_checkpoint(session: Session, checkpoint_id: int) -> Checkpoint:
             selectinload(Checkpoint.files),
             selectinload(Checkpoint.run),
             selectinload(Checkpoint.holds),
+            selectinload(Checkpoint.parts).selectinload(Part.replicas),
         )
     ).one_or_none()
     if row is None:

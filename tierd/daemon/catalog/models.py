@@ -37,6 +37,8 @@ __all__ = [
     "Node",
     "Job",
     "JobFileDone",
+    "Part",
+    "PartReplica",
     "Upload",
     "UploadPart",
     "JobKind",
@@ -155,8 +157,20 @@ class Checkpoint(Base):
     file_count: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    #: What makes the step complete when it spans nodes: the files (relative to ``path``) the
+    #: format's metadata or the notify call named, the ranks (DCP ``__R_*.distcp``), the parts.
+    expected_files: Mapped[list[str] | None] = mapped_column(JSON, default=None)
+    expected_ranks: Mapped[int | None] = mapped_column(Integer, default=None)
+    expected_nodes: Mapped[int | None] = mapped_column(Integer, default=None)
+    #: Where the expectation came from: ``format``, ``notify`` or ``config``.
+    expected_source: Mapped[str | None] = mapped_column(String(16), default=None)
+    #: Since when the step has been ``waiting`` (None once complete).
+    waiting_since: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
 
     run: Mapped[Run] = relationship(back_populates="checkpoints")
+    parts: Mapped[list[Part]] = relationship(
+        back_populates="checkpoint", order_by="Part.node", cascade="all, delete-orphan"
+    )
     files: Mapped[list[File]] = relationship(
         back_populates="checkpoint", order_by="File.relpath", cascade="all, delete-orphan"
     )
@@ -184,14 +198,54 @@ class Hold(Base):
     checkpoint: Mapped[Checkpoint] = relationship(back_populates="holds")
 
 
+class Part(Base):
+    """The files of a checkpoint one node holds (its node-local tier 0), recorded by that node."""
+
+    __tablename__ = "parts"
+    __table_args__ = (UniqueConstraint("checkpoint_id", "node"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoints.id", ondelete="CASCADE"))
+    node: Mapped[str] = mapped_column(String(255))
+    file_count: Mapped[int] = mapped_column(Integer, default=0)
+    total_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    checkpoint: Mapped[Checkpoint] = relationship(back_populates="parts")
+    replicas: Mapped[list[PartReplica]] = relationship(
+        back_populates="part", order_by="PartReplica.tier", cascade="all, delete-orphan"
+    )
+
+
+class PartReplica(Base):
+    """A part's copy on one tier (``ReplicaState`` values); the checkpoint's replica sums them up."""
+
+    __tablename__ = "part_replicas"
+    __table_args__ = (UniqueConstraint("part_id", "tier"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    part_id: Mapped[int] = mapped_column(ForeignKey("parts.id", ondelete="CASCADE"))
+    tier: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(16), default=ReplicaState.PENDING.value)
+    bytes_done: Mapped[int] = mapped_column(BigInteger, default=0)
+    verified_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    part: Mapped[Part] = relationship(back_populates="replicas")
+
+
 class File(Base):
-    """One file of a checkpoint with the checksum taken at first sight."""
+    """One file of a checkpoint with the checksum taken at first sight, in the part that holds it."""
 
     __tablename__ = "files"
     __table_args__ = (UniqueConstraint("checkpoint_id", "relpath"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoints.id", ondelete="CASCADE"))
+    part_id: Mapped[int | None] = mapped_column(
+        ForeignKey("parts.id", ondelete="CASCADE"), default=None, index=True
+    )
     relpath: Mapped[str] = mapped_column(String(4096))
     size: Mapped[int] = mapped_column(BigInteger)
     mtime_ns: Mapped[int] = mapped_column(BigInteger, default=0)
@@ -239,6 +293,8 @@ class Job(Base):
     checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoints.id", ondelete="CASCADE"))
     src_tier: Mapped[str | None] = mapped_column(String(32), default=None)
     dst_tier: Mapped[str | None] = mapped_column(String(32), default=None)
+    #: A hop out of a node-local tier copies one node's part, and only that node claims it.
+    part_id: Mapped[int | None] = mapped_column(ForeignKey("parts.id", ondelete="CASCADE"), default=None)
     state: Mapped[str] = mapped_column(String(16), default=JobState.QUEUED.value)
     priority: Mapped[int] = mapped_column(BigInteger, default=0)
     attempts: Mapped[int] = mapped_column(Integer, default=0)

@@ -10,6 +10,8 @@ shard file and its byte range, so the metadata tells exactly which files must ex
 Complete when: ``.metadata`` exists, no ``*.metadata.tmp`` is left, every shard the
 metadata names exists and is long enough, and no shard is newer than the metadata
 (an overwrite of an old checkpoint keeps the old ``.metadata`` while new shards land).
+When only some shards are here (node-local tier 0: the other nodes hold the rest) the
+verdict is *partial*: this node's files, and every file the metadata names as expected.
 """
 
 from __future__ import annotations
@@ -91,10 +93,15 @@ def _metadata_files(listing: Listing) -> list[str] | str:
 
 def dcp_problem(directory: Path, files: list[FileStat]) -> str | None:
     """Why the DCP checkpoint in ``directory`` is not complete, or None when it is."""
+    return _check(directory, files)[0]
+
+
+def _check(directory: Path, files: list[FileStat]) -> tuple[str | None, tuple[str, ...] | None]:
+    """(why not complete or None, every file the metadata names when none is cut short)."""
     listing = list_dir(directory)
     metas = _metadata_files(listing)
     if isinstance(metas, str):
-        return metas
+        return metas, None
     by_name = {f.path.name: f for f in files if f.path.parent == directory}
     expected: dict[str, int] = {}
     for meta in metas:
@@ -103,17 +110,20 @@ def dcp_problem(directory: Path, files: list[FileStat]) -> str | None:
             log.warning("dcp_metadata_unreadable", path=str(directory / meta))
             sizes = {}
         expected.update(sizes)
+    absent = sorted(rel for rel in expected if rel not in by_name)
     for rel, size in sorted(expected.items()):
         found = by_name.get(rel)
-        if found is None:
-            return f"shard {rel} named by the metadata is missing"
-        if found.size < size:
-            return f"shard {rel} is shorter than the metadata says"
+        if found is not None and found.size < size:
+            return f"shard {rel} is shorter than the metadata says", None
     newest_meta = max((by_name[m].mtime_ns for m in metas if m in by_name), default=0)
     shards = [f for n, f in by_name.items() if n.endswith(".distcp") or n in expected]
     if any(s.mtime_ns > newest_meta + MTIME_TOLERANCE_NS for s in shards):
-        return "shards are newer than .metadata (an overwrite is in progress)"
-    return None
+        return "shards are newer than .metadata (an overwrite is in progress)", None
+    named = (*metas, *sorted(expected))
+    if absent:
+        # On node-local tier 0 the other nodes hold these: this node's files are its part.
+        return f"shard {absent[0]} named by the metadata is missing", named
+    return None, named
 
 
 class DcpDetector:
@@ -136,7 +146,10 @@ class DcpDetector:
         if isinstance(early, str):  # cheap: no walk while shards are still being written
             return incomplete(early)
         files = walk_files(candidate.path)
-        problem = dcp_problem(candidate.path, files)
+        problem, expected = _check(candidate.path, files)
+        if problem is not None and expected is not None:
+            return Verdict(False, problem, tuple(files), partial=True, expected=expected)
         if problem is not None:
             return incomplete(problem)
-        return Verdict(True, ".metadata committed and every shard present", tuple(files))
+        reason = ".metadata committed and every shard present"
+        return Verdict(True, reason, tuple(files), expected=expected)

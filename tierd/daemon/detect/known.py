@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tierd.daemon.catalog.checkpoints import recorded_steps, waiting_steps
+from tierd.daemon.catalog.checkpoints import recorded_steps, steps_awaiting_part
 from tierd.daemon.catalog.db import Database
 
 __all__ = ["KnownSteps", "Waiting", "load_known", "load_waiting"]
@@ -40,23 +40,27 @@ class KnownSteps:
 
 @dataclass(frozen=True)
 class Waiting:
-    """A step announced by the notify call whose files the detector did not accept yet."""
+    """A waiting step this node has no part of yet (announced, or another node's part recorded).
+
+    ``spans``: the step is known to span nodes.
+    """
 
     id: int
     run: str
     step: int
     relpath: str
     format: str
+    spans: bool = False
 
 
-def load_known(db: Database) -> KnownSteps:
-    """Every recorded (not waiting) checkpoint in the catalog (blocking)."""
+def load_known(db: Database, node: str | None = None) -> KnownSteps:
+    """Every recorded (not waiting) checkpoint, and every step ``node`` recorded its part of (blocking)."""
     known = KnownSteps()
-    for run, step, path, fmt in recorded_steps(db):
+    for run, step, path, fmt in recorded_steps(db, node):
         known.add(run, step, path, fmt)
     return known
 
 
 def load_waiting(db: Database, node: str) -> list[Waiting]:
-    """The waiting checkpoints of ``node`` (blocking)."""
-    return [Waiting(*row) for row in waiting_steps(db, node)]
+    """The waiting steps ``node`` has no part of (blocking)."""
+    return [Waiting(*row) for row in steps_awaiting_part(db, node)]

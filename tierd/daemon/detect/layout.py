@@ -39,10 +39,12 @@ _TEMP_INFIXES = (".tmp.", ".tmp-", ".orbax-checkpoint-tmp", ".ferrytmp")
 
 @dataclass(frozen=True)
 class Settings:
-    """The per-root knobs detectors read: the marker file name and the settle time."""
+    """The per-root knobs detectors read: the marker file name, the settle time, the nodes."""
 
     marker: str | None = None
     settle_seconds: float = 30.0
+    #: How many nodes write each step (each its own part on its node-local tier 0).
+    nodes: int = 1
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,9 @@ class Verdict:
     """Whether a candidate is complete; when it is, the files that make it up.
 
     ``retry_after`` (seconds) asks to look again even if no file system event comes.
+    A *partial* verdict is not complete: its files are this node's part of a step that
+    spans nodes, and ``expected`` (names relative to the candidate) what the format's own
+    metadata says the whole step holds.
     """
 
     complete: bool
@@ -109,6 +114,8 @@ class Verdict:
     retry_after: float | None = None
     #: Figures of merit the format itself wrote for the step (the HF Trainer's eval metrics).
     metrics: Mapping[str, float] = field(default_factory=dict)
+    partial: bool = False
+    expected: tuple[str, ...] | None = None
 
 
 def incomplete(reason: str, retry_after: float | None = None) -> Verdict:

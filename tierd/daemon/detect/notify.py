@@ -17,8 +17,10 @@ from typing import Any
 from tierd.daemon.aio import blocking
 from tierd.daemon.catalog.checkpoints import checkpoint_state, step_id_and_state
 from tierd.daemon.catalog.models import CheckpointState
+from tierd.daemon.catalog.parts import Expectation
 from tierd.daemon.context import Context
 from tierd.daemon.detect.layout import Settings, Verdict, stat_file, walk_files
+from tierd.daemon.detect.parts import inspect_part, part_verdict
 from tierd.daemon.detect.record import Outcome, record_checkpoint, write_waiting
 from tierd.daemon.detect.registry import detectors_for
 from tierd.daemon.detect.scan import RootSpec, detect_path
@@ -81,10 +83,13 @@ async def notify_checkpoint(
     fmt: str | None,
     actor: str,
     detail: Mapping[str, Any] | None = None,
+    expect: Expectation | None = None,
 ) -> NotifyResult:
     """Record (or mark waiting) the step the job announced; raises NotifyRejected, CatalogError.
 
     ``detail`` (what the job said beside the step, e.g. its world size) joins the audit event's.
+    ``expect`` (its world size, its file list) says the step may span nodes: what this node
+    holds is recorded as its part, and the step completes when every part is in.
     """
     extra = dict(detail or {})
     tier0 = ctx.config.tier0.path.resolve()
@@ -93,19 +98,24 @@ async def notify_checkpoint(
     existing = await blocking(step_id_and_state, ctx.db, run, step)
     if existing is not None and existing[1] != CheckpointState.WAITING.value:
         return NotifyResult(200, existing[0])
+    expect = expect if expect else None
     settings = _settings_for(ctx, target)
     detectors = detectors_for(fmt or "auto", settings.marker)
     found = await blocking(detect_path, target, detectors, settings, step)
     if found is None and fmt in (None, "auto"):
         verdict, name, recheck = await blocking(_whole_path, target), "unknown", None
     elif found is None:
-        return await _wait(ctx, run, step, str(fmt), relpath, actor, f"not recognised as {fmt}", extra)
+        why = f"not recognised as {fmt}"
+        return await _wait(ctx, run, step, str(fmt), relpath, actor, why, extra, expect)
     else:
         detector, candidate, verdict = found
         name = detector.name
         recheck = functools.partial(detector.inspect, candidate, settings) if candidate else None
-        if not verdict.complete:
-            return await _wait(ctx, run, step, name, relpath, actor, verdict.reason, extra)
+        if not verdict.complete and expect is not None and candidate is not None:
+            verdict = await blocking(part_verdict, candidate.path, verdict, settings)
+            recheck = functools.partial(inspect_part, detector, candidate, settings)
+        if not verdict.complete and not verdict.partial:
+            return await _wait(ctx, run, step, name, relpath, actor, verdict.reason, extra, expect)
     try:
         outcome, checkpoint_id = await record_checkpoint(
             ctx,
@@ -118,14 +128,24 @@ async def notify_checkpoint(
             action="notified",
             recheck=recheck,
             detail=extra,
+            expect=expect,
         )
     except Unstable as exc:
-        return await _wait(ctx, run, step, name, relpath, actor, str(exc), extra)
-    return NotifyResult(200 if outcome is Outcome.EXISTING else 201, checkpoint_id)
+        return await _wait(ctx, run, step, name, relpath, actor, str(exc), extra, expect)
+    status = {Outcome.EXISTING: 200, Outcome.PART: 202}.get(outcome, 201)
+    return NotifyResult(status, checkpoint_id)
 
 
 async def _wait(
-    ctx: Context, run: str, step: int, fmt: str, relpath: str, actor: str, reason: str, extra: dict[str, Any]
+    ctx: Context,
+    run: str,
+    step: int,
+    fmt: str,
+    relpath: str,
+    actor: str,
+    reason: str,
+    extra: dict[str, Any],
+    expect: Expectation | None,
 ) -> NotifyResult:
     log.warning("notify_disagrees", run=run, step=step, path=relpath, format=fmt, reason=reason)
     _, checkpoint_id = await blocking(
@@ -139,6 +159,7 @@ async def _wait(
         actor=actor,
         reason=reason,
         detail=extra,
+        expect=expect,
     )
     state = await blocking(checkpoint_state, ctx.db, checkpoint_id)
     return NotifyResult(202 if state == CheckpointState.WAITING.value else 200, checkpoint_id)

@@ -10,27 +10,31 @@ PostgreSQL catalog) is returned as it is, never recorded twice.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy.orm import Session
 
 from tierd.config import Config
 from tierd.daemon import checksum
 from tierd.daemon.aio import blocking
 from tierd.daemon.catalog.audit import append_event
-from tierd.daemon.catalog.checkpoints import (
-    complete_checkpoint,
-    find_step,
-    get_or_create_run,
-    insert_checkpoint,
-)
+from tierd.daemon.catalog.checkpoints import find_step, get_or_create_run, insert_checkpoint
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import CheckpointState, utcnow
-from tierd.daemon.catalog.replicas import add_first_replicas
+from tierd.daemon.catalog.parts import (
+    Expectation,
+    add_part,
+    find_part,
+    lock_checkpoint,
+    set_expectation,
+    settle_step,
+)
 from tierd.daemon.context import Context
 from tierd.daemon.detect.layout import FileStat, Verdict
 from tierd.errors import Unstable
@@ -78,6 +82,7 @@ class Outcome(Enum):
     CREATED = "created"
     COMPLETED = "completed"  # a waiting (notified) row got its files
     EXISTING = "existing"  # already recorded: nothing written
+    PART = "part"  # this node's part recorded; the step still waits for others
 
 
 def _block_size(size: int) -> int:
@@ -105,44 +110,52 @@ async def hash_stable(files: tuple[FileStat, ...], tier0: Path) -> tuple[HashedF
     return tuple(hashed)
 
 
-def write_complete(db: Database, config: Config, det: Detection) -> tuple[Outcome, int]:
-    """Record ``det`` in one transaction (blocking); returns what happened and the row id.
+def write_complete(
+    db: Database, config: Config, det: Detection, *, whole: bool = True, expect: Expectation | None = None
+) -> tuple[Outcome, int]:
+    """Record ``det`` as this node's part of its step, in one transaction (blocking).
 
-    Raises CatalogError when the catalog fails.
+    ``whole``: the detector says the part is the whole checkpoint (it completes a step with
+    no expectation); ``expect`` is what the part says the step holds. Returns what happened
+    and the row id. Raises CatalogError when the catalog fails.
     """
     with db.session() as session:
         run = get_or_create_run(session, det.run)
         now = utcnow()
-        row = find_step(session, run, det.step, det.relpath, config.node)
+        found = find_step(session, run, det.step, det.relpath, config.node)
         outcome = Outcome.COMPLETED
-        if row is not None and row.state != CheckpointState.WAITING.value:
-            return Outcome.EXISTING, row.id
-        if row is None:
+        if found is None:
             outcome = Outcome.CREATED
-            row = insert_checkpoint(session, run, det.step, det.relpath, det.format, config.node)
-            if row is None:  # another writer recorded the step since we looked
-                row = find_step(session, run, det.step, det.relpath, config.node)
-                assert row is not None
-                if row.state != CheckpointState.WAITING.value:
-                    return Outcome.EXISTING, row.id
+            waiting = CheckpointState.WAITING.value
+            found = insert_checkpoint(
+                session, run, det.step, det.relpath, det.format, config.node, state=waiting
+            )
+            if found is None:  # another writer recorded the step since we looked
+                found = find_step(session, run, det.step, det.relpath, config.node)
+                assert found is not None
                 outcome = Outcome.COMPLETED
-        newest = max((f.mtime_ns for f in det.files), default=0)
-        created_at = datetime.fromtimestamp(newest / 1e9, UTC) if newest else now
-        complete_checkpoint(
-            session, row, det.files, created_at=created_at, completed_at=now, metrics=det.metrics
-        )
+        row = lock_checkpoint(session, found.id)
+        assert row is not None
+        if row.state != CheckpointState.WAITING.value or find_part(session, row.id, config.node) is not None:
+            return Outcome.EXISTING, row.id
+        if row.waiting_since is None:
+            row.waiting_since = now
+        if expect:
+            set_expectation(row, expect)
+        if det.metrics:
+            row.metrics = {**det.metrics, **(row.metrics or {})}
+        tiers = [t.name for t in config.tiers]
+        add_part(session, row, config.node, det.files, tiers, now=now)
         location = str(config.tier0.path.resolve() / det.relpath)
-        add_first_replicas(
-            session, row.id, [t.name for t in config.tiers], location=location, verified_at=now
-        )
-        detail = _audit_detail(det, outcome)
+        if not settle_step(session, row, tiers, whole=whole, location=location, now=now):
+            outcome = Outcome.PART
         append_event(
             session,
             actor=det.actor,
             action=det.action,
             checkpoint_id=row.id,
             reason=det.reason,
-            detail=detail,
+            detail={**_audit_detail(det, outcome), "node": config.node},
         )
         return outcome, row.id
 
@@ -171,10 +184,12 @@ def write_waiting(
     actor: str,
     reason: str,
     detail: Mapping[str, Any] | None = None,
+    expect: Expectation | None = None,
 ) -> tuple[Outcome, int]:
     """Record an announced step whose files the detector does not accept yet (blocking).
 
-    ``detail`` joins the audit event's.
+    ``detail`` joins the audit event's; ``expect`` (the notify call's world size or file
+    list) is set on the step, whether it is new or already waiting.
 
     Raises CatalogError when the catalog fails.
     """
@@ -182,13 +197,18 @@ def write_waiting(
         run_row = get_or_create_run(session, run)
         row = find_step(session, run_row, step, relpath, config.node)
         if row is not None:
+            _expect_more(session, row.id, config, expect)
             return Outcome.EXISTING, row.id
         waiting = CheckpointState.WAITING.value
         row = insert_checkpoint(session, run_row, step, relpath, fmt, config.node, state=waiting)
         if row is None:  # another writer recorded the step since we looked
             existing = find_step(session, run_row, step, relpath, config.node)
             assert existing is not None
+            _expect_more(session, existing.id, config, expect)
             return Outcome.EXISTING, existing.id
+        row.waiting_since = utcnow()
+        if expect:
+            set_expectation(row, expect)
         event = {
             "run": run,
             "step": step,
@@ -203,6 +223,17 @@ def write_waiting(
         return Outcome.CREATED, row.id
 
 
+def _expect_more(session: Session, checkpoint_id: int, config: Config, expect: Expectation | None) -> None:
+    """A waiting step told what it expects: set it, and complete the step if that is all there."""
+    if not expect:
+        return
+    row = lock_checkpoint(session, checkpoint_id)
+    if row is None or row.state != CheckpointState.WAITING.value or not set_expectation(row, expect):
+        return
+    location = str(config.tier0.path.resolve() / row.path)
+    settle_step(session, row, [t.name for t in config.tiers], whole=False, location=location)
+
+
 async def record_checkpoint(
     ctx: Context,
     verdict: Verdict,
@@ -215,24 +246,38 @@ async def record_checkpoint(
     action: str,
     recheck: Callable[[], Verdict] | None = None,
     detail: Mapping[str, Any] | None = None,
+    expect: Expectation | None = None,
 ) -> tuple[Outcome, int]:
-    """Hash a complete verdict's files, check nothing moved meanwhile, and record it.
+    """Hash a verdict's files, check nothing moved meanwhile, and record them as this node's part.
 
-    ``recheck`` runs the detector again after hashing: the verdict must still be
-    complete with exactly the same files, sizes and mtimes. Raises Unstable otherwise,
-    and CatalogError when the catalog fails. ``detail`` joins the audit event's.
+    A complete verdict is the whole checkpoint; a partial one (``Verdict.partial``) is this
+    node's part of a step that spans nodes, never complete on its own. ``recheck`` runs
+    the detector again after hashing: the verdict must be the same kind with exactly the
+    same files, sizes and mtimes. Raises Unstable otherwise, and CatalogError when the
+    catalog fails. ``detail`` joins the audit event's; ``expect`` adds to what the format says.
     """
     tier0 = ctx.config.tier0.path.resolve()
     hashed = await hash_stable(verdict.files, tier0)
     if recheck is not None:
         again = await blocking(recheck)
-        if not again.complete or set(again.files) != set(verdict.files):
+        if again.complete != verdict.complete or set(again.files) != set(verdict.files):
             raise Unstable("the checkpoint changed while it was hashed")
     det = Detection(
         run, step, fmt, relpath, hashed, actor, action, verdict.reason, verdict.metrics, dict(detail or {})
     )
-    outcome, checkpoint_id = await blocking(write_complete, ctx.db, ctx.config, det)
-    if outcome is not Outcome.EXISTING:
+    expectation = _merged(verdict, expect)
+    outcome, checkpoint_id = await blocking(
+        functools.partial(write_complete, ctx.db, ctx.config, det, whole=verdict.complete, expect=expectation)
+    )
+    if outcome not in (Outcome.EXISTING, Outcome.PART):
         ctx.metrics.detected.labels(fmt).inc()
         ctx.wake_pipeline()
     return outcome, checkpoint_id
+
+
+def _merged(verdict: Verdict, expect: Expectation | None) -> Expectation | None:
+    """The format's expected files win; the rest of ``expect`` (ranks, nodes) is kept."""
+    if verdict.expected is None:
+        return expect
+    base = expect or Expectation()
+    return Expectation(tuple(verdict.expected), base.ranks, base.nodes, "format")

@@ -60,7 +60,7 @@ class RootSpec:
             run_pattern=pattern,
             format=watch.format,
             detectors=detectors_for(watch.format, watch.marker),
-            settings=Settings(marker=watch.marker, settle_seconds=watch.settle_seconds),
+            settings=Settings(marker=watch.marker, settle_seconds=watch.settle_seconds, nodes=watch.nodes),
         )
 
     def run_for(self, path: Path) -> str | None:

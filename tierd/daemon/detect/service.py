@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import functools
 import os
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +24,12 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
 from tierd.daemon.aio import blocking
+from tierd.daemon.catalog.parts import Expectation
 from tierd.daemon.context import Context
 from tierd.daemon.detect.changes import apply_change, compare, load_recorded
 from tierd.daemon.detect.known import KnownSteps, Waiting, load_known, load_waiting
-from tierd.daemon.detect.layout import Settings
+from tierd.daemon.detect.layout import Settings, Verdict, incomplete
+from tierd.daemon.detect.parts import inspect_part, part_verdict
 from tierd.daemon.detect.record import Outcome, record_checkpoint
 from tierd.daemon.detect.registry import BY_NAME, detectors_for
 from tierd.daemon.detect.scan import Found, RootSpec, detect_path, scan_chain, scan_root
@@ -91,7 +93,7 @@ class DetectService:
         self._loop = asyncio.get_running_loop()
         for spec in self.roots:
             await blocking(spec.path.mkdir, parents=True, exist_ok=True)
-        self.known = await blocking(load_known, self.ctx.db)
+        self.known = await blocking(load_known, self.ctx.db, self.ctx.config.node)
         observer = Observer()
         for index, spec in enumerate(self.roots):
             observer.schedule(_Handler(self, index), str(spec.path), recursive=True)
@@ -165,8 +167,10 @@ class DetectService:
     def _handle(self, index: int, founds: list[Found]) -> list[Coroutine[Any, Any, None]]:
         """Recordings to run for the complete candidates; looks again later at the others."""
         work: list[Coroutine[Any, Any, None]] = []
+        settings = self.roots[index].settings
         for found in founds:
-            if found.verdict.complete:
+            as_part = settings.nodes > 1  # else: the waiting sweep, once the catalog says so
+            if found.verdict.complete or as_part:
                 if found.candidate.key not in self._recording:  # else: being recorded already
                     self._recording.add(found.candidate.key)
                     work.append(self._record(index, found))
@@ -184,16 +188,26 @@ class DetectService:
         spec = self.roots[index]
         detector, candidate = found.detector, found.candidate
         try:
+            verdict = found.verdict
+            recheck = functools.partial(detector.inspect, candidate, spec.settings)
+            if not verdict.complete:  # this node's part of a step that spans nodes
+                verdict = await blocking(part_verdict, candidate.path, verdict, spec.settings)
+                recheck = functools.partial(inspect_part, detector, candidate, spec.settings)
+                if not verdict.partial:
+                    if verdict.retry_after is not None:
+                        self._retry(index, candidate.path.parent, verdict.retry_after)
+                    return
             outcome, checkpoint_id = await record_checkpoint(
                 self.ctx,
-                found.verdict,
+                verdict,
                 run=found.run,
                 step=found.step,
                 fmt=detector.name,
                 relpath=found.relpath,
                 actor=f"detector:{detector.name}",
                 action="detected",
-                recheck=functools.partial(detector.inspect, candidate, spec.settings),
+                recheck=recheck,
+                expect=_nodes_expected(spec.settings),
             )
         except Unstable as exc:
             log.info("checkpoint_unstable", path=found.relpath, reason=str(exc))
@@ -214,7 +228,7 @@ class DetectService:
                 step=found.step,
                 format=detector.name,
                 path=found.relpath,
-                files=len(found.verdict.files),
+                files=len(verdict.files),
                 outcome=outcome.value,
             )
 
@@ -265,28 +279,59 @@ class DetectService:
         path = self.ctx.config.tier0.path.resolve() / waiting.relpath
         spec = next((s for s in self.roots if path.is_relative_to(s.path)), None)
         settings = spec.settings if spec is not None else Settings()
-        fmt = waiting.format if waiting.format in BY_NAME else "auto"
-        detectors = detectors_for(fmt, settings.marker)
-        result = await blocking(detect_path, path, detectors, settings, waiting.step)
-        if result is None:
+        found = await self._waiting_verdict(waiting, path, settings)
+        if found is None:
             return
-        detector, candidate, verdict = result
-        if candidate is None or not verdict.complete:
-            return
+        name, verdict, recheck = found
         try:
-            await record_checkpoint(
+            outcome, _ = await record_checkpoint(
                 self.ctx,
                 verdict,
                 run=waiting.run,
                 step=waiting.step,
-                fmt=detector.name,
+                fmt=name,
                 relpath=waiting.relpath,
-                actor=f"detector:{detector.name}",
+                actor=f"detector:{name}",
                 action="detected",
-                recheck=functools.partial(detector.inspect, candidate, settings),
+                recheck=recheck,
+                expect=_nodes_expected(settings),
             )
         except (TierdError, OSError) as exc:
             log.info("waiting_not_recorded", path=waiting.relpath, reason=str(exc))
             return
-        self.known.add(waiting.run, waiting.step, waiting.relpath, detector.name)
-        log.info("waiting_completed", id=waiting.id, run=waiting.run, step=waiting.step)
+        self.known.add(waiting.run, waiting.step, waiting.relpath, name)
+        log.info(
+            "waiting_completed", id=waiting.id, run=waiting.run, step=waiting.step, outcome=outcome.value
+        )
+
+    async def _waiting_verdict(
+        self, waiting: Waiting, path: Path, settings: Settings
+    ) -> tuple[str, Verdict, Callable[[], Verdict]] | None:
+        """(format, verdict, recheck) to record for a waiting step: the whole, or this node's part."""
+        fmt = waiting.format if waiting.format in BY_NAME else "auto"
+        result = await blocking(
+            detect_path, path, detectors_for(fmt, settings.marker), settings, waiting.step
+        )
+        spans = waiting.spans or settings.nodes > 1
+        if result is None or result[1] is None:
+            # No detector sees a checkpoint here (no marker on this node): the files are a part.
+            if not spans or not await blocking(path.exists):
+                return None
+            name = waiting.format if waiting.format in BY_NAME else "unknown"
+            recheck = functools.partial(part_verdict, path, incomplete("no marker on this node"), settings)
+            verdict = await blocking(recheck)
+            return (name, verdict, recheck) if verdict.partial else None
+        detector, candidate, verdict = result
+        assert candidate is not None
+        if verdict.complete:
+            return detector.name, verdict, functools.partial(detector.inspect, candidate, settings)
+        if not spans:
+            return None
+        verdict = await blocking(part_verdict, candidate.path, verdict, settings)
+        recheck = functools.partial(inspect_part, detector, candidate, settings)
+        return (detector.name, verdict, recheck) if verdict.partial else None
+
+
+def _nodes_expected(settings: Settings) -> Expectation | None:
+    """The watch's ``nodes: N`` as an expectation (None for a single node)."""
+    return Expectation(nodes=settings.nodes, source="config") if settings.nodes > 1 else None

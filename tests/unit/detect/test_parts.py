@@ -1,0 +1,155 @@
+"""Steps spanning nodes (SQLite and PostgreSQL): each node records its part, the catalog decides.
+
+Each node is a Context with its own tier-0 directory and node name on the one catalog;
+its detect service runs one reconcile pass (scan, then the waiting sweep) at a time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.unit.detect.fleet import age, dcp_across, node_context, reconcile, step_missing, step_row
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.parts import Expectation
+from tierd.daemon.detect.notify import notify_checkpoint
+
+
+async def test_dcp_step_over_three_nodes_is_complete_only_with_every_shard(
+    db: Database, tmp_path: Path
+) -> None:
+    nodes = [node_context(db, tmp_path, f"n{i}", nodes=3) for i in range(3)]
+    names = dcp_across(tmp_path / "scratch", nodes, 7)
+
+    await reconcile(nodes[1])
+    row = step_row(db, 7)
+    assert row is not None
+    assert row.state == "waiting", "a part was counted complete on its own"
+    assert [p.node for p in row.parts] == ["n1"]
+    assert row.replicas == [], "a waiting step has no replica to copy or restore"
+    assert (row.expected_nodes, row.expected_source) == (3, "config")
+    assert step_missing(db, 7).nodes == 2
+
+    await reconcile(nodes[0])  # the coordinator: .metadata names every shard
+    row = step_row(db, 7)
+    assert row is not None
+    assert row.state == "waiting"
+    assert row.expected_source == "format"
+    assert row.expected_files == names
+    missing = step_missing(db, 7)
+    assert missing.files == ("__0_2.distcp",)
+    assert missing.file_count == 1
+    assert missing.nodes_heard == ("n0", "n1")
+
+    await reconcile(nodes[2])
+    row = step_row(db, 7)
+    assert row is not None
+    assert row.state == "complete"
+    assert row.file_count == 4
+    assert row.waiting_since is None
+    assert {p.node: p.file_count for p in row.parts} == {"n0": 2, "n1": 1, "n2": 1}
+    assert sum(p.total_bytes for p in row.parts) == row.total_bytes
+    assert {r.tier: r.state for r in row.replicas} == {
+        "nvme": "verified",
+        "pfs": "pending",
+        "object": "pending",
+        "replica": "pending",
+    }
+    assert not step_missing(db, 7)
+    await reconcile(nodes[2])  # again: nothing recorded twice
+    again = step_row(db, 7)
+    assert again is not None
+    assert len(again.parts) == 3
+
+
+async def test_without_nodes_the_notify_file_list_makes_the_others_record_their_parts(
+    db: Database, tmp_path: Path
+) -> None:
+    nodes = [node_context(db, tmp_path, f"n{i}") for i in range(2)]  # nodes: 1 on both
+    names = dcp_across(tmp_path / "scratch", nodes, 9)
+
+    await reconcile(nodes[1])
+    assert step_row(db, 9) is None, "a lone node's shards, with nothing expecting them, were recorded"
+    await reconcile(nodes[0])
+    assert step_row(db, 9) is None, "a half-present DCP step was recorded on a single-node config"
+
+    result = await notify_checkpoint(
+        nodes[0], run="demo", step=9, path="demo/step_9", fmt=None, actor="test", expect=_files(names)
+    )
+    assert result.status == 202
+    row = step_row(db, 9)
+    assert row is not None
+    assert row.state == "waiting"
+    assert [p.node for p in row.parts] == ["n0"]
+    assert step_missing(db, 9).files == ("__0_1.distcp",)
+
+    await reconcile(nodes[1])  # the waiting sweep: the step spans nodes, n1 holds a part
+    row = step_row(db, 9)
+    assert row is not None
+    assert row.state == "complete"
+    assert [p.node for p in row.parts] == ["n0", "n1"]
+
+
+async def test_world_size_names_the_ranks_not_heard_from(db: Database, tmp_path: Path) -> None:
+    nodes = [node_context(db, tmp_path, f"n{i}") for i in range(2)]
+    for index, ctx in enumerate(nodes):
+        step = ctx.config.watch[0].path / "step_4"
+        step.mkdir(parents=True)
+        (step / f"__{index}_0.distcp").write_bytes(bytes(100 + index))
+        age(step)
+    result = await notify_checkpoint(
+        nodes[1],
+        run="demo",
+        step=4,
+        path="demo/step_4",
+        fmt="dcp",
+        actor="test",
+        expect=Expectation(ranks=3, source="notify"),
+    )
+    assert result.status == 202
+    missing = step_missing(db, 4)
+    assert missing.ranks == (0, 2)
+    assert missing.files == (".metadata",)
+    await reconcile(nodes[0])
+    missing = step_missing(db, 4)
+    assert missing.ranks == (2,)
+    row = step_row(db, 4)
+    assert row is not None
+    assert row.state == "waiting", "a DCP step without .metadata was completed"
+
+
+async def test_nodes_count_completes_a_format_without_metadata(db: Database, tmp_path: Path) -> None:
+    nodes = [node_context(db, tmp_path, f"n{i}", nodes=2, format="marker", marker="DONE") for i in range(2)]
+    for index, ctx in enumerate(nodes):
+        step = ctx.config.watch[0].path / "ckpt_12"
+        step.mkdir(parents=True)
+        (step / f"rank{index}.bin").write_bytes(bytes(10))
+        if index == 0:
+            (step / "DONE").write_text("")
+        age(step)
+    await reconcile(nodes[0])
+    row = step_row(db, 12)
+    assert row is not None
+    assert row.state == "waiting", "the marker's node completed the step alone"
+    await reconcile(nodes[1])
+    row = step_row(db, 12)
+    assert row is not None
+    assert row.state == "complete"
+    assert row.file_count == 3
+
+
+async def test_a_part_still_being_written_waits_for_the_settle_time(db: Database, tmp_path: Path) -> None:
+    ctx = node_context(db, tmp_path, "n1", nodes=2)
+    step = ctx.config.watch[0].path / "step_3"
+    step.mkdir(parents=True)
+    (step / "__1_0.distcp").write_bytes(bytes(10))  # just written: not settled
+    await reconcile(ctx)
+    assert step_row(db, 3) is None
+    age(step)
+    await reconcile(ctx)
+    row = step_row(db, 3)
+    assert row is not None
+    assert [p.node for p in row.parts] == ["n1"]
+
+
+def _files(names: list[str]) -> Expectation:
+    return Expectation(files=tuple(names), source="notify")

@@ -1,0 +1,278 @@
+"""Parts of a step, what the step expects, and when it is complete.
+
+A *part* is the files of one step that one node holds (its node-local tier 0), recorded by
+that node's daemon. A step is ``complete`` when its parts together hold every expected
+file; until then it is ``waiting`` (since ``waiting_since``) and ``missing_of`` says what
+it lacks. The expectation, strongest first:
+
+- ``expected_files`` (relative to the step's path): from the format's own metadata (DCP's
+  ``.metadata`` names every storage file) or the notify call's ``expected_files``;
+- ``expected_ranks``: the notify call's ``world_size``; DCP names each rank's shards
+  ``__R_I.distcp``, so every rank below it must have one (other formats: not used);
+- ``expected_nodes``: the watch's ``nodes: N``, so N parts.
+
+With no expectation at all, a step is complete when a node's detector says its part is the
+whole checkpoint (the single-node case). Every change to a step's parts runs with the
+checkpoint's row locked (``lock_checkpoint``), so two nodes recording their parts at once
+cannot both miss that, together, they complete it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from tierd.daemon import checksum
+from tierd.daemon.catalog.checkpoints import FileFields
+from tierd.daemon.catalog.models import (
+    Checkpoint,
+    CheckpointState,
+    File,
+    Part,
+    PartReplica,
+    Replica,
+    ReplicaState,
+    utcnow,
+)
+from tierd.daemon.catalog.replicas import add_first_replicas
+
+__all__ = [
+    "MISSING_LIMIT",
+    "Expectation",
+    "Missing",
+    "add_part",
+    "find_part",
+    "lock_checkpoint",
+    "lock_replica",
+    "missing_of",
+    "part_replica",
+    "parts_verified_on",
+    "set_expectation",
+    "settle_step",
+]
+
+#: At most this many missing files or ranks are listed (the counts are always exact).
+MISSING_LIMIT = 1000
+DCP_METADATA = ".metadata"
+_RANK_SHARD = re.compile(r"(?:^|/)__(\d+)_\d+\.distcp$")
+_STRENGTH = {"config": 1, "notify": 2, "format": 3}
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a recorder or the notify call says the step holds; None: says nothing about it."""
+
+    files: tuple[str, ...] | None = None
+    ranks: int | None = None
+    nodes: int | None = None
+    source: str = "config"
+
+    def __bool__(self) -> bool:
+        return self.files is not None or self.ranks is not None or self.nodes is not None
+
+
+@dataclass(frozen=True)
+class Missing:
+    """What an incomplete step lacks: files, ranks (first ``MISSING_LIMIT``), and how many parts."""
+
+    files: tuple[str, ...] = ()
+    file_count: int = 0
+    ranks: tuple[int, ...] = ()
+    rank_count: int = 0
+    nodes: int = 0
+    nodes_heard: tuple[str, ...] = field(default_factory=tuple)
+
+    def __bool__(self) -> bool:
+        return bool(self.file_count or self.rank_count or self.nodes)
+
+
+def lock_checkpoint(session: Session, checkpoint_id: int) -> Checkpoint | None:
+    """The checkpoint row, locked until the transaction ends (PostgreSQL; SQLite locks all)."""
+    return session.scalars(
+        select(Checkpoint)
+        .where(Checkpoint.id == checkpoint_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).one_or_none()
+
+
+def lock_replica(session: Session, checkpoint_id: int, tier: str) -> Replica | None:
+    """The checkpoint's replica on ``tier``, locked until the transaction ends."""
+    return session.scalars(
+        select(Replica)
+        .where(Replica.checkpoint_id == checkpoint_id, Replica.tier == tier)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).one_or_none()
+
+
+def set_expectation(row: Checkpoint, exp: Expectation) -> bool:
+    """Add what ``exp`` says to the row; a weaker source never overrides a stronger one's files.
+
+    Returns whether anything changed.
+    """
+    changed = False
+    strength = _STRENGTH.get(exp.source, 0)
+    if exp.files is not None and strength >= _STRENGTH.get(row.expected_source or "", 0):
+        files = sorted(set(exp.files))
+        if row.expected_files != files:
+            row.expected_files, row.expected_source, changed = files, exp.source, True
+    if exp.ranks is not None and row.expected_ranks != exp.ranks:
+        row.expected_ranks, changed = exp.ranks, True
+        row.expected_source = row.expected_source if row.expected_files is not None else exp.source
+    if exp.nodes is not None and row.expected_nodes is None:
+        row.expected_nodes, changed = exp.nodes, True
+        row.expected_source = row.expected_source or exp.source
+    return changed
+
+
+def find_part(session: Session, checkpoint_id: int, node: str) -> Part | None:
+    """The part ``node`` recorded of the checkpoint, or None."""
+    return session.scalars(
+        select(Part).where(Part.checkpoint_id == checkpoint_id, Part.node == node)
+    ).one_or_none()
+
+
+def add_part(
+    session: Session,
+    row: Checkpoint,
+    node: str,
+    files: Sequence[FileFields],
+    tiers: Sequence[str],
+    *,
+    now: datetime,
+) -> Part:
+    """Record ``node``'s part with its files and a replica per tier (verified on tier 0).
+
+    A file another part already holds stays in that part (the first recorder keeps it).
+    """
+    taken = set(session.scalars(select(File.relpath).where(File.checkpoint_id == row.id)))
+    kept = [f for f in files if f.relpath not in taken]
+    part = Part(
+        checkpoint_id=row.id,
+        node=node,
+        file_count=len(kept),
+        total_bytes=sum(f.size for f in kept),
+        recorded_at=now,
+    )
+    session.add(part)
+    session.flush()
+    for f in kept:
+        session.add(
+            File(
+                checkpoint_id=row.id,
+                part_id=part.id,
+                relpath=f.relpath,
+                size=f.size,
+                mtime_ns=f.mtime_ns,
+                checksum_algo=checksum.ALGORITHM,
+                checksum=f.checksum,
+            )
+        )
+    for index, tier in enumerate(tiers):
+        state = ReplicaState.VERIFIED if index == 0 else ReplicaState.PENDING
+        session.add(
+            PartReplica(
+                part_id=part.id,
+                tier=tier,
+                state=state.value,
+                bytes_done=part.total_bytes if index == 0 else 0,
+                verified_at=now if index == 0 else None,
+            )
+        )
+    return part
+
+
+def part_replica(session: Session, part_id: int, tier: str) -> PartReplica | None:
+    """The part's replica on ``tier``, or None."""
+    return session.scalars(
+        select(PartReplica).where(PartReplica.part_id == part_id, PartReplica.tier == tier)
+    ).one_or_none()
+
+
+def parts_verified_on(session: Session, checkpoint_id: int, tier: str) -> bool:
+    """Whether the checkpoint has parts and every one is verified on ``tier``."""
+    part_ids = list(session.scalars(select(Part.id).where(Part.checkpoint_id == checkpoint_id)))
+    if not part_ids:
+        return False
+    verified = session.scalar(
+        select(func.count())
+        .select_from(PartReplica)
+        .where(
+            PartReplica.part_id.in_(part_ids),
+            PartReplica.tier == tier,
+            PartReplica.state == ReplicaState.VERIFIED.value,
+        )
+    )
+    return verified == len(part_ids)
+
+
+def missing_of(session: Session, row: Checkpoint) -> Missing:
+    """What the step still lacks against its expectation (nothing when it has none)."""
+    recorded = set(session.scalars(select(File.relpath).where(File.checkpoint_id == row.id)))
+    nodes = tuple(session.scalars(select(Part.node).where(Part.checkpoint_id == row.id).order_by(Part.node)))
+    prefix = f"{row.path}/"
+    if row.expected_files is not None:
+        lacking = [f for f in row.expected_files if prefix + f not in recorded]
+        return Missing(tuple(lacking[:MISSING_LIMIT]), len(lacking), nodes_heard=nodes)
+    if row.expected_ranks is not None and row.format == "dcp":
+        present = {int(m.group(1)) for r in recorded if (m := _RANK_SHARD.search(r))}
+        ranks = [r for r in range(row.expected_ranks) if r not in present]
+        # Only .metadata makes the shards a checkpoint; once recorded, its file list takes over.
+        meta = () if prefix + DCP_METADATA in recorded else (DCP_METADATA,)
+        return Missing(meta, len(meta), tuple(ranks[:MISSING_LIMIT]), len(ranks), nodes_heard=nodes)
+    if row.expected_nodes is not None:
+        return Missing(nodes=max(0, row.expected_nodes - len(nodes)), nodes_heard=nodes)
+    return Missing(nodes_heard=nodes)
+
+
+def _has_expectation(row: Checkpoint) -> bool:
+    ranks = row.expected_ranks is not None and row.format == "dcp"
+    return row.expected_files is not None or ranks or row.expected_nodes is not None
+
+
+def settle_step(
+    session: Session,
+    row: Checkpoint,
+    tiers: Sequence[str],
+    *,
+    whole: bool,
+    location: str,
+    now: datetime | None = None,
+) -> bool:
+    """Mark a waiting step complete if its parts now hold everything; True when it did.
+
+    ``whole``: the recorder's detector said its part is the whole checkpoint, which is what
+    completes a step with no expectation. Completion sums the parts, sets the creation time
+    from the newest file, and adds the step's replicas (verified on tier 0 at ``location``).
+    """
+    if row.state != CheckpointState.WAITING.value:
+        return False
+    if _has_expectation(row):
+        if missing_of(session, row):
+            return False
+    elif not whole:
+        return False
+    now = now or utcnow()
+    files = list(session.scalars(select(File).where(File.checkpoint_id == row.id)))
+    if not files:
+        return False
+    _complete(row, files, now)
+    add_first_replicas(session, row.id, tiers, location=location, verified_at=now)
+    return True
+
+
+def _complete(row: Checkpoint, files: Iterable[File], now: datetime) -> None:
+    listed = list(files)
+    newest = max((f.mtime_ns for f in listed), default=0)
+    row.state = CheckpointState.COMPLETE.value
+    row.total_bytes = sum(f.size for f in listed)
+    row.file_count = len(listed)
+    row.created_at = datetime.fromtimestamp(newest / 1e9, UTC) if newest else now
+    row.completed_at = now
+    row.waiting_since = None

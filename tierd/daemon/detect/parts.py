@@ -1,0 +1,58 @@
+"""A node's part of a step that spans nodes: which files, and when they are stable.
+
+On node-local tier 0 only one node holds a format's completion marker (DCP's ``.metadata``,
+DeepSpeed's ``latest``, Megatron's tracker file); every other node holds shards and no
+marker of its own. Such a part is recorded once its files are stable: no temporary name
+left and nothing modified for the watch's settle time. A part the format itself vouches for
+(a partial verdict: the coordinator's files beside ``.metadata``) needs no settle time.
+Neither is ever complete on its own: the catalog decides completeness over every part.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tierd.daemon.detect.layout import (
+    Candidate,
+    Detector,
+    Settings,
+    Verdict,
+    incomplete,
+    is_temp_name,
+    stat_file,
+    walk_files,
+)
+
+__all__ = ["inspect_part", "part_verdict"]
+
+
+def part_verdict(path: Path, verdict: Verdict, settings: Settings, now_ns: int | None = None) -> Verdict:
+    """``verdict`` as this node's part (partial), or an incomplete verdict saying when to look again.
+
+    A complete verdict is returned as it is (the part is the whole checkpoint). Blocking.
+    """
+    if verdict.complete or verdict.partial:
+        return verdict
+    if path.is_dir():
+        files = tuple(walk_files(path))
+    else:
+        single = stat_file(path)
+        files = (single,) if single is not None else ()
+    if not files:
+        return incomplete("no files of this node's part yet")
+    if any(is_temp_name(f.path.name) for f in files):
+        return incomplete(
+            "a file of this node's part is still under a temporary name", settings.settle_seconds
+        )
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    age = (now_ns - max(f.mtime_ns for f in files)) / 1e9
+    if age < settings.settle_seconds:
+        return incomplete("this node's part is still being written", settings.settle_seconds - age + 0.05)
+    reason = f"this node's part, unchanged for {settings.settle_seconds:g}s ({verdict.reason})"
+    return Verdict(False, reason, files, partial=True, expected=verdict.expected)
+
+
+def inspect_part(detector: Detector, candidate: Candidate, settings: Settings) -> Verdict:
+    """The detector's verdict on ``candidate`` taken as this node's part (``part_verdict``)."""
+    return part_verdict(candidate.path, detector.inspect(candidate, settings), settings)
