@@ -65,12 +65,14 @@ class Catalog:
             self.own_queries += 1
             return list(self.conn.execute(sql, args).fetchall())
 
-    def verified_steps(self) -> set[int]:
+    def step_states(self) -> tuple[set[int], set[int]]:
+        """The steps recorded complete, and those verified on ``pfs``."""
         rows = self.query(
-            "SELECT c.step FROM checkpoints c JOIN replicas r ON r.checkpoint_id = c.id "
-            "WHERE r.tier = 'pfs' AND r.state = 'verified'"
+            "SELECT c.step, c.state = 'complete', "
+            "coalesce(bool_or(r.tier = 'pfs' AND r.state = 'verified'), false) "
+            "FROM checkpoints c LEFT JOIN replicas r ON r.checkpoint_id = c.id GROUP BY c.id"
         )
-        return {int(r[0]) for r in rows}
+        return {int(r[0]) for r in rows if r[1]}, {int(r[0]) for r in rows if r[2]}
 
     def stats(self) -> dict[str, int]:
         row = self.query(
@@ -105,6 +107,7 @@ class Watcher(threading.Thread):
         super().__init__(name="fleet-watcher", daemon=True)
         self.catalog = catalog
         self.verified_at: dict[int, float] = {}
+        self.complete_at: dict[int, float] = {}
         self.max_connections = 0
         self.stop = threading.Event()
 
@@ -112,11 +115,27 @@ class Watcher(threading.Thread):
         tick = 0
         while not self.stop.wait(POLL):
             now = time.monotonic()
-            for step in self.catalog.verified_steps() - set(self.verified_at):
+            complete, verified = self.catalog.step_states()
+            for step in complete - set(self.complete_at):
+                self.complete_at[step] = now
+            for step in verified - set(self.verified_at):
                 self.verified_at[step] = now
             if tick % 10 == 0:
                 self.max_connections = max(self.max_connections, self.catalog.connections())
             tick += 1
+
+
+def _drain(watcher: Watcher, steps: int, limit: float = 180.0, stalled: float = 30.0) -> None:
+    """Wait until every step is verified, at most ``limit`` s, or ``stalled`` s without progress."""
+    deadline, last, moved = time.monotonic() + limit, (-1, -1), time.monotonic()
+    while len(watcher.verified_at) < steps and time.monotonic() < deadline:
+        now_seen = (len(watcher.complete_at), len(watcher.verified_at))
+        if now_seen != last:
+            last, moved = now_seen, time.monotonic()
+        elif time.monotonic() - moved > stalled:
+            note(f"fleet: no progress for {stalled:.0f}s: {now_seen[0]} complete, {now_seen[1]} verified")
+            return
+        time.sleep(0.5)
 
 
 def _rates(before: dict[str, int], after: dict[str, int], seconds: float, own: int) -> dict[str, float]:
@@ -144,16 +163,18 @@ def run_steps(
         if step % 20 == 0:
             note(f"fleet: {step} steps written, {len(watcher.verified_at)} verified")
         time.sleep(max(0.0, started + step * interval - time.monotonic()))  # the job's cadence
-    deadline = time.monotonic() + 180
-    while len(watcher.verified_at) < steps and time.monotonic() < deadline:
-        time.sleep(0.5)
+    _drain(watcher, steps)
     watcher.stop.set()
     watcher.join()
     seconds = time.monotonic() - started
     after = catalog.stats()
     latencies = [watcher.verified_at[s] - written[s] for s in written if s in watcher.verified_at]
+    to_complete = [watcher.complete_at[s] - written[s] for s in written if s in watcher.complete_at]
     return {
         "latencies": latencies,
+        "complete_p50_seconds": round(percentile(to_complete, 50), 3) if to_complete else None,
+        "complete_p99_seconds": round(percentile(to_complete, 99), 3) if to_complete else None,
+        "complete_steps": len(to_complete),
         "unverified_steps": sorted(set(written) - set(watcher.verified_at))[:20],
         "busy": _rates(before, after, seconds, catalog.own_queries - own),
         "max_connections": watcher.max_connections,

@@ -101,7 +101,7 @@ def test_a_node_killed_mid_upload_finishes_its_parts_after_restart(make_fleet: C
     _uploaded_once_resumed(fleet, node, key, acknowledged, written)
 
 
-@pytest.mark.xfail(strict=True, reason="waits for fleet-core: watch[].nodes, parts, global completeness")
+@pytest.mark.xfail(strict=True, reason="waits for fleet-core step 2: per-part copies from node-local tier 0")
 def test_a_node_killed_mid_upload_finishes_its_part_of_a_3_node_step(
     make_fleet: Callable[..., Fleet],
 ) -> None:

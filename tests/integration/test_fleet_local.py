@@ -56,7 +56,7 @@ def test_independent_steps_on_each_node_are_copied_once(make_fleet: Callable[...
 
 # dcp.load in this (non-distributed) process warns that it loads as a single process: it does.
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
-@pytest.mark.xfail(strict=True, reason="waits for fleet-core: watch[].nodes, parts, global completeness")
+@pytest.mark.xfail(strict=True, reason="waits for fleet-core step 2: per-part copies from node-local tier 0")
 def test_an_8_rank_dcp_save_over_8_nodes_is_one_step_copied_once(
     make_fleet: Callable[..., Fleet], tmp_path: Path
 ) -> None:
