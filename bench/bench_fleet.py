@@ -255,6 +255,7 @@ def _scale(server: PostgresServer, root: Path) -> None:
         **busy,
         **idle_result,
         daemon_problems=problems,
+        loadavg_1m_after=round(os.getloadavg()[0], 2),
         tierd_source=tierd_source(),
         **load.result(),
     )

@@ -10,6 +10,7 @@ client on a kept-alive connection sends each call ``TIERD_BENCH_API_CALLS`` (300
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from datetime import UTC, datetime
@@ -115,6 +116,7 @@ def measure_api(server: PostgresServer, root: Path) -> None:
         with httpx.Client(base_url=base, timeout=30) as client:
             _wait_ready(client, daemon)
             for name, path_of in _calls(shape, random.Random(17)).items():
+                load_before = os.getloadavg()[0]
                 times, status = _time_call(client, path_of, calls)
                 p99 = percentile(times, 99)
                 emit(
@@ -131,6 +133,7 @@ def measure_api(server: PostgresServer, root: Path) -> None:
                     goal_met=p99 <= GOAL_SECONDS and status == 200,
                     file_rows=shape.checkpoints * shape.files,
                     checkpoints=shape.checkpoints,
+                    loadavg_1m_before_after=[round(load_before, 2), round(os.getloadavg()[0], 2)],
                 )
     finally:
         daemon.stop()
