@@ -1,105 +1,270 @@
-"""The shared tiers' leader at fleet scale: eight daemons, the leader killed (SIGKILL) and then
-the next one paused (SIGSTOP); each time another leads within twice the lease, the paused one
-stands down when it runs again, and the shared tier's deletions happen once, by the leader."""
+"""Three real daemons on one PostgreSQL: one leader for the shared tiers, failover, and fencing.
+
+Each daemon has its own NVMe (node-local, ``keep_last: 1``) and shares ``pfs`` (``keep_last:
+1``) and ``object`` (keeps everything). Steps are put straight into the catalog and on disk,
+verified on every tier, so the only work is retention's: shared-tier deletions must happen
+once each, on the leader, and node-local ones on every node for its own steps.
+"""
 
 from __future__ import annotations
 
+import functools
+import shutil
+import signal
 import time
-from collections.abc import Callable
-from functools import partial
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from sqlalchemy import update
 
-from tests.fixtures.fleet import RUN, Fleet, FleetSpec, Node
-from tests.fixtures.s3proxy import CountingProxy
-from tests.integration.fleet_jobs import write_step
+from tests.fixtures.net import free_port
+from tests.fixtures.postgres import PostgresServer
+from tests.integration.daemon_helpers import (
+    DaemonProcess,
+    audit,
+    config_dict,
+    record_checkpoint,
+    wait_for,
+    write_files,
+)
+from tierd.config import Config
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import Replica, ReplicaState, utcnow
 
-pytestmark = [pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 LEASE = 3.0
-FLEET = {"heartbeat_interval": 1, "lease": LEASE, "node_timeout": 10}
+FLEET = {"heartbeat_interval": 0.5, "lease": LEASE, "node_timeout": LEASE}
+NODES = ("node-a", "node-b", "node-c")
 
 
-def _one_leader(fleet: Fleet, other_than: Node | None = None) -> Node | None:
-    leaders = fleet.leaders()
-    if len(leaders) == 1 and leaders[0] is not other_than:
-        return leaders[0]
-    return None
+@dataclass
+class Node:
+    name: str
+    daemon: DaemonProcess
+    config: Config
+    url: str
+
+    @property
+    def pid(self) -> int:
+        assert self.daemon.proc is not None
+        return self.daemon.proc.pid
+
+    def fleet(self) -> dict[str, Any] | None:
+        try:
+            return dict(httpx.get(f"{self.url}/v1/fleet", timeout=2).json())
+        except httpx.HTTPError:
+            return None
+
+    def logged(self, event: str) -> list[dict[str, Any]]:
+        return [e for e in self.daemon.events() if e.get("event") == event]
 
 
-def _takeover(fleet: Fleet, old: Node, started: float) -> tuple[Node, float]:
-    """Wait for a leader other than ``old``; it and the seconds since ``started``."""
-    new = fleet.wait_for(partial(_one_leader, fleet, old), 4 * LEASE, f"a leader other than {old.name}", 0.1)
-    return new, time.monotonic() - started
+@dataclass
+class Fleet:
+    root: Path
+    db: Database
+    nodes: dict[str, Node]
+
+    def leader(self, asking: Node) -> str | None:
+        view = asking.fleet()
+        return view["leader"] if view else None
+
+    def add_step(self, node: Node, run: str, step: int) -> int:
+        """A step written on ``node``, verified on its NVMe and on both shared tiers."""
+        path = f"{run}/step_{step}"
+        write_files(node.config.tier0.path / path, {"__0_0.distcp": 4096, ".metadata": 64}, seed=step)
+        for shared in ("pfs", "object"):
+            shutil.copytree(node.config.tier0.path / path, self.root / shared / path)
+        checkpoint_id = record_checkpoint(self.db, node.config, run, step, path, node=node.name)
+        with self.db.session() as s:
+            s.execute(
+                update(Replica)
+                .where(Replica.checkpoint_id == checkpoint_id)
+                .values(state=ReplicaState.VERIFIED.value, verified_at=utcnow())
+            )
+        return checkpoint_id
+
+    def deleted(self, checkpoint_id: int, tier: str) -> list[str]:
+        """The actors of the ``deleted`` audit events of a replica."""
+        return [
+            e.actor
+            for e in audit(self.db)
+            if e.action == "deleted" and e.checkpoint_id == checkpoint_id and e.tier == tier
+        ]
+
+    def acts(self) -> dict[str, list[dict[str, Any]]]:
+        """Every node's fenced shared-tier acts (``leader_acts`` log events)."""
+        return {name: node.logged("leader_acts") for name, node in self.nodes.items()}
 
 
-def _uploaded(proxy: CountingProxy, keys: set[str]) -> bool:
-    return keys <= set(proxy.count("PutObject"))
-
-
-def _s3_state(fleet: Fleet, step: int) -> str | None:
-    checkpoint = fleet.checkpoints().get(step)
-    replicas = {r["tier"]: r["state"] for r in checkpoint["replicas"]} if checkpoint else {}
-    return replicas.get("s3")
-
-
-def test_leader_killed_then_paused_and_shared_deletions_happen_once(make_fleet: Callable[..., Fleet]) -> None:
-    spec = FleetSpec(
-        nodes=8,
-        config={"fleet": FLEET, "retention": {"interval": 1}},
-        s3={"retention": {"keep_last": 1}, "delete_delay": 0},
-    )
-    fleet = make_fleet(spec)
-    first = fleet.wait_for(partial(_one_leader, fleet), 4 * LEASE, "one leader")
-
-    started = time.monotonic()
-    first.kill()
-    second, took = _takeover(fleet, first, started)
-    assert took <= 2 * LEASE, f"{second.name} led {took:.1f}s after the leader was killed"
-
-    started = time.monotonic()
-    second.pause()
+@pytest.fixture
+def fleet(tmp_path: Path, postgres_server: PostgresServer) -> Iterator[Fleet]:
+    url = postgres_server.new_database()
+    nodes: dict[str, Node] = {}
+    for name in NODES:
+        root = tmp_path / name
+        root.mkdir()
+        tiers: list[dict[str, Any]] = [
+            {"name": "nvme", "kind": "posix", "path": str(root / "nvme"), "retention": {"keep_last": 1}},
+            {"name": "pfs", "kind": "posix", "path": str(tmp_path / "pfs"), "retention": {"keep_last": 1}},
+            {"name": "object", "kind": "posix", "path": str(tmp_path / "object")},
+        ]
+        for tier in tiers[:2]:
+            tier["delete_delay"] = 0
+        data = config_dict(root, tiers, node=name, catalog={"url": url}, fleet=FLEET)
+        data |= {"retention": {"interval": 0.3}, "api": {"listen": f"127.0.0.1:{free_port()}"}}
+        daemon = DaemonProcess.prepare(root, data)
+        nodes[name] = Node(name, daemon, Config(**data), f"http://{data['api']['listen']}")
+    db = Database(url)
     try:
-        third, took = _takeover(fleet, second, started)
-        assert took <= 2 * LEASE, f"{third.name} led {took:.1f}s after the leader was paused"
+        for node in nodes.values():
+            node.daemon.start()
+        first = nodes[NODES[0]]
+        wait_for(lambda: _all_up(first, len(NODES)), 60, "every daemon in /v1/fleet with a leader", 0.2)
+        yield Fleet(tmp_path, db, nodes)
     finally:
-        second.resume()
-    fleet.wait_for(
-        lambda: not second.leads() and _one_leader(fleet) is third, 4 * LEASE, "the paused one to stand down"
-    )
-    stood_down = [e for name, e in fleet.events("leader_stood_down") if name == second.name]
-    assert stood_down, f"{second.name} never logged that it stood down"
-
-    writer = next(n for n in fleet.nodes if n.daemon.alive() and n is not second)
-    written: dict[str, bytes] = {}
-    proxy = fleet.proxy
-    assert proxy is not None
-    for step in (1, 2, 3):  # one after another: retention would not upload a step it already drops
-        files = write_step(writer.watch_dir / f"step_{step}", 2, 16 * 1024, seed=step)
-        keys = {f"{RUN}/step_{step}/{name}": data for name, data in files.items()}
-        written.update(keys)
-        fleet.wait_for(partial(_uploaded, proxy, set(keys)), 60, f"step {step} uploaded")
-    fleet.wait_for(lambda: _s3_state(fleet, 3) == "verified", 60, "step 3 verified on s3")
-    fleet.wait_for(
-        lambda: _s3_state(fleet, 1) in (None, "deleted") and _s3_state(fleet, 2) in (None, "deleted"),
-        60,
-        "steps 1 and 2 deleted from s3 by retention",
-    )
-    put, deleted = proxy.count("PutObject"), proxy.count("DeleteObjects")
-    assert put == dict.fromkeys(written, 1)
-    old = {key for key in written if "/step_3/" not in key}
-    assert deleted == dict.fromkeys(old, 1), "each old object deleted once"
-    acting = {name for name, e in fleet.events("leader_acts") if e.get("tier") == "s3"}
-    assert acting == {third.name}, f"only the leader deletes on the shared tier: {acting}"
-
-    view = fleet.wait_for(partial(_silent_view, fleet, first), 30, f"{first.name} shown silent in /v1/fleet")
-    assert view["leader"] == third.name
-    assert {n["name"] for n in view["nodes"]} == {n.name for n in fleet.nodes}
-    assert {n["name"] for n in view["nodes"] if n["silent"]} == {first.name}
-    assert [n["name"] for n in view["nodes"] if n["leader"]] == [third.name]
+        for node in nodes.values():
+            if node.daemon.alive():
+                node.daemon.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+            node.daemon.stop()
+        db.dispose()
 
 
-def _silent_view(fleet: Fleet, dead: Node) -> dict[str, Any] | None:
-    view: dict[str, Any] = fleet.any_node().get("/v1/fleet")
-    return view if any(n["name"] == dead.name and n["silent"] for n in view["nodes"]) else None
+def _all_up(node: Node, count: int) -> bool:
+    view = node.fleet()
+    return bool(view and view["leader"] and sum(not n["silent"] for n in view["nodes"]) == count)
+
+
+def _retention_runs_everywhere(fleet: Fleet, run_of: dict[str, str]) -> None:
+    """Each node's step 1 goes from its own NVMe (on that node) and from pfs (on the leader), once."""
+    ids = {name: [fleet.add_step(fleet.nodes[name], run, s) for s in (1, 2)] for name, run in run_of.items()}
+    for name, run in run_of.items():
+        nvme = fleet.nodes[name].config.tier0.path
+        old, new = ids[name]
+        wait_for(functools.partial(_gone_everywhere, fleet, old), 60, f"{run}'s step 1 deleted")
+        assert not (nvme / run / "step_1").exists()
+        assert (nvme / run / "step_2").exists()
+        assert not (fleet.root / "pfs" / run / "step_1").exists()
+        assert (fleet.root / "object" / run / "step_1").exists()
+        assert len(fleet.deleted(old, "pfs")) == 1
+        assert len(fleet.deleted(old, "nvme")) == 1
+        assert fleet.deleted(new, "pfs") == []
+        assert fleet.deleted(new, "nvme") == []
+        # The NVMe deletion ran on the step's own node; nobody else touched it.
+        deleting = [n for n, node in fleet.nodes.items() if _deleted_in_log(node, old, "nvme")]
+        assert deleting == [name]
+
+
+def _gone_everywhere(fleet: Fleet, checkpoint_id: int) -> bool:
+    return bool(fleet.deleted(checkpoint_id, "pfs") and fleet.deleted(checkpoint_id, "nvme"))
+
+
+def _deleted_in_log(node: Node, checkpoint_id: int, tier: str) -> bool:
+    return any(e["checkpoint"] == checkpoint_id and e["tier"] == tier for e in node.logged("replica_deleted"))
+
+
+def _shared_acts_by(fleet: Fleet) -> dict[int, list[str]]:
+    """checkpoint id -> the nodes that deleted its pfs replica (each fenced act)."""
+    out: dict[int, list[str]] = {}
+    for name, events in fleet.acts().items():
+        for event in events:
+            out.setdefault(event["checkpoint"], []).append(name)
+    return out
+
+
+def _silent(asking: Node, name: str) -> dict[str, Any] | None:
+    """The fleet as ``asking`` sees it, once it shows node ``name`` silent."""
+    view = asking.fleet()
+    return view if view and any(n["name"] == name and n["silent"] for n in view["nodes"]) else None
+
+
+def _new_leader(fleet: Fleet, old: str, asking: Node) -> str | None:
+    lead = fleet.leader(asking)
+    return lead if lead not in (None, old) else None
+
+
+def _took_over(fleet: Fleet, old: str, asking: Node) -> tuple[str, float]:
+    started = time.monotonic()
+    new = wait_for(lambda: _new_leader(fleet, old, asking), 4 * LEASE, "a new leader", 0.05)
+    elapsed = time.monotonic() - started
+    print(f"{new} took over from {old} after {elapsed:.2f}s (lease {LEASE:g}s)")  # shown with -s
+    return new, elapsed
+
+
+def test_kill_9_the_leader_another_leads_within_twice_the_lease_and_deletes_once(fleet: Fleet) -> None:
+    first = fleet.nodes[NODES[0]]
+    leader = fleet.leader(first)
+    assert leader in NODES
+    _retention_runs_everywhere(fleet, {name: f"run-{name}" for name in NODES})
+    actors = {name for names in _shared_acts_by(fleet).values() for name in names}
+    assert actors == {leader}  # only the leader acted on pfs
+
+    fleet.nodes[leader].daemon.kill()
+    asking = next(n for name, n in fleet.nodes.items() if name != leader)
+    new, elapsed = _took_over(fleet, leader, asking)
+    assert elapsed <= 2 * LEASE, f"{new} took over after {elapsed:.2f}s"
+
+    view = wait_for(lambda: _silent(asking, leader), 30, "the killed node shown silent")
+    dead = next(n for n in view["nodes"] if n["name"] == leader)
+    assert (dead["leader"], dead["unfinished"]) == (False, {"jobs": []})
+    assert sum(not n["silent"] for n in view["nodes"]) == 2
+
+    survivors = {name: f"after-{name}" for name in fleet.nodes if name != leader}
+    _retention_runs_everywhere(fleet, survivors)
+    acts = _shared_acts_by(fleet)
+    assert all(len(names) == 1 for names in acts.values()), acts  # each pfs deletion once
+    assert {names[0] for cid, names in acts.items()} == {leader, new}
+
+
+def test_sigstop_the_leader_another_leads_and_the_resumed_one_stands_down_without_acting(
+    fleet: Fleet,
+) -> None:
+    first = fleet.nodes[NODES[0]]
+    leader = fleet.leader(first)
+    assert leader is not None
+    paused = fleet.nodes[leader]
+    _retention_runs_everywhere(fleet, {leader: "before"})
+
+    assert paused.daemon.proc is not None
+    paused.daemon.proc.send_signal(signal.SIGSTOP)
+    stopped_at = datetime.now(UTC)
+    asking = next(n for name, n in fleet.nodes.items() if name != leader)
+    new, elapsed = _took_over(fleet, leader, asking)
+    assert elapsed <= 2 * LEASE, f"{new} took over after {elapsed:.2f}s"
+    view = wait_for(lambda: _silent(asking, leader), 30, "the stopped node shown silent")
+    assert [n["name"] for n in view["nodes"] if n["leader"]] == [new]
+    # While the old leader is stopped, the new one does the shared tiers' work.
+    _retention_runs_everywhere(fleet, {new: "while-paused"})
+
+    paused.daemon.proc.send_signal(signal.SIGCONT)
+    resumed_at = datetime.now(UTC)
+    down = wait_for(lambda: paused.logged("leader_stood_down"), 30, "the resumed leader to stand down")
+    assert "held by" in down[-1]["reason"]
+    assert new in down[-1]["reason"]
+    _retention_runs_everywhere(fleet, {new: "after-resume"})
+
+    # Non-overlap: every act of the old leader precedes the pause; the new leader's acts all
+    # follow the pause; and the resumed one never acted again.
+    acts = fleet.acts()
+    old_acts = [_at(e) for e in acts[leader]]
+    new_acts = [_at(e) for e in acts[new]]
+    assert old_acts
+    assert new_acts
+    assert max(old_acts) < stopped_at < min(new_acts)
+    assert not [t for t in old_acts if t >= resumed_at]
+    assert all(not acts[name] for name in fleet.nodes if name not in (leader, new))
+    assert all(len(names) == 1 for names in _shared_acts_by(fleet).values())
+    (elected,) = fleet.nodes[new].logged("leader_elected")
+    (old_term,) = [e["term"] for e in paused.logged("leader_elected")]
+    assert _at(elected) > stopped_at
+    assert elected["term"] == old_term + 1
+
+
+def _at(event: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(event["timestamp"])

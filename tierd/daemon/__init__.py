@@ -1,1 +1,1 @@
-"""Everything that runs on the node: runtime, detect, catalog, pipeline, backends, retention."""
+"""Everything that runs on the node: runtime, detect, catalog, pipeline, backends, retention, fleet."""

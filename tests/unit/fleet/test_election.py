@@ -141,25 +141,26 @@ def test_a_leader_cut_off_from_the_catalog_stands_down_at_once_and_leads_again_a
 ) -> None:
     (leader,) = electors(pg, 1)
     leader.elect()
-    name = pg.engine.url.database
     admin = Database(postgres_server.url("postgres"))
     try:
-        _connections(admin, name, allow=False)
+        allow_connections(admin, pg, allow=False)
         change = leader.elect()
         assert change is not None
         assert not change.elected
         assert "catalog failed" in change.reason
         assert not leader.leads()
-        _connections(admin, name, allow=True)
+        allow_connections(admin, pg, allow=True)
         again = wait_for(lambda: leader.elect(), 10, "the leader to lead again after reconnecting")
         assert again.elected
         assert leader.leads()
     finally:
-        _connections(admin, name, allow=True)
+        allow_connections(admin, pg, allow=True)
         admin.dispose()
 
 
-def _connections(admin: Database, name: str | None, *, allow: bool) -> None:
+def allow_connections(admin: Database, db: Database, *, allow: bool) -> None:
+    """Let clients connect to ``db``'s database, or refuse them and end those connected."""
+    name = db.engine.url.database
     with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {str(allow).lower()}'))
         if not allow:
@@ -192,13 +193,12 @@ def test_a_failed_release_raises_a_catalog_error_and_still_stands_down(
 ) -> None:
     (leader,) = electors(pg, 1)
     leader.elect()
-    name = pg.engine.url.database
     admin = Database(postgres_server.url("postgres"))
     try:
-        _connections(admin, name, allow=False)
+        allow_connections(admin, pg, allow=False)
         with pytest.raises(CatalogError):
             leader.release()
         assert not leader.leads()
     finally:
-        _connections(admin, name, allow=True)
+        allow_connections(admin, pg, allow=True)
         admin.dispose()

@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 import yaml
+from structlog.testing import capture_logs
 
 from tests.conftest import posix_config_dict
 from tests.fixtures.postgres import PostgresServer
+from tests.unit.fleet.test_election import allow_connections
 from tierd.config import Config, FleetSettings, load_config
 from tierd.daemon.catalog import fleet
 from tierd.daemon.catalog.audit import list_events
@@ -17,6 +19,7 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.context import Context
 from tierd.daemon.fleet.service import FleetService
+from tierd.daemon.retention.service import RetentionService
 from tierd.errors import ConfigError
 
 FLEET = {"heartbeat_interval": 30, "lease": 60, "node_timeout": 120}
@@ -84,6 +87,7 @@ async def test_of_two_daemons_one_leads_and_the_other_takes_over_when_it_stops(
     upgrade(db)
     a, b = make_ctx(tmp_path, db, "node-a"), make_ctx(tmp_path, db, "node-b")
     first, second = service(a), service(b)
+    b.retention = RetentionService(b, {})  # not started: only its wake-up is looked at
     try:
         await first.start()
         await second.start()
@@ -91,9 +95,11 @@ async def test_of_two_daemons_one_leads_and_the_other_takes_over_when_it_stops(
         assert (a.acts_on("nvme"), b.acts_on("nvme")) == (True, True)  # node-local: every daemon's own
         assert metric(b, "tierd_fleet_leader") == 0
         assert metric(b, "tierd_fleet_nodes", state="live") == 2
+        assert not b.retention.wakeup.is_set()
         await first.stop(5)
         await second.beat()
         assert (a.leader, b.leader) == (False, True)
+        assert b.retention.wakeup.is_set()  # the new leader plans the shared tiers at once
         assert [(action, term) for action, _, term in actions(db)] == [
             ("leader_elected", 1),
             ("leader_stood_down", 1),
@@ -130,3 +136,36 @@ def test_fleet_settings_default_and_take_durations(tmp_path: Path) -> None:
     )
     custom = Config(**posix_config_dict(tmp_path, fleet={"heartbeat_interval": "2s", "lease": "1m"}))
     assert (custom.fleet.heartbeat_interval, custom.fleet.lease, custom.fleet.node_timeout) == (2, 60, 60)
+
+
+async def test_a_leader_cut_off_from_the_catalog_stands_down_and_audits_it_once_back(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    db = Database(postgres_server.new_database())
+    upgrade(db)
+    ctx = make_ctx(tmp_path, db, "node-a")
+    fleet_service = service(ctx)
+    admin = Database(postgres_server.url("postgres"))
+    await fleet_service.start()
+    try:
+        assert ctx.leader
+        allow_connections(admin, db, allow=False)
+        with capture_logs() as logs:
+            await fleet_service.beat()
+        assert not ctx.leader
+        assert metric(ctx, "tierd_fleet_leader") == 0
+        assert {"leader_stood_down", "fleet_heartbeat_failed"} <= {e["event"] for e in logs}
+        allow_connections(admin, db, allow=True)
+        await fleet_service.beat()
+        assert ctx.leader
+        assert metric(ctx, "tierd_fleet_leader") == 1
+        with db.read_session() as s:
+            events = [(e.action, e.reason) for e in list_events(s) if e.action.startswith("leader")]
+        assert [action for action, _ in events] == ["leader_elected", "leader_stood_down", "leader_elected"]
+        assert events[1][1].startswith("the catalog failed")
+        assert events[2][1] == "renewed its own lease after standing down"  # nobody took it meanwhile
+    finally:
+        allow_connections(admin, db, allow=True)
+        await fleet_service.stop(5)
+        admin.dispose()
+        db.dispose()

@@ -20,6 +20,7 @@ takes the caller's ``Session`` (and, where it changes a row, the loaded row).
 - ``retention``   what a retention pass reads (one query per table) and its change marker
 - ``audit``       the append-only audit log: append, list
 - ``stats``       totals for the metrics scrape: replicas by tier and state, verified bytes
+- ``fleet``       nodes' heartbeats and the shared tiers' leader lease (database clock), the fleet's jobs
 """
 
 from tierd.daemon.catalog.db import Database

@@ -290,9 +290,19 @@ def undelete(session: Session, checkpoint_id: int, *, actor: str, reason: str) -
 
 
 def due_deletions(
-    session: Session, now: datetime, tiers: Sequence[str], *, checkpoint_id: int | None = None
+    session: Session,
+    now: datetime,
+    tiers: Sequence[str],
+    *,
+    checkpoint_id: int | None = None,
+    node: str | None = None,
+    node_local: Sequence[str] = (),
 ) -> list[DueDeletion]:
-    """Replicas on ``tiers`` being deleted whose time has come, or whose deletion has begun."""
+    """Replicas on ``tiers`` being deleted whose time has come, or whose deletion has begun.
+
+    With ``node`` (a fleet), those on the ``node_local`` tiers only of ``node``'s own
+    checkpoints (or of no node).
+    """
     query = (
         select(Replica, Checkpoint.run_id, Checkpoint.step, Checkpoint.path, Checkpoint.format, Run.name)
         .join(Checkpoint, Checkpoint.id == Replica.checkpoint_id)
@@ -303,6 +313,8 @@ def due_deletions(
     )
     if checkpoint_id is not None:
         query = query.where(Replica.checkpoint_id == checkpoint_id)
+    if node is not None and node_local:
+        query = query.where(Replica.tier.not_in(node_local) | Checkpoint.node.in_([node, ""]))
     return [
         DueDeletion(
             replica_id=replica.id,

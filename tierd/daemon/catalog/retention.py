@@ -10,6 +10,7 @@ replicas load in about 0.1 s (``bench/bench_retention.py``).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -53,9 +54,16 @@ class CheckpointRow:
     replicas: dict[str, str] = field(default_factory=dict)
 
 
-def load_retention_rows(session: Session) -> list[CheckpointRow]:
-    """Every checkpoint not yet deleted, oldest first, with what protects it and where it is."""
+def load_retention_rows(
+    session: Session, *, node: str | None = None, node_local: Collection[str] = ()
+) -> list[CheckpointRow]:
+    """Every checkpoint not yet deleted, oldest first, with what protects it and where it is.
+
+    With ``node`` (a fleet), replicas on the ``node_local`` tiers are those of ``node``'s own
+    checkpoints only (or of no node): another node's NVMe is that node's business.
+    """
     rows: dict[int, CheckpointRow] = {}
+    others: set[int] = set()
     conn = session.connection()
     query = (
         select(
@@ -68,12 +76,15 @@ def load_retention_rows(session: Session) -> list[CheckpointRow]:
             Checkpoint.total_bytes,
             Checkpoint.metrics,
             Checkpoint.pinned,
+            Checkpoint.node,
         )
         .join(Run, Run.id == Checkpoint.run_id)
         .where(Checkpoint.state != CheckpointState.DELETED.value)
         .order_by(Checkpoint.created_at, Checkpoint.id)
     )
-    for cid, run, step, state, created, completed, total, metrics, pinned in conn.execute(query):
+    for cid, run, step, state, created, completed, total, metrics, pinned, owner in conn.execute(query):
+        if node is not None and owner not in (node, ""):
+            others.add(cid)
         rows[cid] = CheckpointRow(
             cid, run, step, state, created, completed, total, dict(metrics or {}), pinned, [], False, {}
         )
@@ -82,7 +93,7 @@ def load_retention_rows(session: Session) -> list[CheckpointRow]:
         Replica.checkpoint_id.in_(live)
     )
     for cid, tier, state in conn.execute(replicas):
-        if (row := rows.get(cid)) is not None:
+        if (row := rows.get(cid)) is not None and not (cid in others and tier in node_local):
             row.replicas[tier] = state
     holds: dict[int, list[str]] = defaultdict(list)
     for cid, name in conn.execute(select(Hold.checkpoint_id, Hold.name).order_by(Hold.name)):

@@ -76,6 +76,7 @@ class Elector:
         self._clock = clock
         self._deadline = -math.inf
         self._term: int | None = None
+        self._last_term: int | None = None
 
     def leads(self) -> bool:
         """True until the local deadline of the last renewal (the fence every shared-tier act checks)."""
@@ -100,8 +101,14 @@ class Elector:
         if state.holder == self.owner and state.live:
             self._deadline = started + self.lease_seconds * LOCAL_FRACTION
             if self._term != state.term:
-                self._term = state.term
-                return Change(True, state.term, self.owner, "took the lease (free or expired)")
+                kept = state.term == self._last_term  # nobody took it while this daemon stood down
+                self._term = self._last_term = state.term
+                reason = (
+                    "renewed its own lease after standing down"
+                    if kept
+                    else "took the lease (free or expired)"
+                )
+                return Change(True, state.term, self.owner, reason)
             return None
         return self._lose(state.holder, f"the lease is held by {state.holder} (term {state.term})")
 

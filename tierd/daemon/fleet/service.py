@@ -3,7 +3,8 @@
 Every ``fleet.heartbeat_interval`` it marks its ``nodes`` row heard from (database clock) and,
 on PostgreSQL, takes or renews the shared tiers' lease (``election``). Each change of leader
 is logged and audited (``leader_elected``, ``leader_stood_down``): one the catalog could not
-take at the time (it was down) is audited once it answers again. On SQLite the daemon is
+take at the time (it was down) is audited once it answers again. A new leader wakes
+retention, which plans the shared tiers at once. On SQLite the daemon is
 alone and always leads. It starts first (the leader is known before retention's first pass)
 and stops first, giving the lease up so another daemon takes over at once.
 """
@@ -46,6 +47,7 @@ class FleetService:
             self.elector = Elector(ctx.db, self.owner, self.settings.lease)
         ctx.leadership = self.elector or FixedLeadership(True)
         ctx.metrics.count_fleet_nodes(ctx.db, self.settings.node_timeout)
+        ctx.metrics.fleet_leader.set_function(lambda: 1.0 if ctx.leader else 0.0)  # asked at each scrape
         self._registered = False
         self._unaudited: list[Change] = []
         self._stop = asyncio.Event()
@@ -60,8 +62,12 @@ class FleetService:
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.settings.heartbeat_interval)
-            if not self._stop.is_set():
+            if self._stop.is_set():
+                break
+            try:
                 await self.beat()
+            except Exception:
+                log.exception("fleet_beat_crashed")  # the next beat tries again
 
     async def beat(self) -> None:
         """One heartbeat and one election round; a catalog failure is logged, never raised."""
@@ -73,7 +79,6 @@ class FleetService:
             await blocking(self._heartbeat)
         except CatalogError as exc:
             log.warning("fleet_heartbeat_failed", node=self.ctx.config.node, error=str(exc))
-        self.ctx.metrics.fleet_leader.set(1 if self.ctx.leader else 0)
 
     def _heartbeat(self) -> None:
         node = self.ctx.config.node
@@ -83,7 +88,8 @@ class FleetService:
                     log.warning("fleet_node_registered_again", node=node, pid=self.pid)
                 fleet.register_node(session, node, version=__version__, pid=self.pid, api=self.api_address())
                 self._registered = True
-            for change in self._unaudited:
+            pending = list(self._unaudited)
+            for change in pending:
                 audit.append_event(
                     session,
                     actor=self.owner,
@@ -92,12 +98,14 @@ class FleetService:
                     reason=change.reason,
                     detail={"node": node, "pid": self.pid, "term": change.term, "holder": change.holder},
                 )
-        self._unaudited.clear()
+        del self._unaudited[: len(pending)]  # audited: committed with this heartbeat
 
     def _announce(self, change: Change) -> None:
         event = "leader_elected" if change.elected else "leader_stood_down"
         log.info(event, node=self.ctx.config.node, owner=self.owner, term=change.term, reason=change.reason)
         self._unaudited.append(change)
+        if change.elected and self.ctx.retention is not None:
+            self.ctx.retention.wake()  # plan the shared tiers now, not at the next catalog change
 
     async def stop(self, timeout: float) -> None:
         """Stop beating and give the lease up (another daemon leads at its next heartbeat)."""
@@ -116,4 +124,3 @@ class FleetService:
             self._announce(change)
             with contextlib.suppress(CatalogError):
                 await blocking(self._heartbeat)
-        self.ctx.metrics.fleet_leader.set(0)

@@ -89,6 +89,9 @@ class Deleter:
         """
         self.on_bad_copy = on_bad_copy
         self.acts_on = acts_on
+        # In a fleet (PostgreSQL) a node-local tier's replicas are deleted by their own node only.
+        self.node = None if db.is_sqlite else config.node
+        self.node_local = [t.name for t in config.tiers if not t.shared]
         self.config = config
         self.db = db
         self.backends = backends
@@ -100,7 +103,9 @@ class Deleter:
     def due(self, now: datetime) -> list[DueDeletion]:
         """The deletions whose time has come on this daemon's tiers, or that had begun (blocking)."""
         with self.db.read_session() as session:
-            return deletions.due_deletions(session, now, list(self.backends))
+            return deletions.due_deletions(
+                session, now, list(self.backends), node=self.node, node_local=self.node_local
+            )
 
     async def run(self, due: Sequence[DueDeletion], now: datetime, *, veto: Veto) -> list[Outcome]:
         """Run each due deletion, unless ``veto`` refuses it (returning why) before it is claimed.

@@ -85,8 +85,14 @@ class RetentionService:
         self._dry_logged: set[tuple[int, str]] = set()
 
     def snapshot(self, now: datetime | None = None) -> Snapshot:
-        """The catalog planned now (blocking)."""
-        return take_snapshot(self.ctx.db, self.deleter.rules, now or utcnow())
+        """The catalog planned now (blocking); in a fleet, node-local tiers hold this node's checkpoints."""
+        return take_snapshot(
+            self.ctx.db,
+            self.deleter.rules,
+            now or utcnow(),
+            node=self.deleter.node,
+            node_local=self.deleter.node_local,
+        )
 
     async def start(self) -> None:
         """Start the pass loop, and tell the log what each tier keeps."""

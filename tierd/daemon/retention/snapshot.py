@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -43,10 +43,20 @@ class Snapshot:
         return protections(self.checkpoints)
 
 
-def take_snapshot(db: Database, rules: Sequence[TierRules], now: datetime) -> Snapshot:
-    """Read the catalog once and plan over it (blocking: run it through ``aio.blocking``)."""
+def take_snapshot(
+    db: Database,
+    rules: Sequence[TierRules],
+    now: datetime,
+    *,
+    node: str | None = None,
+    node_local: Collection[str] = (),
+) -> Snapshot:
+    """Read the catalog once and plan over it (blocking: run it through ``aio.blocking``).
+
+    With ``node`` (a fleet), the ``node_local`` tiers hold only that node's own checkpoints.
+    """
     with db.read_session() as session:
-        rows = catalog_retention.load_retention_rows(session)
+        rows = catalog_retention.load_retention_rows(session, node=node, node_local=node_local)
     checkpoints = tuple(_state_of(row) for row in rows)
     return Snapshot(checkpoints, plan_retention(checkpoints, rules, now), now)
 
