@@ -19,7 +19,8 @@ coordinator's real DCP ``.metadata`` (a pickled ``Metadata`` naming all 32 shard
   file rows, p50/p99 against the 50 ms goal.
 
 ``TIERD_BENCH_FLEET_NODES`` (32) and ``TIERD_BENCH_FLEET_STEPS`` (200) shrink it;
-``TIERD_BENCH_QUICK`` runs 4 nodes and 5 steps. About 8 minutes in all.
+``TIERD_BENCH_QUICK`` runs 4 nodes and 5 steps; ``TIERD_BENCH_FLEET_PARTS`` (``scale,api``)
+runs one half. About 8 minutes in all.
 """
 
 from __future__ import annotations
@@ -271,5 +272,8 @@ def main() -> None:
         # PostgreSQL's default of 100 connections is not enough for 32 daemons: allow plenty,
         # and report how many the fleet used.
         PostgresSwitch.of(server).set_and_restart(max_connections=MAX_CONNECTIONS)
-        _scale(server, root)
-        measure_api(server, root / "api")
+        parts = os.environ.get("TIERD_BENCH_FLEET_PARTS", "scale,api").split(",")
+        if "scale" in parts:
+            _scale(server, root)
+        if "api" in parts:
+            measure_api(server, root / "api")
