@@ -31,6 +31,8 @@ def node_context(db: Database, root: Path, node: str, **watch: Any) -> Context:
     shared = posix_config_dict(root / "shared")
     own = root / node / "nvme"
     tiers = [{"name": "nvme", "kind": "posix", "path": str(own)}, *shared["tiers"][1:]]
+    for tier in tiers:
+        Path(tier["path"]).mkdir(parents=True, exist_ok=True)
     data = posix_config_dict(
         root / node,
         node=node,
@@ -64,6 +66,9 @@ def dcp_across(scratch: Path, nodes: list[Context], step: int) -> list[str]:
         for name in mine:
             shutil.copy2(whole / name, target / name)
         age(target)
+        if index == 0:  # the coordinator writes .metadata last
+            meta = (target / ".metadata").stat().st_mtime_ns + 1_000_000_000
+            os.utime(target / ".metadata", ns=(meta, meta))
     return sorted([".metadata", *shards])
 
 

@@ -34,6 +34,7 @@ from tierd.daemon.catalog.models import (
     Run,
     utcnow,
 )
+from tierd.daemon.catalog.parts import set_part_copies
 from tierd.daemon.catalog.protection import checkpoint_for_update, give_back
 from tierd.daemon.catalog.replicas import find_replica
 from tierd.errors import Conflict
@@ -349,6 +350,7 @@ def finish_deletion(session: Session, replica_id: int, *, actor: str, action: st
     if replica is None or replica.state != DELETING:
         return
     replica.state, replica.bytes_done, replica.verified_at = DELETED, 0, None
+    set_part_copies(session, replica.checkpoint_id, replica.tier, ReplicaState.DELETED)
     append_event(
         session,
         actor=actor,
@@ -377,6 +379,7 @@ def mark_recheck_failed(session: Session, checkpoint_id: int, tier: str, *, erro
         .values(state=ReplicaState.FAILED.value, error=error, verified_at=None, bytes_done=0)
         .execution_options(synchronize_session=False)
     )
+    set_part_copies(session, checkpoint_id, tier, ReplicaState.FAILED)
     append_event(
         session,
         actor=actor,

@@ -22,9 +22,9 @@ from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.dialect import skip_locked
-from tierd.daemon.catalog.models import Checkpoint, Job, JobKind, JobState, utcnow
+from tierd.daemon.catalog.models import Checkpoint, Job, JobKind, JobState, Part, utcnow
 from tierd.daemon.catalog.progress import forget_files_done
-from tierd.daemon.catalog.replicas import requeue_copying_replica
+from tierd.daemon.catalog.replicas import requeue_copying_part, requeue_copying_replica
 
 __all__ = [
     "OPEN_STATES",
@@ -36,6 +36,7 @@ __all__ = [
     "extend_lease",
     "fail_job_run",
     "open_copy_hops",
+    "open_part_hops",
     "owned_job",
     "owner_id",
     "release_job",
@@ -60,6 +61,8 @@ class Claim:
     priority: int
     attempts: int
     detail: dict[str, Any] = field(default_factory=dict)
+    #: The node's part this job copies (a hop out of a node-local tier), or None: every file.
+    part_id: int | None = None
 
 
 def owner_id(node: str, pid: int | None = None) -> str:
@@ -67,13 +70,16 @@ def owner_id(node: str, pid: int | None = None) -> str:
     return f"{node}:{pid if pid is not None else os.getpid()}"
 
 
-def enqueue_copy_job(session: Session, checkpoint_id: int, src: str, dst: str, priority: int) -> Job:
-    """Add a queued copy job for one hop (inside the caller's transaction)."""
+def enqueue_copy_job(
+    session: Session, checkpoint_id: int, src: str, dst: str, priority: int, *, part_id: int | None = None
+) -> Job:
+    """Add a queued copy job for one hop (of one part with ``part_id``), in the caller's transaction."""
     job = Job(
         kind=JobKind.COPY.value,
         checkpoint_id=checkpoint_id,
         src_tier=src,
         dst_tier=dst,
+        part_id=part_id,
         state=JobState.QUEUED.value,
         priority=priority,
         detail={},
@@ -94,8 +100,9 @@ def claim_next_copy_job(
 ) -> Claim | None:
     """Take the highest-priority claimable copy job into one of ``dst_tiers``, or None.
 
-    When ``node`` and ``local_tier`` are given, hops whose source is ``local_tier`` (the
-    node-local NVMe) are only taken for checkpoints written on ``node`` (or of unknown node).
+    When ``node`` is given, a job copying one node's part is only taken by that node; when
+    ``local_tier`` is given too, a whole-checkpoint hop out of it (the node-local NVMe, rows
+    from before parts) only for checkpoints written on ``node`` (or of unknown node).
     Raises CatalogError when the catalog fails.
     """
     if not dst_tiers:
@@ -117,6 +124,7 @@ def claim_next_copy_job(
             priority=job.priority,
             attempts=job.attempts,
             detail=dict(job.detail or {}),
+            part_id=job.part_id,
         )
 
 
@@ -134,10 +142,13 @@ def _claimable(dst_tiers: Collection[str], now: datetime, node: str | None, loca
         )
         .order_by(Job.priority.desc(), Job.checkpoint_id.desc(), Job.id)
     )
-    if node is not None and local_tier is not None:
-        query = query.join(Checkpoint, Checkpoint.id == Job.checkpoint_id).where(
-            or_(Job.src_tier != local_tier, Checkpoint.node.in_([node, ""]))
-        )
+    if node is not None:
+        mine = Job.part_id.in_(select(Part.id).where(Part.node == node))
+        whole: Any = Job.part_id.is_(None)
+        if local_tier is not None:
+            own = Job.checkpoint_id.in_(select(Checkpoint.id).where(Checkpoint.node.in_([node, ""])))
+            whole = and_(whole, or_(Job.src_tier != local_tier, own))
+        query = query.where(or_(whole, mine))
     return query
 
 
@@ -210,7 +221,9 @@ def _requeue(session: Session, job: Job, bytes_done: int | None) -> None:
     job.state = JobState.QUEUED.value
     job.lease_owner = None
     job.lease_expires_at = None
-    if job.dst_tier is not None:
+    if job.dst_tier is not None and job.part_id is not None:
+        requeue_copying_part(session, job.part_id, job.dst_tier, bytes_done)
+    elif job.dst_tier is not None:
         requeue_copying_replica(session, job.checkpoint_id, job.dst_tier, bytes_done)
 
 
@@ -273,7 +286,7 @@ def fail_job_run(session: Session, job: Job, error: str, *, reason: str, retry_a
 
 
 def open_copy_hops(session: Session, checkpoint_ids: Sequence[int]) -> set[tuple[int, str]]:
-    """(checkpoint id, destination tier) of every copy job among ``checkpoint_ids`` in OPEN_STATES."""
+    """(checkpoint id, destination tier) of every whole-checkpoint copy job in OPEN_STATES."""
     return {
         (checkpoint_id, dst or "")
         for checkpoint_id, dst in session.execute(
@@ -281,6 +294,22 @@ def open_copy_hops(session: Session, checkpoint_ids: Sequence[int]) -> set[tuple
                 Job.checkpoint_id.in_(checkpoint_ids),
                 Job.kind == JobKind.COPY.value,
                 Job.state.in_(OPEN_STATES),
+                Job.part_id.is_(None),
+            )
+        )
+    }
+
+
+def open_part_hops(session: Session, checkpoint_ids: Sequence[int]) -> set[tuple[int, str, int]]:
+    """(checkpoint id, destination tier, part id) of every one-part copy job in OPEN_STATES."""
+    return {
+        (checkpoint_id, dst or "", part_id or 0)
+        for checkpoint_id, dst, part_id in session.execute(
+            select(Job.checkpoint_id, Job.dst_tier, Job.part_id).where(
+                Job.checkpoint_id.in_(checkpoint_ids),
+                Job.kind == JobKind.COPY.value,
+                Job.state.in_(OPEN_STATES),
+                Job.part_id.is_not(None),
             )
         )
     }

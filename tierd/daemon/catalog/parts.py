@@ -46,13 +46,20 @@ __all__ = [
     "Expectation",
     "Missing",
     "add_part",
+    "files_of_part",
     "find_part",
+    "set_part_copies",
     "lock_checkpoint",
     "lock_replica",
+    "mark_part_copying",
+    "mark_part_failed",
+    "mark_part_verified",
     "missing_of",
     "part_replica",
     "parts_verified_on",
+    "record_part_bytes",
     "set_expectation",
+    "settle_replica",
     "settle_step",
 ]
 
@@ -276,3 +283,63 @@ def _complete(row: Checkpoint, files: Iterable[File], now: datetime) -> None:
     row.created_at = datetime.fromtimestamp(newest / 1e9, UTC) if newest else now
     row.completed_at = now
     row.waiting_since = None
+
+
+def files_of_part(session: Session, part_id: int) -> list[File]:
+    """The part's files by relative path."""
+    return list(session.scalars(select(File).where(File.part_id == part_id).order_by(File.relpath)))
+
+
+def mark_part_copying(row: PartReplica) -> None:
+    """A hop of the part into the replica's tier has started."""
+    row.state, row.error = ReplicaState.COPYING.value, None
+
+
+def mark_part_verified(row: PartReplica, total_bytes: int) -> None:
+    """Every file of the part matched its checksum on the replica's tier."""
+    row.state, row.error, row.verified_at = ReplicaState.VERIFIED.value, None, utcnow()
+    row.bytes_done = total_bytes
+
+
+def mark_part_failed(row: PartReplica, error: str) -> None:
+    """The part's hop into the replica's tier failed with ``error``."""
+    row.state, row.error = ReplicaState.FAILED.value, error
+
+
+def record_part_bytes(session: Session, part_id: int, tier: str, bytes_done: int) -> None:
+    """The bytes copied so far of the part's ``copying`` replica on ``tier``."""
+    row = part_replica(session, part_id, tier)
+    if row is not None and row.state == ReplicaState.COPYING.value:
+        row.bytes_done = bytes_done
+
+
+def set_part_copies(session: Session, checkpoint_id: int, tier: str, state: ReplicaState) -> None:
+    """The checkpoint's whole copy on ``tier`` went to ``state``: so did every part's.
+
+    ``verified`` (a whole-checkpoint hop finished): each part verified with its bytes; any
+    other state (deleted, failed): each part's copy is gone.
+    """
+    verified = state is ReplicaState.VERIFIED
+    rows = session.execute(
+        select(PartReplica, Part.total_bytes)
+        .join(Part, Part.id == PartReplica.part_id)
+        .where(Part.checkpoint_id == checkpoint_id, PartReplica.tier == tier)
+    )
+    for row, total in rows:
+        row.state, row.error = state.value, None
+        row.bytes_done, row.verified_at = (total, utcnow()) if verified else (0, None)
+
+
+def settle_replica(session: Session, replica: Replica, location: str) -> bool:
+    """Verify the (locked) replica when its step is complete and every part is verified there.
+
+    Returns whether it did.
+    """
+    row = session.get(Checkpoint, replica.checkpoint_id)
+    if row is None or row.state != CheckpointState.COMPLETE.value:
+        return False
+    if not parts_verified_on(session, row.id, replica.tier):
+        return False
+    replica.state, replica.error, replica.verified_at = ReplicaState.VERIFIED.value, None, utcnow()
+    replica.location, replica.bytes_done = location, row.total_bytes
+    return True

@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tierd.daemon.catalog.models import Replica, ReplicaState, utcnow
+from tierd.daemon.catalog.models import PartReplica, Replica, ReplicaState, utcnow
 
 __all__ = [
     "GONE",
@@ -26,6 +26,7 @@ __all__ = [
     "mark_replica_failed",
     "mark_replica_verified",
     "replicas_by_tier",
+    "requeue_copying_part",
     "requeue_copying_replica",
 ]
 
@@ -97,6 +98,17 @@ def mark_replica_failed(replica: Replica, error: str) -> None:
 def mark_replica_deleted(replica: Replica) -> None:
     """The replica's bytes are gone from its tier."""
     replica.state = ReplicaState.DELETED.value
+
+
+def requeue_copying_part(session: Session, part_id: int, tier: str, bytes_done: int | None) -> None:
+    """A part's copy given back to the queue: ``copying`` goes back to ``pending``."""
+    row = session.scalars(
+        select(PartReplica).where(PartReplica.part_id == part_id, PartReplica.tier == tier)
+    ).one_or_none()
+    if row is not None and row.state == ReplicaState.COPYING.value:
+        row.state = ReplicaState.PENDING.value
+        if bytes_done is not None:
+            row.bytes_done = bytes_done
 
 
 def requeue_copying_replica(session: Session, checkpoint_id: int, tier: str, bytes_done: int | None) -> None:

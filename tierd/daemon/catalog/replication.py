@@ -9,7 +9,7 @@ number of checkpoints in it.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, func, select
@@ -17,11 +17,18 @@ from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.checkpoints import creation_times
 from tierd.daemon.catalog.dialect import advisory_xact_lock
-from tierd.daemon.catalog.jobs import open_copy_hops
-from tierd.daemon.catalog.models import Checkpoint, CheckpointState, Replica
+from tierd.daemon.catalog.jobs import open_copy_hops, open_part_hops
+from tierd.daemon.catalog.models import Checkpoint, CheckpointState, File, Part, PartReplica, Replica
 from tierd.daemon.catalog.replicas import NEEDS_COPY
 
-__all__ = ["ADVISORY_LOCK_KEY", "BATCH", "CheckpointReplicas", "checkpoints_to_replicate", "lock_scheduling"]
+__all__ = [
+    "ADVISORY_LOCK_KEY",
+    "BATCH",
+    "CheckpointReplicas",
+    "checkpoints_to_replicate",
+    "lock_scheduling",
+    "newest_file_part",
+]
 
 #: Serialises scheduler passes of daemons on different nodes sharing one PostgreSQL catalog.
 ADVISORY_LOCK_KEY = 0x7469_6572_6431  # "tierd1"
@@ -30,12 +37,20 @@ BATCH = 500
 
 @dataclass(frozen=True)
 class CheckpointReplicas:
-    """A checkpoint's replica states (tier -> state) and the tiers an open copy job already covers."""
+    """A checkpoint's replica states (tier -> state) and the tiers an open copy job already covers.
+
+    ``parts``: each part's states (part id -> tier -> state); ``part_covered``: the (tier,
+    part) an open one-part job covers; ``marker_part``: with several parts, the one holding
+    the newest file (the format's marker, written last), which is copied last.
+    """
 
     checkpoint_id: int
     created_at: datetime
     states: Mapping[str, str]
     covered: frozenset[str]
+    parts: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
+    part_covered: frozenset[tuple[str, int]] = frozenset()
+    marker_part: int | None = None
 
 
 def lock_scheduling(session: Session) -> None:
@@ -81,10 +96,45 @@ def _batch(session: Session, ids: Sequence[int]) -> Iterator[CheckpointReplicas]
     covered: dict[int, set[str]] = {}
     for checkpoint_id, dst in open_copy_hops(session, ids):
         covered.setdefault(checkpoint_id, set()).add(dst)
+    part_covered: dict[int, set[tuple[str, int]]] = {}
+    for checkpoint_id, dst, part_id in open_part_hops(session, ids):
+        part_covered.setdefault(checkpoint_id, set()).add((dst, part_id))
+    parts = _part_states(session, ids)
     for checkpoint_id, created_at in created:
+        mine = parts.get(checkpoint_id, {})
         yield CheckpointReplicas(
             checkpoint_id,
             created_at,
             states.get(checkpoint_id, {}),
             frozenset(covered.get(checkpoint_id, ())),
+            mine,
+            frozenset(part_covered.get(checkpoint_id, ())),
+            newest_file_part(session, checkpoint_id) if len(mine) > 1 else None,
         )
+
+
+def _part_states(session: Session, ids: Sequence[int]) -> dict[int, dict[int, dict[str, str]]]:
+    """The states of every part of the checkpoints ``ids``: by checkpoint, part, then tier."""
+    found: dict[int, dict[int, dict[str, str]]] = {}
+    for part_id, checkpoint_id in session.execute(
+        select(Part.id, Part.checkpoint_id).where(Part.checkpoint_id.in_(ids))
+    ):
+        found.setdefault(checkpoint_id, {})[part_id] = {}
+    rows = session.execute(
+        select(Part.checkpoint_id, PartReplica.part_id, PartReplica.tier, PartReplica.state)
+        .join(Part, Part.id == PartReplica.part_id)
+        .where(Part.checkpoint_id.in_(ids))
+    )
+    for checkpoint_id, part_id, tier, state in rows:
+        found[checkpoint_id][part_id][tier] = state
+    return found
+
+
+def newest_file_part(session: Session, checkpoint_id: int) -> int | None:
+    """The part holding the checkpoint's most recently written file."""
+    return session.scalar(
+        select(File.part_id)
+        .where(File.checkpoint_id == checkpoint_id)
+        .order_by(File.mtime_ns.desc(), File.relpath.desc())
+        .limit(1)
+    )

@@ -37,6 +37,7 @@ from tierd.daemon.catalog.models import (
     Run,
     utcnow,
 )
+from tierd.daemon.catalog.parts import set_part_copies
 from tierd.daemon.catalog.progress import files_done, record_files_done
 from tierd.daemon.catalog.replicas import first_tier_replica, mark_replica_verified
 from tierd.errors import Conflict, NotFound
@@ -318,6 +319,8 @@ def finish_restore(
             checkpoint = session.get(Checkpoint, job.checkpoint_id)
             if replica is not None and checkpoint is not None:
                 mark_replica_verified(replica, tier0_location, checkpoint.total_bytes)
+                # Every file is back in this tier 0: each part's copy there is too.
+                set_part_copies(session, checkpoint.id, replica.tier, ReplicaState.VERIFIED)
         append_event(
             session,
             actor="restore",

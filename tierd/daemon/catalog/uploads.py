@@ -21,6 +21,7 @@ __all__ = [
     "UploadFields",
     "begin_upload",
     "clear_upload",
+    "forget_part_uploads",
     "forget_uploads",
     "load_upload",
     "record_part",
@@ -157,6 +158,19 @@ def forget_uploads(session: Session, checkpoint_id: int, tier: str) -> None:
     ids = select(Upload.id).where(Upload.checkpoint_id == checkpoint_id, Upload.tier == tier)
     session.execute(delete(UploadPart).where(UploadPart.upload_pk.in_(ids)))
     session.execute(delete(Upload).where(Upload.checkpoint_id == checkpoint_id, Upload.tier == tier))
+
+
+def forget_part_uploads(session: Session, checkpoint_id: int, tier: str, relpaths: Sequence[str]) -> None:
+    """Drop the upload records of one part's files (its hop is over; other parts' go on)."""
+    ids = select(Upload.id).where(
+        Upload.checkpoint_id == checkpoint_id, Upload.tier == tier, Upload.relpath.in_(list(relpaths))
+    )
+    session.execute(delete(UploadPart).where(UploadPart.upload_pk.in_(ids)))
+    session.execute(
+        delete(Upload).where(
+            Upload.checkpoint_id == checkpoint_id, Upload.tier == tier, Upload.relpath.in_(list(relpaths))
+        )
+    )
 
 
 def recorded_upload_ids(db: Database, tier: str) -> set[str]:

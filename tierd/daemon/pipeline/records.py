@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.checkpoints import files_of, find_checkpoint
 from tierd.daemon.catalog.db import Database
@@ -25,7 +27,18 @@ from tierd.daemon.catalog.jobs import (
     owned_job,
     set_job_source,
 )
-from tierd.daemon.catalog.models import JobState, ReplicaState
+from tierd.daemon.catalog.models import Job, JobState, Replica, ReplicaState
+from tierd.daemon.catalog.parts import (
+    files_of_part,
+    lock_replica,
+    mark_part_copying,
+    mark_part_failed,
+    mark_part_verified,
+    part_replica,
+    record_part_bytes,
+    set_part_copies,
+    settle_replica,
+)
 from tierd.daemon.catalog.progress import files_done, record_bytes_done, record_files_done
 from tierd.daemon.catalog.replicas import (
     GONE,
@@ -35,7 +48,7 @@ from tierd.daemon.catalog.replicas import (
     mark_replica_verified,
     replicas_by_tier,
 )
-from tierd.daemon.catalog.uploads import forget_uploads
+from tierd.daemon.catalog.uploads import forget_part_uploads, forget_uploads
 from tierd.daemon.pipeline.scheduler import choose_source
 
 __all__ = [
@@ -101,11 +114,29 @@ def start_hop(db: Database, claim: Claim, owner: str, tiers: Sequence[str]) -> H
             end_job_run(session, job, JobState.CANCELLED, "no verified source tier, or nothing left to copy")
             return None
         set_job_source(job, tiers[src])
+        if claim.part_id is not None:
+            return _start_part(session, job, claim, ckpt.path, dst)
         mark_replica_copying(dst)
         files = files_of(session, ckpt.id)
         specs = tuple(FileSpec(f.relpath, f.size, f.checksum, f.mtime_ns) for f in files)
         ids = {f.relpath: f.id for f in files}
         return HopPlan(claim, tiers[src], ckpt.path, specs, files_done(session, job, ids), ids)
+
+
+def _start_part(session: Session, job: Job, claim: Claim, path: str, dst: Replica) -> HopPlan | None:
+    """Start a one-part hop: the part's replica ``copying`` (the step's too), its files to copy."""
+    assert claim.part_id is not None
+    row = part_replica(session, claim.part_id, claim.dst_tier)
+    if row is None or row.state == ReplicaState.VERIFIED.value:
+        end_job_run(session, job, JobState.CANCELLED, "the part is already there, or gone")
+        return None
+    mark_part_copying(row)
+    if dst.state != ReplicaState.COPYING.value:
+        mark_replica_copying(dst)
+    files = files_of_part(session, claim.part_id)
+    specs = tuple(FileSpec(f.relpath, f.size, f.checksum, f.mtime_ns) for f in files)
+    ids = {f.relpath: f.id for f in files}
+    return HopPlan(claim, job.src_tier or "", path, specs, files_done(session, job, ids), ids)
 
 
 def save_progress(
@@ -128,13 +159,18 @@ def save_progress(
         record_files_done(session, job, finished)
         if lease_seconds is not None:
             extend_lease(job, lease_seconds)
-        record_bytes_done(session, claim.checkpoint_id, claim.dst_tier, bytes_done)
+        if claim.part_id is not None:
+            record_part_bytes(session, claim.part_id, claim.dst_tier, bytes_done)
+        else:
+            record_bytes_done(session, claim.checkpoint_id, claim.dst_tier, bytes_done)
         return True
 
 
 def mark_verified(db: Database, plan: HopPlan, owner: str, location: str, seconds: float) -> bool:
     """Every file matched: replica verified, job done, audit event, upload records dropped."""
     claim = plan.claim
+    if claim.part_id is not None:
+        return _part_verified(db, plan, owner, location, seconds)
     with db.session() as session:
         job = owned_job(session, claim.job_id, owner)
         replica = find_replica(session, claim.checkpoint_id, claim.dst_tier)
@@ -142,6 +178,7 @@ def mark_verified(db: Database, plan: HopPlan, owner: str, location: str, second
         if job is None or replica is None or replica.state != ReplicaState.COPYING.value:
             return False
         mark_replica_verified(replica, location, plan.total_bytes)
+        set_part_copies(session, claim.checkpoint_id, claim.dst_tier, ReplicaState.VERIFIED)
         end_job_run(session, job, JobState.DONE, None)
         forget_uploads(session, claim.checkpoint_id, claim.dst_tier)
         detail = {
@@ -163,6 +200,50 @@ def mark_verified(db: Database, plan: HopPlan, owner: str, location: str, second
         return True
 
 
+def _part_verified(db: Database, plan: HopPlan, owner: str, location: str, seconds: float) -> bool:
+    """A part matched on its destination; the step's replica there is verified once every part is.
+
+    The step's replica is locked first, so the last two parts to finish (on two nodes) cannot
+    both miss that, together, they are every part.
+    """
+    claim = plan.claim
+    assert claim.part_id is not None
+    with db.session() as session:
+        job = owned_job(session, claim.job_id, owner)
+        replica = lock_replica(session, claim.checkpoint_id, claim.dst_tier)
+        row = part_replica(session, claim.part_id, claim.dst_tier)
+        if job is None or replica is None or row is None or replica.state in GONE:
+            return False
+        mark_part_verified(row, plan.total_bytes)
+        end_job_run(session, job, JobState.DONE, None)
+        forget_part_uploads(session, claim.checkpoint_id, claim.dst_tier, [f.relpath for f in plan.files])
+        detail = {"source": plan.src_tier, "files": len(plan.files), "bytes": plan.total_bytes}
+        detail |= {"part": claim.part_id, "seconds": round(seconds, 3)}
+        cid, tier = claim.checkpoint_id, claim.dst_tier
+        why = "every checksum matched"
+        append_event(
+            session,
+            actor=ACTOR,
+            action="part_verified",
+            checkpoint_id=cid,
+            tier=tier,
+            reason=why,
+            detail=detail,
+        )
+        if settle_replica(session, replica, location):
+            why = "every part verified on the tier"
+            append_event(
+                session,
+                actor=ACTOR,
+                action="replica_verified",
+                checkpoint_id=cid,
+                tier=tier,
+                reason=why,
+                detail={},
+            )
+        return True
+
+
 def mark_failed(
     db: Database, plan: HopPlan, owner: str, error: str, *, retry_at: datetime | None, reason: str
 ) -> bool:
@@ -175,8 +256,13 @@ def mark_failed(
         replica = find_replica(session, claim.checkpoint_id, claim.dst_tier)
         if replica is not None:
             mark_replica_failed(replica, error)
+        part = part_replica(session, claim.part_id, claim.dst_tier) if claim.part_id is not None else None
+        if part is not None:
+            mark_part_failed(part, error)
         fail_job_run(session, job, error, reason=reason, retry_at=retry_at)
-        if retry_at is None:
+        if retry_at is None and claim.part_id is not None:
+            forget_part_uploads(session, claim.checkpoint_id, claim.dst_tier, [f.relpath for f in plan.files])
+        elif retry_at is None:
             forget_uploads(session, claim.checkpoint_id, claim.dst_tier)
         detail: dict[str, Any] = {"source": plan.src_tier, "reason": reason, "attempts": job.attempts}
         detail["retry_at"] = retry_at.isoformat() if retry_at is not None else None

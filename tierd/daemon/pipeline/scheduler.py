@@ -13,7 +13,7 @@ Rules, for tiers 0..n-1 in config order:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -23,7 +23,16 @@ from tierd.daemon.catalog.models import ReplicaState
 from tierd.daemon.catalog.replicas import GONE, NEEDS_COPY, add_pending_replica
 from tierd.daemon.catalog.replication import CheckpointReplicas, checkpoints_to_replicate, lock_scheduling
 
-__all__ = ["GONE", "NEEDS_COPY", "Hop", "choose_source", "next_hops", "priority_of", "schedule_pass"]
+__all__ = [
+    "GONE",
+    "NEEDS_COPY",
+    "Hop",
+    "choose_source",
+    "next_hops",
+    "part_hops",
+    "priority_of",
+    "schedule_pass",
+]
 
 
 @dataclass(frozen=True)
@@ -67,44 +76,77 @@ def priority_of(created_at: datetime) -> int:
 
 @dataclass
 class _Plan:
-    """Rows a pass would add: copy jobs (checkpoint, src, dst, priority) and missing replicas."""
+    """Rows a pass would add: copy jobs (checkpoint, src, dst, priority, part) and missing replicas."""
 
-    hops: list[tuple[int, str, str, int]] = field(default_factory=list)
+    hops: list[tuple[int, str, str, int, int | None]] = field(default_factory=list)
     missing: list[tuple[int, str, int]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.hops or self.missing)
 
 
-def schedule_pass(db: Database, tiers: Sequence[str], *, fill_missing: bool = False) -> int:
+def schedule_pass(
+    db: Database, tiers: Sequence[str], *, fill_missing: bool = False, node_local: Collection[str] = ()
+) -> int:
     """Add a queued copy job for every ready hop that has none; returns how many were added.
 
-    Planning reads only, so an idle pass takes no write lock. With ``fill_missing``
-    (at start-up: the tier list only changes with the config) replica rows missing for a
-    configured tier are created as pending. Raises CatalogError when the catalog fails.
+    A hop out of a ``node_local`` tier of a step spanning nodes is one job per part (each
+    node copies what it holds); any other hop is one job for every file. Planning reads
+    only, so an idle pass takes no write lock. With ``fill_missing`` (at start-up: the
+    tier list only changes with the config) replica rows missing for a configured tier are
+    created as pending. Raises CatalogError when the catalog fails.
     """
+    local = frozenset(node_local)
     with db.read_session() as session:
-        if not _plan(checkpoints_to_replicate(session, tiers, include_missing=fill_missing), tiers):
+        if not _plan(checkpoints_to_replicate(session, tiers, include_missing=fill_missing), tiers, local):
             return 0
     with db.session() as session:
         lock_scheduling(session)
-        plan = _plan(checkpoints_to_replicate(session, tiers, include_missing=fill_missing), tiers)  # again
+        found = checkpoints_to_replicate(session, tiers, include_missing=fill_missing)
+        plan = _plan(found, tiers, local)  # again, under the lock
         for checkpoint_id, tier, index in plan.missing:
             add_pending_replica(session, checkpoint_id, tier, index)
-        for checkpoint_id, src, dst, priority in plan.hops:
-            enqueue_copy_job(session, checkpoint_id, src, dst, priority)
+        for checkpoint_id, src, dst, priority, part_id in plan.hops:
+            enqueue_copy_job(session, checkpoint_id, src, dst, priority, part_id=part_id)
         return len(plan.hops)
 
 
-def _plan(checkpoints: Iterable[CheckpointReplicas], tiers: Sequence[str]) -> _Plan:
+def _plan(checkpoints: Iterable[CheckpointReplicas], tiers: Sequence[str], local: frozenset[str]) -> _Plan:
     plan = _Plan()
     for ckpt in checkpoints:
         rows = ckpt.states
         plan.missing += [(ckpt.checkpoint_id, t, i) for i, t in enumerate(tiers) if i > 0 and t not in rows]
         states = [rows.get(name) for name in tiers]
+        priority = priority_of(ckpt.created_at)
         for hop in next_hops(states):
-            if tiers[hop.dst] not in ckpt.covered:
-                plan.hops.append(
-                    (ckpt.checkpoint_id, tiers[hop.src], tiers[hop.dst], priority_of(ckpt.created_at))
-                )
+            src, dst = tiers[hop.src], tiers[hop.dst]
+            if dst in ckpt.covered:
+                continue
+            if src in local and len(ckpt.parts) > 1:  # one part: its node copies it whole, as ever
+                plan.hops += [(ckpt.checkpoint_id, src, dst, priority, p) for p in part_hops(ckpt, src, dst)]
+            else:
+                plan.hops.append((ckpt.checkpoint_id, src, dst, priority, None))
     return plan
+
+
+def part_hops(ckpt: CheckpointReplicas, src: str, dst: str) -> list[int]:
+    """The parts to copy from node-local ``src`` to ``dst`` now.
+
+    Each part still to copy, verified on its node's ``src``, and with no open job; the part
+    holding the format's marker only once every other part is verified on ``dst``, so the
+    destination never shows the marker before the data.
+    """
+    verified = ReplicaState.VERIFIED.value
+    todo = [
+        part_id
+        for part_id, states in sorted(ckpt.parts.items())
+        if states.get(dst) != verified and states.get(src, verified) == verified
+    ]
+    others_done = all(
+        states.get(dst) == verified for part_id, states in ckpt.parts.items() if part_id != ckpt.marker_part
+    )
+    return [
+        part_id
+        for part_id in todo
+        if (dst, part_id) not in ckpt.part_covered and (part_id != ckpt.marker_part or others_done)
+    ]

@@ -109,7 +109,11 @@ class PipelineService:
             self.ctx.pipeline_wakeup.clear()
             try:
                 added = await blocking(
-                    scheduler.schedule_pass, self.ctx.db, self.tier_names, fill_missing=first
+                    scheduler.schedule_pass,
+                    self.ctx.db,
+                    self.tier_names,
+                    fill_missing=first,
+                    node_local=[t.name for t in self.tiers if not t.shared],
                 )
                 first = False
                 if added:
@@ -136,7 +140,7 @@ class PipelineService:
                 free,
                 lease_seconds=self.options.lease_seconds,
                 node=self.ctx.config.node,
-                local_tier=self.tier_names[0],
+                local_tier=None if self.tiers[0].shared else self.tier_names[0],
             )
             if claim is None:
                 return

@@ -1,0 +1,136 @@
+"""Per-part copies out of node-local tier 0 (SQLite and PostgreSQL), one pipeline per node.
+
+Three nodes record a real DCP step spread over their own tier-0 directories, then each runs
+its own PipelineService on the one catalog: a node's part can only be copied by that node
+(no other node has its files), the shared tiers end with the union, and a shared tier's
+replica is verified only once every part is there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from tests.unit.detect.fleet import dcp_across, node_context, reconcile, step_row
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import AuditEvent, Job
+from tierd.daemon.catalog.retention import load_retention_rows
+from tierd.daemon.catalog.runs import latest_checkpoint, run_summaries
+from tierd.daemon.context import Context
+from tierd.daemon.pipeline.options import PipelineOptions
+from tierd.daemon.pipeline.retry import Backoff
+from tierd.daemon.pipeline.service import PipelineService
+from tierd.errors import NotFound
+
+FAST = PipelineOptions(
+    poll_interval=0.02,
+    lease_seconds=30,
+    renew_interval=0.05,
+    progress_interval=0.02,
+    file_attempts=3,
+    file_backoff=Backoff(base=0.001, cap=0.01),
+    job_backoff=Backoff(base=0.05, cap=0.05),
+)
+
+
+def _tier_states(db: Database, step: int) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    row = step_row(db, step)
+    assert row is not None
+    parts = {p.node: {r.tier: r.state for r in p.replicas} for p in row.parts}
+    return {r.tier: r.state for r in row.replicas}, parts
+
+
+async def _run(nodes: list[Context], until: Callable[[], bool], check: Callable[[], None]) -> None:
+    services = [PipelineService(ctx, FAST) for ctx in nodes]
+    for service in services:
+        await service.start()
+    try:
+        async with asyncio.timeout(60):
+            while not until():
+                check()
+                await asyncio.sleep(0.02)
+    finally:
+        for service in services:
+            await service.stop(5)
+
+
+@pytest.fixture
+async def three(db: Database, tmp_path: Path) -> tuple[list[Context], list[str]]:
+    nodes = [node_context(db, tmp_path, f"n{i}", nodes=3) for i in range(3)]
+    names = dcp_across(tmp_path / "scratch", nodes, 7)
+    for ctx in nodes:
+        await reconcile(ctx)
+    row = step_row(db, 7)
+    assert row is not None
+    assert row.state == "complete"
+    return nodes, names
+
+
+def _every_part_before_the_step(db: Database) -> Callable[[], None]:
+    def check() -> None:
+        steps, parts = _tier_states(db, 7)
+        for tier, state in steps.items():
+            if state == "verified":
+                assert all(p[tier] == "verified" for p in parts.values()), (
+                    f"{tier} verified before every part"
+                )
+
+    return check
+
+
+async def test_each_node_copies_its_part_and_the_shared_tiers_get_the_union(
+    db: Database, three: tuple[list[Context], list[str]], tmp_path: Path
+) -> None:
+    nodes, names = three
+    check = _every_part_before_the_step(db)
+    await _run(nodes, lambda: _tier_states(db, 7)[0]["replica"] == "verified", check)
+    steps, parts = _tier_states(db, 7)
+    assert set(steps.values()) == {"verified"}
+    assert all(set(p.values()) == {"verified"} for p in parts.values())
+    for tier in ("pfs", "object", "replica"):
+        assert sorted(p.name for p in (tmp_path / "shared" / tier / "demo" / "step_7").iterdir()) == names
+    with db.read_session() as session:
+        jobs = session.scalars(select(Job).order_by(Job.id)).all()
+        hops = sorted((j.dst_tier, j.part_id is not None, j.state) for j in jobs)
+        events = session.scalars(select(AuditEvent).where(AuditEvent.action == "part_verified")).all()
+        verified_at = {e.detail["part"]: e.at for e in events if e.tier == "pfs"}
+    assert hops == [
+        ("object", False, "done"),
+        ("pfs", True, "done"),
+        ("pfs", True, "done"),
+        ("pfs", True, "done"),
+        ("replica", False, "done"),
+    ]
+    row = step_row(db, 7)
+    assert row is not None
+    marker = next(p.id for p in row.parts if p.node == "n0")  # holds .metadata, written last
+    assert verified_at[marker] == max(verified_at.values()), "the marker's part landed before the data"
+
+
+async def test_a_step_missing_a_part_on_a_shared_tier_is_not_durable_there(
+    db: Database, three: tuple[list[Context], list[str]]
+) -> None:
+    nodes, _ = three
+    await _run(nodes[:2], lambda: _tier_states(db, 7)[1]["n1"]["pfs"] == "verified", lambda: None)
+    await asyncio.sleep(0.3)  # passes of the two pipelines: nothing more may happen
+    steps, parts = _tier_states(db, 7)
+    assert steps["pfs"] != "verified"
+    assert (parts["n0"]["pfs"], parts["n2"]["pfs"]) == ("pending", "pending"), "the marker's part went first"
+    with db.read_session() as session:
+        with pytest.raises(NotFound):
+            latest_checkpoint(session, "demo", tiers={"pfs", "object", "replica"})
+        (summary,) = run_summaries(session)
+        assert "pfs" not in summary.newest_verified_step
+        (retained,) = load_retention_rows(session)  # what every retention decision reads
+        assert retained.replicas["pfs"] in ("pending", "copying")
+
+    await _run(nodes[2:], lambda: _tier_states(db, 7)[1]["n2"]["pfs"] == "verified", lambda: None)
+    await _run(
+        nodes[:1], lambda: _tier_states(db, 7)[0]["pfs"] == "verified", _every_part_before_the_step(db)
+    )
+    with db.read_session() as session:
+        assert latest_checkpoint(session, "demo", tiers={"pfs"}) == step_row(db, 7).id  # type: ignore[union-attr]
