@@ -56,7 +56,6 @@ def test_independent_steps_on_each_node_are_copied_once(make_fleet: Callable[...
 
 # dcp.load in this (non-distributed) process warns that it loads as a single process: it does.
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
-@pytest.mark.xfail(strict=True, reason="waits for fleet-core step 2: per-part copies from node-local tier 0")
 def test_an_8_rank_dcp_save_over_8_nodes_is_one_step_copied_once(
     make_fleet: Callable[..., Fleet], tmp_path: Path
 ) -> None:
@@ -74,7 +73,7 @@ def test_an_8_rank_dcp_save_over_8_nodes_is_one_step_copied_once(
     detail = fleet.checkpoint(checkpoint["id"])
     assert {p["node"] for p in detail["parts"]} == {n.name for n in fleet.nodes}
     assert not detail["missing"]
-    assert sorted(f["relpath"] for f in detail["files"]) == sorted(written)
+    assert sorted(f["path"] for f in detail["files"]) == sorted(written)
     assert _files_under(fleet.pfs) == written
     assert fleet.proxy is not None
     uploads = fleet.proxy.count("PutObject") + fleet.proxy.count("CompleteMultipartUpload")
