@@ -27,6 +27,7 @@ from tierd.display import (
     format_duration,
     format_time,
     holds_text,
+    parts_lines,
     protection,
     table,
 )
@@ -238,6 +239,7 @@ def _show_lines(c: JsonObject) -> list[str]:
         for r in c["replicas"]
     ]
     lines += ["", *table(("TIER", "STATE", "VERIFIED (UTC)", "DELETE AFTER (UTC)", "NOTE"), replicas)]
+    lines += parts_lines(c)
     files = [
         (f["path"], format_bytes(f["size"]), f"{f['checksum_algorithm']}:{f['checksum']}") for f in c["files"]
     ]

@@ -9,6 +9,7 @@ from typing import Any
 from tierd.daemon.retention.eviction import format_bytes
 
 __all__ = [
+    "parts_lines",
     "checkpoint_label",
     "format_bytes",
     "format_duration",
@@ -77,3 +78,36 @@ def protection(checkpoint: dict[str, Any]) -> str:
     if checkpoint["holds"]:
         parts.append(f"held: {holds_text(checkpoint)}")
     return "; ".join(parts) or "-"
+
+
+def parts_lines(checkpoint: dict[str, Any]) -> list[str]:
+    """``tierd show``'s parts (one per node) and, while the step waits, what it is missing."""
+    parts = checkpoint.get("parts") or []
+    missing = checkpoint.get("missing")
+    if len(parts) < 2 and missing is None:
+        return []
+    rows = [
+        (
+            p["node"],
+            str(p["files"]),
+            format_bytes(p["bytes"]),
+            format_time(p["recorded_at"]),
+            " ".join(f"{tier}={t['state']}" for tier, t in p["tiers"].items()),
+        )
+        for p in parts
+    ]
+    lines = ["", *table(("NODE", "FILES", "SIZE", "RECORDED (UTC)", "PARTS ON TIERS"), rows, right=(1, 2))]
+    if missing is not None:
+        lines += ["", f"waiting since {format_time(checkpoint.get('waiting_since'))} UTC; missing:"]
+        if missing["file_count"]:
+            shown = ", ".join(missing["files"][:10])
+            more = f" and {missing['file_count'] - 10} more" if missing["file_count"] > 10 else ""
+            lines.append(f"  {missing['file_count']} files: {shown}{more}")
+        if missing["rank_count"]:
+            lines.append(f"  {missing['rank_count']} ranks: {', '.join(map(str, missing['ranks'][:20]))}")
+        if missing["nodes"]:
+            heard = ", ".join(missing["nodes_heard"]) or "none"
+            lines.append(
+                f"  {missing['nodes']} of {missing['nodes_expected']} nodes' parts (heard from: {heard})"
+            )
+    return lines

@@ -6,9 +6,12 @@ its detect service runs one reconcile pass (scan, then the waiting sweep) at a t
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from tests.unit.detect.fleet import age, dcp_across, node_context, reconcile, step_missing, step_row
+from tierd.api.schemas import CheckpointDetail
+from tierd.daemon.catalog.checkpoints import get_checkpoint
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.parts import Expectation
 from tierd.daemon.detect.notify import notify_checkpoint
@@ -39,6 +42,15 @@ async def test_dcp_step_over_three_nodes_is_complete_only_with_every_shard(
     assert missing.files == ("__0_2.distcp",)
     assert missing.file_count == 1
     assert missing.nodes_heard == ("n0", "n1")
+    with db.read_session() as session:  # what GET /v1/checkpoints/{id} answers
+        shown = CheckpointDetail.of(get_checkpoint(session, row.id)).model_dump(mode="json")
+    tiers = {"nvme": "verified", "object": "pending", "pfs": "pending", "replica": "pending"}
+    assert [(p["node"], p["files"]) for p in shown["parts"]] == [("n0", 2), ("n1", 1)]
+    assert all({t: v["state"] for t, v in p["tiers"].items()} == tiers for p in shown["parts"])
+    assert shown["missing"]["files"] == ["__0_2.distcp"]
+    assert shown["missing"]["nodes_heard"] == ["n0", "n1"]
+    assert shown["waiting_since"] is not None
+    assert shown["replicas"] == []
 
     await reconcile(nodes[2])
     row = step_row(db, 7)
@@ -153,3 +165,33 @@ async def test_a_part_still_being_written_waits_for_the_settle_time(db: Database
 
 def _files(names: list[str]) -> Expectation:
     return Expectation(files=tuple(names), source="notify")
+
+
+async def test_each_node_checks_only_its_part_and_tier_0_is_gone_when_every_part_is(
+    db: Database, tmp_path: Path
+) -> None:
+    nodes = [node_context(db, tmp_path, f"n{i}", nodes=3) for i in range(3)]
+    dcp_across(tmp_path / "scratch", nodes, 8)
+    services = [await reconcile(ctx) for ctx in nodes]
+    for service in services:  # the other nodes' files are not on this node: no change
+        await service.check_changes()
+    row = step_row(db, 8)
+    assert row is not None
+    assert row.state == "complete", "a node took the others' files for missing"
+
+    shutil.rmtree(nodes[1].config.watch[0].path / "step_8")
+    await services[1].check_changes()
+    row = step_row(db, 8)
+    assert row is not None
+    assert {r.tier: r.state for r in row.replicas}["nvme"] == "verified"
+    assert {p.node: {r.tier: r.state for r in p.replicas}["nvme"] for p in row.parts} == {
+        "n0": "verified",
+        "n1": "deleted",
+        "n2": "verified",
+    }
+    for index in (0, 2):
+        shutil.rmtree(nodes[index].config.watch[0].path / "step_8")
+        await services[index].check_changes()
+    row = step_row(db, 8)
+    assert row is not None
+    assert {r.tier: r.state for r in row.replicas}["nvme"] == "deleted"

@@ -29,6 +29,7 @@ __all__ = [
     "complete_checkpoints_with_files",
     "creation_times",
     "files_of",
+    "files_on_node",
     "find_checkpoint",
     "find_step",
     "get_checkpoint",
@@ -247,12 +248,28 @@ def waiting_steps(db: Database, node: str) -> list[tuple[int, str, int, str, str
 
 
 def complete_checkpoints_with_files(session: Session, node: str) -> Sequence[Checkpoint]:
-    """Every complete checkpoint recorded by ``node``, with its run and files loaded."""
+    """Every complete checkpoint of which ``node`` holds a part (or, before parts, recorded).
+
+    Loaded with its run, its parts and its files (every part's: see ``files_on_node``).
+    """
+    mine = select(Part.checkpoint_id).where(Part.node == node)
+    partless = ~select(Part.id).where(Part.checkpoint_id == Checkpoint.id).exists()
     return session.scalars(
         select(Checkpoint)
-        .where(Checkpoint.node == node, Checkpoint.state == CheckpointState.COMPLETE.value)
-        .options(selectinload(Checkpoint.files), selectinload(Checkpoint.run))
+        .where(
+            Checkpoint.state == CheckpointState.COMPLETE.value,
+            Checkpoint.id.in_(mine) | ((Checkpoint.node == node) & partless),
+        )
+        .options(selectinload(Checkpoint.files), selectinload(Checkpoint.run), selectinload(Checkpoint.parts))
     ).all()
+
+
+def files_on_node(row: Checkpoint, node: str) -> list[File]:
+    """The files of a loaded checkpoint that ``node``'s tier 0 holds: its part's (all, before parts)."""
+    part = next((p.id for p in row.parts if p.node == node), None)
+    if part is None:
+        return list(row.files)
+    return [f for f in row.files if f.part_id in (part, None)]
 
 
 def load_checkpoint(session: Session, checkpoint_id: int) -> Checkpoint:

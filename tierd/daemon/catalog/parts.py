@@ -56,6 +56,7 @@ __all__ = [
     "mark_part_verified",
     "missing_of",
     "part_replica",
+    "parts_gone_from",
     "parts_verified_on",
     "record_part_bytes",
     "set_expectation",
@@ -217,6 +218,21 @@ def parts_verified_on(session: Session, checkpoint_id: int, tier: str) -> bool:
         )
     )
     return verified == len(part_ids)
+
+
+def parts_gone_from(session: Session, checkpoint_id: int, tier: str) -> bool:
+    """Whether no part of the checkpoint is left on ``tier`` (each node's copy deleted)."""
+    left = session.scalar(
+        select(func.count())
+        .select_from(PartReplica)
+        .join(Part, Part.id == PartReplica.part_id)
+        .where(
+            Part.checkpoint_id == checkpoint_id,
+            PartReplica.tier == tier,
+            PartReplica.state != ReplicaState.DELETED.value,
+        )
+    )
+    return not left
 
 
 def missing_of(session: Session, row: Checkpoint) -> Missing:

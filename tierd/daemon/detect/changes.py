@@ -13,16 +13,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy.orm import Session
+
 from tierd.daemon import checksum
 from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.checkpoints import (
     complete_checkpoints_with_files,
+    files_on_node,
     find_checkpoint,
     mark_checkpoint_changed,
     update_file_mtimes,
 )
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import CheckpointState, ReplicaState
+from tierd.daemon.catalog.models import CheckpointState, File, Replica, ReplicaState
+from tierd.daemon.catalog.parts import part_replica, parts_gone_from
 from tierd.daemon.catalog.replicas import first_tier_replica, mark_replica_deleted
 from tierd.daemon.detect.layout import stat_file, walk_files
 from tierd.logs import get_logger
@@ -55,6 +59,8 @@ class Recorded:
     relpath: str
     format: str
     files: tuple[RecordedFile, ...]
+    #: This node's part, when the step spans nodes (its tier 0 holds only that part).
+    part_id: int | None = None
 
 
 @dataclass
@@ -74,7 +80,7 @@ class Change:
 
 
 def load_recorded(db: Database, node: str) -> list[Recorded]:
-    """Every complete checkpoint recorded by ``node`` (blocking)."""
+    """Every complete checkpoint ``node`` holds a part of, with that part's files (blocking)."""
     with db.read_session() as session:
         return [
             Recorded(
@@ -83,10 +89,15 @@ def load_recorded(db: Database, node: str) -> list[Recorded]:
                 r.step,
                 r.path,
                 r.format,
-                tuple(RecordedFile(f.id, f.relpath, f.size, f.mtime_ns, f.checksum) for f in r.files),
+                tuple(_recorded(f) for f in files_on_node(r, node)),
+                next((p.id for p in r.parts if p.node == node and len(r.parts) > 1), None),
             )
             for r in complete_checkpoints_with_files(session, node)
         ]
+
+
+def _recorded(f: File) -> RecordedFile:
+    return RecordedFile(f.id, f.relpath, f.size, f.mtime_ns, f.checksum)
 
 
 def compare(rec: Recorded, tier0: Path) -> Change | None:
@@ -121,6 +132,32 @@ def compare(rec: Recorded, tier0: Path) -> Change | None:
     return None
 
 
+def _part_vanished(session: Session, rec: Recorded, replica: Replica) -> bool:
+    """Mark this node's part gone from tier 0; the step's copy is gone once every node's part is.
+
+    Returns whether the step's tier-0 replica is now deleted.
+    """
+    if rec.part_id is not None:
+        own = part_replica(session, rec.part_id, replica.tier)
+        if own is not None and own.state != ReplicaState.DELETED.value:
+            own.state, own.bytes_done, own.verified_at = ReplicaState.DELETED.value, 0, None
+            why = "this node's part of the checkpoint is gone from its tier 0"
+            append_event(
+                session,
+                actor=ACTOR,
+                action="part_vanished",
+                checkpoint_id=rec.id,
+                tier=replica.tier,
+                reason=why,
+                detail={"path": rec.relpath, "part": rec.part_id},
+            )
+        if not parts_gone_from(session, rec.id, replica.tier):
+            log.warning("part_vanished", run=rec.run, step=rec.step, path=rec.relpath)
+            return False
+    mark_replica_deleted(replica)
+    return True
+
+
 def apply_change(db: Database, rec: Recorded, change: Change) -> None:
     """Write what ``compare`` found (blocking): mtimes, a ``changed`` state, or a vanished replica."""
     with db.session() as session:
@@ -131,7 +168,8 @@ def apply_change(db: Database, rec: Recorded, change: Change) -> None:
         if replica is None or replica.state != ReplicaState.VERIFIED.value:
             return  # tier 0's copy is being deleted (or is gone): its files are meant to vanish
         if change.vanished:
-            mark_replica_deleted(replica)
+            if not _part_vanished(session, rec, replica):
+                return
             append_event(
                 session,
                 actor=ACTOR,

@@ -35,6 +35,7 @@ from tierd.daemon.catalog.parts import (
     set_expectation,
     settle_step,
 )
+from tierd.daemon.catalog.recording import Claimed, claim_recording
 from tierd.daemon.context import Context
 from tierd.daemon.detect.layout import FileStat, Verdict
 from tierd.errors import Unstable
@@ -250,6 +251,9 @@ async def record_checkpoint(
 ) -> tuple[Outcome, int]:
     """Hash a verdict's files, check nothing moved meanwhile, and record them as this node's part.
 
+    On a shared tier 0 the recording is claimed first (``catalog.recording``): a step another
+    daemon records or recorded is not hashed again (Unstable, or EXISTING).
+
     A complete verdict is the whole checkpoint; a partial one (``Verdict.partial``) is this
     node's part of a step that spans nodes, never complete on its own. ``recheck`` runs
     the detector again after hashing: the verdict must be the same kind with exactly the
@@ -257,6 +261,14 @@ async def record_checkpoint(
     catalog fails. ``detail`` joins the audit event's; ``expect`` adds to what the format says.
     """
     tier0 = ctx.config.tier0.path.resolve()
+    if ctx.config.tier0.shared:  # every daemon sees this step: one of them records it
+        claimed, checkpoint_id = await blocking(
+            claim_recording, ctx.db, run=run, step=step, relpath=relpath, fmt=fmt, node=ctx.config.node
+        )
+        if claimed is Claimed.DONE:
+            return Outcome.EXISTING, checkpoint_id
+        if claimed is Claimed.BUSY:
+            raise Unstable("another daemon is recording this step")
     hashed = await hash_stable(verdict.files, tier0)
     if recheck is not None:
         again = await blocking(recheck)
