@@ -38,7 +38,7 @@ from tierd.daemon.catalog.models import Replica, ReplicaState, utcnow
 
 pytestmark = pytest.mark.slow
 
-LEASE = 3.0
+LEASE = 4.0
 FLEET = {"heartbeat_interval": 0.5, "lease": LEASE, "node_timeout": LEASE}
 NODES = ("node-a", "node-b", "node-c")
 

@@ -3,6 +3,8 @@ node-local tiers on every daemon, for its own steps (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from tierd.daemon.retention.deleter import NOT_LEADER
 
 EVERYWHERE = {"nvme": "verified", "pfs": "verified", "object": "verified"}
 LATER = BASE.replace(year=2027)
+MIB = 1024 * 1024
 
 
 def world(tmp_path: Path, db: Database, **top: Any) -> World:
@@ -100,3 +103,39 @@ async def test_in_a_fleet_a_node_deletes_only_its_own_steps_from_node_local_tier
     # On PostgreSQL (a fleet) another node's NVMe is its own business; SQLite has one node.
     assert w.states(theirs[0])["nvme"] == ("deleted" if db.is_sqlite else "verified")
     assert w.states(theirs[0])["pfs"] == "deleted"  # shared: the leader (this daemon) does it
+
+
+@pytest.fixture
+def small_shared_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 16 MiB tmpfs at tmp_path/pfs (the shared tier), unmounted afterwards."""
+    mount = tmp_path / "pfs"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], check=False)
+    if done.returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+async def test_only_the_leader_evicts_from_a_shared_tier_under_pressure(
+    small_shared_fs: Path, tmp_path: Path, sqlite_db: Database
+) -> None:
+    tiers = [
+        posix_tier(tmp_path, "nvme"),
+        posix_tier(tmp_path, "pfs", free_space={"evict_below": "40%", "evict_to": "60%"}),
+        posix_tier(tmp_path, "object"),
+    ]
+    w = World.make(tmp_path, sqlite_db, tiers)
+    ids = [await w.add(step, on=EVERYWHERE, size=MIB) for step in range(1, 7)]
+    w.service.ctx.leader = False
+    await w.service.run_pass(LATER)
+    assert all(w.states(i)["pfs"] == "verified" for i in ids)  # another daemon's job
+    room = await w.service.pressure.reserve("pfs", MIB)
+    assert not room.ok
+    assert room.evicted == ()
+
+    w.service.ctx.leader = True
+    await w.service.run_pass(LATER)
+    assert w.states(ids[0])["pfs"] == "deleted"
+    assert not w.exists("pfs", ids[0])
+    assert w.states(ids[-1])["pfs"] == "verified"

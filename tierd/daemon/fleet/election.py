@@ -8,6 +8,10 @@ lease after it *began* its last successful renewal: that moment precedes the dat
 daemon paused (SIGSTOP) or cut off from the database therefore stops acting before anyone
 else may start, whatever the two clocks say; the wall clock is never read. A failed renewal
 stands down at once.
+
+Why a lease row and not a session-level advisory lock: a process stopped with SIGSTOP keeps
+its TCP connection, so its advisory lock would stay held for as long as it is stopped and
+nobody could take over; a lease on the database's clock expires whatever its holder does.
 """
 
 from __future__ import annotations
