@@ -233,6 +233,10 @@ class MissingOut(BaseModel):
     nodes: int = Field(description="parts still to come, of the watch's nodes: N")
     nodes_expected: int | None
     nodes_heard: list[str] = Field(description="the nodes that recorded their part")
+    marker: bool = Field(
+        description="no part holds the format's completion marker yet (its node's detector has not "
+        "seen the step complete): a count of parts alone never completes a step"
+    )
 
     @classmethod
     def of(cls, missing: Missing, nodes_expected: int | None) -> MissingOut:
@@ -245,6 +249,7 @@ class MissingOut(BaseModel):
             nodes=missing.nodes,
             nodes_expected=nodes_expected,
             nodes_heard=list(missing.nodes_heard),
+            marker=missing.marker,
         )
 
 
