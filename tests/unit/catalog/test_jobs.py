@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from tests.unit.catalog.helpers import TIERS, add_checkpoint, jobs, replica, set_replica
 from tierd.daemon.catalog import dialect
@@ -189,3 +189,26 @@ def test_leases_run_on_the_databases_clock_not_the_nodes(
         expires = s.get(Job, first.job_id).lease_expires_at  # type: ignore[union-attr]
     assert expires is not None
     assert expires - real_now < timedelta(seconds=120), "the renewal used the node's skewed clock"
+
+
+def test_owned_job_locks_the_job_row_first(db: Database) -> None:
+    """Every change to a running job takes the job's row lock before a replica's: a takeover's
+    start and the old owner's end then queue on the job instead of deadlocking (PostgreSQL)."""
+    _queue(db, 1)
+    claim = take(db, "n1:1")
+    assert claim is not None
+    seen: list[str] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", capture)
+    try:
+        with db.session() as s:
+            assert joblib.owned_job(s, claim.job_id, "n1:1") is not None
+            assert joblib.owned_job(s, claim.job_id, "n2:1") is None
+    finally:
+        event.remove(db.engine, "before_cursor_execute", capture)
+    reads = [q for q in seen if "FROM jobs" in q]
+    assert reads, seen
+    assert all(("FOR UPDATE" in q) is not db.is_sqlite for q in reads)

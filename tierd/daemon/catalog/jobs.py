@@ -153,8 +153,14 @@ def _claimable(dst_tiers: Collection[str], now: datetime, node: str | None, loca
 
 
 def owned_job(session: Session, job_id: int, owner: str) -> Job | None:
-    """The job if ``owner`` still holds its lease and it is running, else None."""
-    job = session.get(Job, job_id)
+    """The job, locked, if ``owner`` still holds its lease and it is running, else None.
+
+    Locked first, before any replica row: every transaction that changes a running job
+    (its start, its progress, its end, a takeover's start) then takes the job's lock before
+    the replica's, so two daemons finishing and taking over one job wait instead of
+    deadlocking (seen with 32 daemons, a lease expiring under load).
+    """
+    job = session.get(Job, job_id, with_for_update=True, populate_existing=True)
     if job is None or job.lease_owner != owner or job.state != JobState.RUNNING.value:
         return None
     return job
