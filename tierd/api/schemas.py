@@ -50,6 +50,7 @@ __all__ = [
     "FleetNodeOut",
     "FleetOut",
     "UnfinishedOut",
+    "FleetPartOut",
     "JobsOut",
     "RestoreIn",
     "RestoreOut",
@@ -668,11 +669,26 @@ class FleetJobOut(BaseModel):
     owner: str | None
 
 
+class FleetPartOut(BaseModel):
+    """A node's part of a step that no shared tier holds yet: only that node's tier 0 has it."""
+
+    checkpoint_id: int
+    run: str
+    step: int
+    step_state: str = Field(description="waiting (other parts still to come) or complete")
+    files: int
+    bytes: int
+    state: str = Field(description="the part's state on the first shared tier")
+
+
 class UnfinishedOut(BaseModel):
     """What a silent node left undone."""
 
     jobs: list[FleetJobOut] = Field(
         description="running under its lease (taken over once it expires), or copies only it can make"
+    )
+    parts: list[FleetPartOut] = Field(
+        description="parts it holds that no shared tier has yet: stuck on its node while it is silent"
     )
 
 
