@@ -22,7 +22,9 @@ final fsync has little left to do.
 
 ``write`` first removes what killed writes of the same name left behind (a restarted
 daemon rewriting the file it was killed in), and ``abort_stale_uploads`` sweeps old
-leftovers everywhere; ``posix.temp`` tells them from temporary files still being written.
+leftovers everywhere. A hop starting (``remove_leftovers``) keeps the newest temporary
+file of each big file instead, and that file's write resumes from its verified prefix
+(``posix.resume``); ``posix.temp`` tells them from temporary files still being written.
 A write lists its directory only the first time this backend writes there.
 
 ``OSError`` is translated in ``posix.errors``: ENOENT is NotFound; ENOSPC and EDQUOT are
@@ -68,6 +70,7 @@ from tierd.daemon.backends.concurrency import blocking_on, for_each, uninterrupt
 from tierd.daemon.backends.hashing import combine_all
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix import fstype
+from tierd.daemon.backends.posix import resume as posixresume
 from tierd.daemon.backends.posix.batch import PosixBatch
 from tierd.daemon.backends.posix.errors import os_errors, translate_oserror
 from tierd.daemon.backends.posix.remove import remove_checkpoint_tree, unlink_and_prune
@@ -78,6 +81,7 @@ from tierd.daemon.backends.posix.temp import (
     is_temp_name,
     remove_abandoned,
     remove_leftovers_of,
+    remove_owned_leftover,
     remove_stale_temps,
     temp_names_in,
     temp_stem,
@@ -102,6 +106,9 @@ WHOLE_READ_LIMIT = 256 * 1024
 #: Chunks of one file in flight: more only scatters one file's I/O (files in flight come
 #: from the tier's ``concurrency``). Measured on one disk: 4 beat 16 by about 15%.
 CHUNKS_PER_FILE = 4
+#: Files from this size on resume a killed write from its kept prefix (``posix.resume``);
+#: re-hashing the prefix must beat copying it, and below a few chunks there is little to keep.
+RESUME_MIN_SIZE = 64 * MIB
 _LISTED_DIRECTORIES = 4096  # how many directories' leftovers a backend remembers
 
 log = get_logger(__name__)
@@ -172,6 +179,9 @@ class PosixBackend(Backend):
         # Devices of sources whose files copy_file_range could not copy here.
         self._no_kernel_copy: set[int] = set()
         self._direct = True  # until the tier's file system refuses O_DIRECT
+        self.resume_min_size = RESUME_MIN_SIZE
+        # Killed writes' temporary files a hop starting kept for their writes to resume.
+        self._resumable: OrderedDict[Path, Path] = OrderedDict()
 
     def _path(self, relpath: str) -> Path:
         return self.root / check_relpath(relpath)
@@ -245,22 +255,30 @@ class PosixBackend(Backend):
 
         The read-back (after dropping the page cache) runs only for ``verify: readback``;
         with ``verify: native`` the in-flight hash of every byte written is the check.
-        ``resume`` is ignored (a POSIX write restarts from byte 0); leftovers of earlier
-        writes of the same name whose writer is gone are removed first. Raises IntegrityError
+        ``resume`` is ignored: a file of ``resume_min_size`` or more whose killed write's
+        temporary file a hop kept (``remove_leftovers``) resumes from its verified prefix
+        (``posix.resume``; logged ``copy_resumed``), starting over if the whole does not
+        match; other leftovers of the same name whose writer is gone are removed first. Raises IntegrityError
         when the bytes read or read back differ from ``expected_checksum`` (the temp file
         is removed and the final name untouched), TransientBackendError (ENOSPC, EIO,
         missing root, ...) or PermanentBackendError (EACCES, EROFS, ...).
         """
         final = self._path(relpath)
+        resumable = await self._resumable_temp(final, reader.size)
         await self._remove_leftovers(final)
         if reader.size <= self.chunk_size:
             return await self._write_whole(relpath, final, reader, expected_checksum, progress)
-        with os_errors("create temporary file for", str(final)):
-            temp = await blocking(posixcopy.create_temp, self.root, final)
-        if temp is None:
-            raise self._root_missing()
+        temp, kept, crc = resumable or (await self._create_temp(final), 0, 0)
         try:
-            await self._fill(temp, reader, str(final), expected_checksum, progress)
+            try:
+                await self._fill(temp, reader, str(final), expected_checksum, progress, (kept, crc))
+            except IntegrityError:
+                if not kept:
+                    raise
+                log.warning("copy_resume_mismatch", tier=self.name, path=str(final), bytes_kept=kept)
+                await asyncio.shield(blocking(temp.discard))
+                temp = await self._create_temp(final)
+                await self._fill(temp, reader, str(final), expected_checksum, progress)
             await self._make_durable(temp, str(final), expected_checksum)
             with os_errors("rename into", str(final)):
                 mtime = await blocking(temp.commit, final)
@@ -269,6 +287,34 @@ class PosixBackend(Backend):
             raise
         by: Verification = "readback" if self.readback else "stream"
         return ObjectInfo(relpath, reader.size, expected_checksum, mtime, by)
+
+    async def _create_temp(self, final: Path) -> TempFile:
+        """A fresh temporary file for ``final``; TransientBackendError when the root is missing."""
+        with os_errors("create temporary file for", str(final)):
+            temp = await blocking(posixcopy.create_temp, self.root, final)
+        if temp is None:
+            raise self._root_missing()
+        return temp
+
+    async def _resumable_temp(self, final: Path, size: int) -> tuple[TempFile, int, int] | None:
+        """The temporary file kept for ``final`` with its verified prefix (bytes, CRC), or None.
+
+        Only for a file of ``resume_min_size`` or more; never raises (None: start over).
+        """
+        path = self._resumable.pop(final, None)
+        if path is None:
+            return None
+        if size < max(self.resume_min_size, self.chunk_size + 1):
+            await blocking(remove_owned_leftover, path)  # a hop kept it: its lease covers the name
+            return None
+        async with self.budget.aligned(HASH_BUFFER) as view:
+            found = await uninterrupted(
+                blocking_on(view, posixresume.open_resumable, path, size, self.chunk_size),
+                undo=_discard_resumable,
+            )
+        if found is not None:
+            log.info("copy_resumed", tier=self.name, path=str(final), bytes_kept=found[1], size=size)
+        return found
 
     async def _write_whole(
         self, relpath: str, final: Path, reader: RangeReader, expected: str, progress: Progress | None
@@ -401,12 +447,18 @@ class PosixBackend(Backend):
             raise mismatch(where, expected, readback, "read-back")
 
     async def _fill(
-        self, temp: TempFile, reader: RangeReader, where: str, expected: str, progress: Progress | None
+        self,
+        temp: TempFile,
+        reader: RangeReader,
+        where: str,
+        expected: str,
+        progress: Progress | None,
+        prefix: tuple[int, int] = (0, 0),
     ) -> None:
-        """Fill the temp file and check the checksum (IntegrityError on a mismatch).
+        """Fill the temp file after its kept ``prefix`` (bytes, CRC), check the checksum.
 
-        With ``O_DIRECT`` where the tier takes it, else in the kernel from a local file where
-        it can, else through the page cache.
+        Raises IntegrityError on a mismatch. With ``O_DIRECT`` where the tier takes it, else
+        in the kernel from a local file where it can, else through the page cache.
         """
         with os_errors("write", where):
             direct = await blocking(posixcopy.open_direct, temp.path) if self._direct else -1
@@ -415,18 +467,24 @@ class PosixBackend(Backend):
         try:
             if direct < 0 and isinstance(reader, PosixReader) and reader.device not in self._no_kernel_copy:
                 try:
-                    await self._fill_in_kernel(temp, reader, where, expected, progress)
+                    await self._fill_in_kernel(temp, reader, where, expected, progress, prefix)
                     return
                 except _KernelCopyRefused:
                     self._no_kernel_copy.add(reader.device)
                     log.info("kernel_copy_unavailable", tier=self.name, path=where)
-            await self._fill_buffered(temp, reader, where, expected, progress, direct)
+            await self._fill_buffered(temp, reader, where, expected, progress, direct, prefix)
         finally:
             if direct >= 0:
                 await asyncio.shield(blocking(os.close, direct))
 
     async def _fill_in_kernel(
-        self, temp: TempFile, reader: PosixReader, where: str, expected: str, progress: Progress | None
+        self,
+        temp: TempFile,
+        reader: PosixReader,
+        where: str,
+        expected: str,
+        progress: Progress | None,
+        prefix: tuple[int, int],
     ) -> None:
         """copy_file_range chunks in parallel, each read back and hashed; IntegrityError on a mismatch.
 
@@ -450,7 +508,7 @@ class PosixBackend(Backend):
             first = False
             return crc
 
-        await self._by_chunks(reader.size, KERNEL_CHUNK_SIZE, copy_chunk, where, expected, progress)
+        await self._by_chunks(reader.size, KERNEL_CHUNK_SIZE, copy_chunk, where, expected, progress, prefix)
 
     async def _fill_buffered(
         self,
@@ -460,6 +518,7 @@ class PosixBackend(Backend):
         expected: str,
         progress: Progress | None,
         direct: int,
+        prefix: tuple[int, int],
     ) -> None:
         """Read every chunk into a buffer, hash and pwrite it (through ``direct`` if >= 0), in parallel.
 
@@ -473,7 +532,7 @@ class PosixBackend(Backend):
                     with os_errors("write", where):
                         return await self._write_chunk(view, temp.fd, direct, offset)
 
-        await self._by_chunks(reader.size, self.chunk_size, copy_chunk, where, expected, progress)
+        await self._by_chunks(reader.size, self.chunk_size, copy_chunk, where, expected, progress, prefix)
 
     async def _write_chunk(self, view: memoryview, fd: int, direct: int, offset: int) -> int:
         """``hash_and_pwrite`` on the I/O pool, through the page cache once ``O_DIRECT`` was refused."""
@@ -493,21 +552,26 @@ class PosixBackend(Backend):
         where: str,
         expected: str,
         progress: Progress | None,
+        prefix: tuple[int, int],
     ) -> None:
-        """``copy_chunk(offset, length) -> CRC`` over every chunk, ``chunks_per_file`` at a time.
+        """``copy_chunk(offset, length) -> CRC`` over every chunk after ``prefix`` (bytes kept, CRC).
 
-        Raises IntegrityError unless the chunks' CRCs combine to ``expected``.
+        ``chunks_per_file`` at a time. Raises IntegrityError unless the prefix's and the
+        chunks' CRCs combine to ``expected``.
         """
-        pieces = [(0, min(chunk, size - off)) for off in range(0, size, chunk)]
+        start, first = prefix
+        pieces = [(0, min(chunk, size - off)) for off in range(start, size, chunk)]
+        if progress is not None and start:
+            progress(start)
 
         async def one(index: int) -> None:
-            offset, length = index * chunk, pieces[index][1]
+            offset, length = start + index * chunk, pieces[index][1]
             pieces[index] = (await copy_chunk(offset, length), length)
             if progress is not None:
                 progress(length)
 
         await for_each(range(len(pieces)), one, self.chunks_per_file)
-        actual = checksum.encode(combine_all(pieces))
+        actual = checksum.encode(checksum.combine(first, combine_all(pieces), size - start))
         if actual != expected:
             raise mismatch(where, expected, actual, "source")
 
@@ -581,15 +645,21 @@ class PosixBackend(Backend):
         """Remove the temporary files killed writes of exactly these files left; returns how many.
 
         Only these names' leftovers, whatever their age (``temp.remove_leftovers_of`` says
-        why); ``keep`` (UploadIds) does not apply to a POSIX tier. The directories listed
-        are remembered, so the writes that follow need not list them again. Raises
-        TransientBackendError when the root is missing, PermanentBackendError when a
+        why), but the newest one of a name holding over a chunk is kept for that file's
+        write to resume from (``write``); ``keep`` (UploadIds) does not apply to a POSIX
+        tier. The directories listed are remembered, so the writes that follow need not
+        list them again. Raises TransientBackendError when the root is missing, PermanentBackendError when a
         directory cannot be read or a file removed.
         """
         await self._require_root()
         finals = [self._path(relpath) for relpath in relpaths]
         with os_errors("remove leftovers under", str(self.root)):
-            removed, left = await blocking(remove_leftovers_of, finals)
+            removed, left, kept = await blocking(remove_leftovers_of, finals, self.chunk_size)
+        for final, temp_path in kept.items():
+            self._resumable[final] = temp_path
+            self._resumable.move_to_end(final)
+        while len(self._resumable) > _LISTED_DIRECTORIES:
+            self._resumable.popitem(last=False)
         for directory, names in left.items():
             self._leftovers[directory] = names
             self._leftovers.move_to_end(directory)
@@ -653,6 +723,12 @@ def _read_error(where: str, size: int | OSError, expected: int) -> TierdError | 
 async def _discard_staged(results: Sequence[TempFile | Exception | None]) -> None:
     """Remove what a staging trip created for a caller that was cancelled meanwhile."""
     await blocking(discard_all, [result for result in results if isinstance(result, TempFile)])
+
+
+async def _discard_resumable(found: tuple[TempFile, int, int] | None) -> None:
+    """Remove a temporary file adopted for a write that was cancelled meanwhile."""
+    if found is not None:
+        await blocking(found[0].discard)
 
 
 def _pread(buf: memoryview, fd: int, offset: int) -> int:
