@@ -43,6 +43,7 @@ import os
 import stat as stat_mod
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from itertools import zip_longest
 from pathlib import Path
 from typing import TypeVar
 
@@ -113,6 +114,8 @@ _LISTED_DIRECTORIES = 4096  # how many directories' leftovers a backend remember
 
 log = get_logger(__name__)
 T = TypeVar("T")
+ChunkFn = Callable[[int, int], Awaitable[int]]  # (offset, length) -> the CRC64NVME of those bytes
+Span = tuple[int, int, ChunkFn]  # offset, length, what fills or re-hashes it
 
 
 class PosixReader:
@@ -268,10 +271,10 @@ class PosixBackend(Backend):
         await self._remove_leftovers(final)
         if reader.size <= self.chunk_size:
             return await self._write_whole(relpath, final, reader, expected_checksum, progress)
-        temp, kept, crc = resumable or (await self._create_temp(final), 0, 0)
+        temp, kept = resumable or (await self._create_temp(final), 0)
         try:
             try:
-                await self._fill(temp, reader, str(final), expected_checksum, progress, (kept, crc))
+                await self._fill(temp, reader, str(final), expected_checksum, progress, kept)
             except IntegrityError:
                 if not kept:
                     raise
@@ -296,8 +299,8 @@ class PosixBackend(Backend):
             raise self._root_missing()
         return temp
 
-    async def _resumable_temp(self, final: Path, size: int) -> tuple[TempFile, int, int] | None:
-        """The temporary file kept for ``final`` with its verified prefix (bytes, CRC), or None.
+    async def _resumable_temp(self, final: Path, size: int) -> tuple[TempFile, int] | None:
+        """The temporary file kept for ``final`` and how many of its first bytes to keep, or None.
 
         Only for a file of ``resume_min_size`` or more; never raises (None: start over).
         """
@@ -307,11 +310,9 @@ class PosixBackend(Backend):
         if size < max(self.resume_min_size, self.chunk_size + 1):
             await blocking(remove_owned_leftover, path)  # a hop kept it: its lease covers the name
             return None
-        async with self.budget.aligned(HASH_BUFFER) as view:
-            found = await uninterrupted(
-                blocking_on(view, posixresume.open_resumable, path, size, self.chunk_size),
-                undo=_discard_resumable,
-            )
+        found = await uninterrupted(
+            blocking(posixresume.open_resumable, path, size, self.chunk_size), undo=_discard_resumable
+        )
         if found is not None:
             log.info("copy_resumed", tier=self.name, path=str(final), bytes_kept=found[1], size=size)
         return found
@@ -453,9 +454,9 @@ class PosixBackend(Backend):
         where: str,
         expected: str,
         progress: Progress | None,
-        prefix: tuple[int, int] = (0, 0),
+        kept: int = 0,
     ) -> None:
-        """Fill the temp file after its kept ``prefix`` (bytes, CRC), check the checksum.
+        """Fill the temp file but its first ``kept`` bytes (re-hashed instead), check the checksum.
 
         Raises IntegrityError on a mismatch. With ``O_DIRECT`` where the tier takes it, else
         in the kernel from a local file where it can, else through the page cache.
@@ -467,12 +468,12 @@ class PosixBackend(Backend):
         try:
             if direct < 0 and isinstance(reader, PosixReader) and reader.device not in self._no_kernel_copy:
                 try:
-                    await self._fill_in_kernel(temp, reader, where, expected, progress, prefix)
+                    await self._fill_in_kernel(temp, reader, where, expected, progress, kept)
                     return
                 except _KernelCopyRefused:
                     self._no_kernel_copy.add(reader.device)
                     log.info("kernel_copy_unavailable", tier=self.name, path=where)
-            await self._fill_buffered(temp, reader, where, expected, progress, direct, prefix)
+            await self._fill_buffered(temp, reader, where, expected, progress, direct, kept)
         finally:
             if direct >= 0:
                 await asyncio.shield(blocking(os.close, direct))
@@ -484,7 +485,7 @@ class PosixBackend(Backend):
         where: str,
         expected: str,
         progress: Progress | None,
-        prefix: tuple[int, int],
+        kept: int,
     ) -> None:
         """copy_file_range chunks in parallel, each read back and hashed; IntegrityError on a mismatch.
 
@@ -508,7 +509,8 @@ class PosixBackend(Backend):
             first = False
             return crc
 
-        await self._by_chunks(reader.size, KERNEL_CHUNK_SIZE, copy_chunk, where, expected, progress, prefix)
+        spans = self._spans(temp, reader.size, KERNEL_CHUNK_SIZE, kept, copy_chunk)
+        await self._by_chunks(reader.size, spans, where, expected, progress)
 
     async def _fill_buffered(
         self,
@@ -518,7 +520,7 @@ class PosixBackend(Backend):
         expected: str,
         progress: Progress | None,
         direct: int,
-        prefix: tuple[int, int],
+        kept: int,
     ) -> None:
         """Read every chunk into a buffer, hash and pwrite it (through ``direct`` if >= 0), in parallel.
 
@@ -532,7 +534,8 @@ class PosixBackend(Backend):
                     with os_errors("write", where):
                         return await self._write_chunk(view, temp.fd, direct, offset)
 
-        await self._by_chunks(reader.size, self.chunk_size, copy_chunk, where, expected, progress, prefix)
+        spans = self._spans(temp, reader.size, self.chunk_size, kept, copy_chunk)
+        await self._by_chunks(reader.size, spans, where, expected, progress)
 
     async def _write_chunk(self, view: memoryview, fd: int, direct: int, offset: int) -> int:
         """``hash_and_pwrite`` on the I/O pool, through the page cache once ``O_DIRECT`` was refused."""
@@ -544,34 +547,43 @@ class PosixBackend(Backend):
                 log.info("direct_io_unavailable", tier=self.name)
         return await uninterrupted(blocking_on(view, posixcopy.hash_and_pwrite, fd, offset))
 
-    async def _by_chunks(
-        self,
-        size: int,
-        chunk: int,
-        copy_chunk: Callable[[int, int], Awaitable[int]],
-        where: str,
-        expected: str,
-        progress: Progress | None,
-        prefix: tuple[int, int],
-    ) -> None:
-        """``copy_chunk(offset, length) -> CRC`` over every chunk after ``prefix`` (bytes kept, CRC).
+    def _spans(self, temp: TempFile, size: int, chunk: int, kept: int, copy_chunk: ChunkFn) -> Sequence[Span]:
+        """The file's spans: chunks to copy from ``kept`` on, and the first ``kept`` bytes to re-hash.
 
-        ``chunks_per_file`` at a time. Raises IntegrityError unless the prefix's and the
-        chunks' CRCs combine to ``expected``.
+        Interleaved, so re-reading the kept part from ``temp`` overlaps copying the rest. A
+        kept chunk ending early is IntegrityError (the write starts over).
         """
-        start, first = prefix
-        pieces = [(0, min(chunk, size - off)) for off in range(start, size, chunk)]
-        if progress is not None and start:
-            progress(start)
 
-        async def one(index: int) -> None:
-            offset, length = start + index * chunk, pieces[index][1]
-            pieces[index] = (await copy_chunk(offset, length), length)
+        async def hash_chunk(offset: int, length: int) -> int:
+            async with self.budget.aligned(self.chunk_size) as whole:
+                with whole[:length] as view, os_errors("read back", str(temp.path)):
+                    crc = await uninterrupted(blocking_on(view, posixresume.hash_span, temp.fd, offset))
+            if crc is None:
+                raise IntegrityError(f"{temp.path}: ended before byte {offset + length} it was to keep")
+            return crc
+
+        spans: list[Span] = [(off, min(chunk, size - off), copy_chunk) for off in range(kept, size, chunk)]
+        step = self.chunk_size
+        rehash: list[Span] = [(off, min(step, kept - off), hash_chunk) for off in range(0, kept, step)]
+        return [span for pair in zip_longest(spans, rehash) for span in pair if span is not None]
+
+    async def _by_chunks(
+        self, size: int, spans: Sequence[Span], where: str, expected: str, progress: Progress | None
+    ) -> None:
+        """``fn(offset, length) -> CRC`` over every span, ``chunks_per_file`` at a time.
+
+        Raises IntegrityError unless the spans' CRCs, in file order, combine to ``expected``.
+        """
+        crcs: dict[int, tuple[int, int]] = {}
+
+        async def one(span: Span) -> None:
+            offset, length, fn = span
+            crcs[offset] = (await fn(offset, length), length)
             if progress is not None:
                 progress(length)
 
-        await for_each(range(len(pieces)), one, self.chunks_per_file)
-        actual = checksum.encode(checksum.combine(first, combine_all(pieces), size - start))
+        await for_each(spans, one, self.chunks_per_file)
+        actual = checksum.encode(combine_all([crcs[offset] for offset in sorted(crcs)]))
         if actual != expected:
             raise mismatch(where, expected, actual, "source")
 
@@ -725,7 +737,7 @@ async def _discard_staged(results: Sequence[TempFile | Exception | None]) -> Non
     await blocking(discard_all, [result for result in results if isinstance(result, TempFile)])
 
 
-async def _discard_resumable(found: tuple[TempFile, int, int] | None) -> None:
+async def _discard_resumable(found: tuple[TempFile, int] | None) -> None:
     """Remove a temporary file adopted for a write that was cancelled meanwhile."""
     if found is not None:
         await blocking(found[0].discard)

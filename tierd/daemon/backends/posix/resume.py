@@ -2,11 +2,12 @@
 
 A killed write leaves its temporary file with some chunks written and some not; chunks go
 4 at a time, so a later one may be there while an earlier one is not. What may be kept is
-the data before the file's first hole (``SEEK_HOLE``), rounded down to a whole chunk. It
-is re-read and hashed here; the write then copies only the rest, hashing it as it goes,
-and keeps the file only when the two CRCs combine to the first-sight checksum (else it
-starts over). Nothing is resumed where the file system does not report holes, or where
-anything is in doubt: the file is then discarded and the write starts from byte 0.
+the data before the file's first hole (``SEEK_HOLE``), rounded down to a whole chunk. The
+write re-reads and hashes it (``hash_span``, chunk by chunk, alongside copying the rest and
+hashing that as it goes), and keeps the file only when the CRCs of all the chunks combine
+to the first-sight checksum (else it starts over). Nothing is resumed where the file
+system does not report holes, or where anything is in doubt: the file is then discarded
+and the write starts from byte 0.
 
 Every function here blocks: call them through ``tierd.daemon.aio.blocking``.
 """
@@ -20,7 +21,7 @@ from awscrt import checksums
 
 from tierd.daemon.backends.posix.temp import TempFile
 
-__all__ = ["hash_prefix", "kept_prefix", "open_resumable"]
+__all__ = ["hash_span", "kept_prefix", "open_resumable"]
 
 _BLOCK = 512  # the unit of st_blocks
 
@@ -46,27 +47,26 @@ def kept_prefix(fd: int, size: int, chunk: int) -> int:
     return min(hole, size) // chunk * chunk
 
 
-def hash_prefix(view: memoryview, fd: int, length: int) -> int | None:
-    """CRC64NVME of the first ``length`` bytes of ``fd``, read through ``view``; None if it is shorter.
+def hash_span(view: memoryview, fd: int, offset: int) -> int | None:
+    """CRC64NVME of ``len(view)`` bytes of ``fd`` from ``offset``; None if the file ends first.
 
     Raises OSError when the file cannot be read.
     """
-    crc = 0
     pos = 0
-    while pos < length:
-        n = os.preadv(fd, [view[: min(len(view), length - pos)]], pos)
+    while pos < len(view):
+        n = os.preadv(fd, [view[pos:]], offset + pos)
         if n == 0:
             return None
-        crc = checksums.crc64nvme(view[:n], crc)
         pos += n
-    return int(crc)
+    return int(checksums.crc64nvme(view, 0))
 
 
-def open_resumable(view: memoryview, path: Path, size: int, chunk: int) -> tuple[TempFile, int, int] | None:
-    """Adopt a killed write's temporary file; ``(temp, bytes kept, their CRC64NVME)``, or None.
+def open_resumable(path: Path, size: int, chunk: int) -> tuple[TempFile, int] | None:
+    """Adopt a killed write's temporary file; ``(temp, bytes to keep)``, or None.
 
-    None when it cannot be adopted (gone, or live), or keeps less than one chunk: then it is
-    removed (if adopted) and the write starts over. Never raises: any failure means None.
+    The kept bytes are still to be re-hashed (``hash_span``). None when the file cannot be
+    adopted (gone, or live), or keeps less than one chunk: then it is removed (if adopted)
+    and the write starts over. Never raises: any failure means None.
     """
     try:
         temp = TempFile.adopt(path)
@@ -76,10 +76,9 @@ def open_resumable(view: memoryview, path: Path, size: int, chunk: int) -> tuple
         return None
     try:
         kept = kept_prefix(temp.fd, size, chunk)
-        crc = hash_prefix(view, temp.fd, kept) if kept else None
     except OSError:
-        crc = None
-    if crc is None:
+        kept = 0
+    if not kept:
         temp.discard()
         return None
-    return temp, kept, crc
+    return temp, kept
