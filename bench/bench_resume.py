@@ -14,8 +14,8 @@ defaults (8 MiB chunks, 4 in flight, ``O_DIRECT``), the way a hop does it:
 
 Before each run of either side: ``sync``, and the source and any temporary file are
 evicted from the page cache, so the prefix is re-read from the disk. Sides alternate over
-``TIERD_BENCH_RESUME_ROUNDS`` (3; 1 quick) rounds; the medians are reported. With
-``TIERD_BENCH_RESUME_MIB`` lower than 64, the backend's threshold is lowered to match.
+``TIERD_BENCH_RESUME_ROUNDS`` (3; 1 quick) rounds; the medians are reported. The backend's
+size threshold (``resume_min_size``) is lowered to one chunk, so smaller files can be measured.
 """
 
 from __future__ import annotations

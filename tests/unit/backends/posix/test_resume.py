@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -54,9 +55,9 @@ def backend(tmp_path: Path) -> PosixBackend:
     return made
 
 
-def killed_write(backend: PosixBackend, pieces: list[tuple[int, bytes]]) -> Path:
+def killed_write(backend: PosixBackend, pieces: list[tuple[int, bytes]], tag: str = "0123456789ab") -> Path:
     """A temp file of run/x.bin as a killed write leaves it: these (offset, bytes) written, no lock."""
-    path = backend.root / "run" / f".x.bin{TEMP_MARK}0123456789ab"
+    path = backend.root / "run" / f".x.bin{TEMP_MARK}{tag}"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         for offset, piece in pieces:
@@ -154,3 +155,33 @@ def test_a_temp_file_this_process_writes_is_never_adopted(backend: PosixBackend)
         assert live.path.exists()
     finally:
         live.discard()
+
+
+async def test_a_hop_keeps_the_newest_big_leftover_and_removes_the_others(backend: PosixBackend) -> None:
+    older = killed_write(backend, [(0, DATA[: 6 * MIB])])
+    os.utime(older, (1_000_000_000, 1_000_000_000))
+    newer = killed_write(backend, [(0, DATA[: 3 * MIB])], "ba9876543210")
+    with capture_logs() as logs:
+        assert await backend.remove_leftovers(["run/x.bin"]) == 1
+        assert not older.exists()
+        await backend.write("run/x.bin", CountingReader(DATA), expected_checksum=crc(DATA))
+    assert [e["bytes_kept"] for e in events(logs, "copy_resumed")] == [3 * MIB]
+    assert (backend.root / "run" / "x.bin").read_bytes() == DATA
+    assert not newer.exists()
+
+
+async def test_no_resume_where_the_file_system_reports_no_holes(
+    backend: PosixBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = os.lseek
+
+    def no_hole_reporting(fd: int, pos: int, whence: int) -> int:
+        if whence in (os.SEEK_HOLE, os.SEEK_DATA):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(fd, pos, whence)
+
+    monkeypatch.setattr(os, "lseek", no_hole_reporting)
+    killed_write(backend, [(0, DATA[: 5 * MIB])])
+    reader, logs = await hop_write(backend)
+    assert events(logs, "copy_resumed") == []
+    assert reader.bytes_read == SIZE
