@@ -262,10 +262,11 @@ class PosixBackend(Backend):
         ``resume`` is ignored: a file of ``resume_min_size`` or more whose killed write's
         temporary file a hop kept (``remove_leftovers``) resumes from its verified prefix
         (``posix.resume``; logged ``copy_resumed``), starting over if the whole does not
-        match; other leftovers of the same name whose writer is gone are removed first. Raises IntegrityError
-        when the bytes read or read back differ from ``expected_checksum`` (the temp file
-        is removed and the final name untouched), TransientBackendError (ENOSPC, EIO,
-        missing root, ...) or PermanentBackendError (EACCES, EROFS, ...).
+        match (``copy_resume_mismatch``); other leftovers of the same name whose writer is
+        gone are removed first. Raises IntegrityError when the bytes read or read back
+        differ from ``expected_checksum`` (the temp file is removed and the final name
+        untouched), TransientBackendError (ENOSPC, EIO, missing root, ...) or
+        PermanentBackendError (EACCES, EROFS, ...).
         """
         final = self._path(relpath)
         resumable = await self._resumable_temp(final, reader.size)
@@ -661,8 +662,8 @@ class PosixBackend(Backend):
         why), but the newest one of a name holding over a chunk is kept for that file's
         write to resume from (``write``); ``keep`` (UploadIds) does not apply to a POSIX
         tier. The directories listed are remembered, so the writes that follow need not
-        list them again. Raises TransientBackendError when the root is missing, PermanentBackendError when a
-        directory cannot be read or a file removed.
+        list them again. Raises TransientBackendError when the root is missing,
+        PermanentBackendError when a directory cannot be read or a file removed.
         """
         await self._require_root()
         finals = [self._path(relpath) for relpath in relpaths]
