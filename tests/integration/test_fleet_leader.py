@@ -212,7 +212,7 @@ def test_kill_9_the_leader_another_leads_within_twice_the_lease_and_deletes_once
 
     view = wait_for(lambda: _silent(asking, leader), 30, "the killed node shown silent")
     dead = next(n for n in view["nodes"] if n["name"] == leader)
-    assert (dead["leader"], dead["unfinished"]) == (False, {"jobs": []})
+    assert (dead["leader"], dead["unfinished"]) == (False, {"jobs": [], "parts": []})
     assert sum(not n["silent"] for n in view["nodes"]) == 2
 
     survivors = {name: f"after-{name}" for name in fleet.nodes if name != leader}
