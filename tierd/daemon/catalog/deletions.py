@@ -29,6 +29,7 @@ from tierd.daemon.catalog.models import (
     CheckpointState,
     File,
     Hold,
+    Part,
     Replica,
     ReplicaState,
     Run,
@@ -104,6 +105,8 @@ class DueDeletion:
     format: str
     reason: str
     begun: bool
+    #: On a node-local tier, the part of a multi-part step this node deletes (None: the whole).
+    part_id: int | None = None
 
     @property
     def origin(self) -> Origin:
@@ -302,7 +305,7 @@ def due_deletions(
     """Replicas on ``tiers`` being deleted whose time has come, or whose deletion has begun.
 
     With ``node`` (a fleet), those on the ``node_local`` tiers only of ``node``'s own
-    checkpoints (or of no node).
+    checkpoints (or of no node) or of steps it holds a part of.
     """
     query = (
         select(Replica, Checkpoint.run_id, Checkpoint.step, Checkpoint.path, Checkpoint.format, Run.name)
@@ -315,7 +318,8 @@ def due_deletions(
     if checkpoint_id is not None:
         query = query.where(Replica.checkpoint_id == checkpoint_id)
     if node is not None and node_local:
-        query = query.where(Replica.tier.not_in(node_local) | Checkpoint.node.in_([node, ""]))
+        holds = exists().where(Part.checkpoint_id == Checkpoint.id, Part.node == node)
+        query = query.where(Replica.tier.not_in(node_local) | Checkpoint.node.in_([node, ""]) | holds)
     return [
         DueDeletion(
             replica_id=replica.id,

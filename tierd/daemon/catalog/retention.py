@@ -1,10 +1,11 @@
 """What a retention pass reads: every live checkpoint with its protections and replica states.
 
-Four queries, whatever the catalog's size (no per-checkpoint round trips, and the files
-table is never read): checkpoints with their run, replicas, holds, and the open jobs that
-read a checkpoint. They run on the session's connection (Core rows, not the ORM's result
-machinery) and read only the columns the planner uses: 10,000 checkpoints and 40,000
-replicas load in about 0.1 s (``bench/bench_retention.py``).
+Four queries (five in a fleet: the steps this node holds a part of), whatever the catalog's
+size (no per-checkpoint round trips, and the files table is never read): checkpoints with
+their run, replicas, holds, and the open jobs that read a checkpoint. They run on the
+session's connection (Core rows, not the ORM's result machinery) and read only the columns
+the planner uses: 10,000 checkpoints and 40,000 replicas load in about 0.1 s
+(``bench/bench_retention.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tierd.daemon.catalog.models import (
     Hold,
     Job,
     JobState,
+    Part,
     Replica,
     Run,
 )
@@ -60,11 +62,15 @@ def load_retention_rows(
     """Every checkpoint not yet deleted, oldest first, with what protects it and where it is.
 
     With ``node`` (a fleet), replicas on the ``node_local`` tiers are those of ``node``'s own
-    checkpoints only (or of no node): another node's NVMe is that node's business.
+    checkpoints only (or of no node, or of steps it holds a part of): another node's NVMe is
+    that node's business.
     """
     rows: dict[int, CheckpointRow] = {}
     others: set[int] = set()
     conn = session.connection()
+    mine: set[int] = set()
+    if node is not None:
+        mine = set(conn.scalars(select(Part.checkpoint_id).where(Part.node == node)))
     query = (
         select(
             Checkpoint.id,
@@ -83,7 +89,7 @@ def load_retention_rows(
         .order_by(Checkpoint.created_at, Checkpoint.id)
     )
     for cid, run, step, state, created, completed, total, metrics, pinned, owner in conn.execute(query):
-        if node is not None and owner not in (node, ""):
+        if node is not None and owner not in (node, "") and cid not in mine:
             others.add(cid)
         rows[cid] = CheckpointRow(
             cid, run, step, state, created, completed, total, dict(metrics or {}), pinned, [], False, {}
