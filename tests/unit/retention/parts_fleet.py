@@ -17,7 +17,7 @@ from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.pipeline.service import PipelineService
 
-__all__ = ["make_fleet", "part_states", "step_dir"]
+__all__ = ["make_fleet", "node_context", "part_states", "step_dir"]
 
 FAST = PipelineOptions(
     poll_interval=0.02,
@@ -32,10 +32,12 @@ SHARED = ("pfs", "object", "replica")
 
 
 def node_context(db: Database, root: Path, node: str, delay: str) -> Context:
-    """Node ``node``: its own tier 0 keeping the newest step (after ``delay``), three shared tiers."""
+    """Node ``node``: its own tier 0 (scrubbed daily) keeping the newest step (after ``delay``);
+    three shared tiers."""
     shared = posix_config_dict(root / "shared")
     own = root / node / "nvme"
-    nvme = {"name": "nvme", "kind": "posix", "path": str(own), "retention": {"keep_last": 1}}
+    scrub = {"every": "1d", "bandwidth": "1GB"}
+    nvme = {"name": "nvme", "kind": "posix", "path": str(own), "retention": {"keep_last": 1}, "scrub": scrub}
     tiers = [{**nvme, "delete_delay": delay}, *shared["tiers"][1:]]
     for tier in tiers:
         Path(tier["path"]).mkdir(parents=True, exist_ok=True)
@@ -86,4 +88,5 @@ async def make_fleet(db: Database, root: Path, delay: str) -> list[Context]:
 
 
 def step_dir(ctx: Context, step: int) -> Path:
+    """The step's directory on the node's own tier 0."""
     return ctx.config.watch[0].path / f"step_{step}"

@@ -30,6 +30,7 @@ from tierd.daemon.catalog.models import (
     File,
     Hold,
     Part,
+    PartReplica,
     Replica,
     ReplicaState,
     Run,
@@ -383,8 +384,12 @@ def mark_recheck_failed(
     error: str,
     actor: str,
     bad_files: Sequence[Mapping[str, str | None]] = (),
+    part_id: int | None = None,
 ) -> bool:
     """A re-check found bad bytes: the replica is ``failed`` (the scheduler copies it again).
+
+    With ``part_id`` (one node's part re-checked on its node-local tier) only that part's
+    replica fails with the step's; the other parts' bytes were not looked at.
 
     Only a replica still ``verified`` is marked: one that left meanwhile (retention deleting
     it) is not rot. Each of ``bad_files`` (file, expected and actual checksum) is audited with
@@ -398,7 +403,10 @@ def mark_recheck_failed(
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
         return False
-    set_part_copies(session, checkpoint_id, tier, ReplicaState.FAILED)
+    if part_id is None:
+        set_part_copies(session, checkpoint_id, tier, ReplicaState.FAILED)
+    else:
+        _fail_part(session, part_id, tier, error)
     for bad in bad_files:
         append_event(
             session,
@@ -419,6 +427,15 @@ def mark_recheck_failed(
         tier=tier,
     )
     return True
+
+
+def _fail_part(session: Session, part_id: int, tier: str, error: str) -> None:
+    session.execute(
+        update(PartReplica)
+        .where(PartReplica.part_id == part_id, PartReplica.tier == tier)
+        .values(state=ReplicaState.FAILED.value, error=error, verified_at=None, checked_at=None, bytes_done=0)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def checkpoint_files(session: Session, checkpoint_id: int) -> list[tuple[str, int, str]]:
