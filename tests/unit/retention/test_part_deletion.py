@@ -17,8 +17,9 @@ from tests.unit.detect.fleet import step_row
 from tests.unit.retention.parts_fleet import make_fleet, part_states, step_dir
 from tierd.daemon.backends import make_backend
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.deletions import undelete
-from tierd.daemon.catalog.models import AuditEvent, Checkpoint
+from tierd.daemon.catalog.deletions import schedule_checkpoint_deletion, undelete
+from tierd.daemon.catalog.models import AuditEvent, Checkpoint, utcnow
+from tierd.daemon.catalog.retention import load_retention_rows
 from tierd.daemon.context import Context
 from tierd.daemon.retention.service import RetentionService
 
@@ -91,3 +92,27 @@ async def test_undelete_before_the_delay_gives_back_every_part(db: Database, tmp
         await _retention(ctx).run_pass()
         assert step_dir(ctx, 1).exists()
     assert part_states(db, 1) == ("verified", {"n0": "verified", "n1": "verified", "n2": "verified"})
+
+
+async def test_an_operators_delete_removes_every_nodes_part(db: Database, fleet: list[Context]) -> None:
+    with db.session() as session:
+        step = session.scalars(select(Checkpoint).where(Checkpoint.step == 2)).one()
+        tiers = schedule_checkpoint_deletion(
+            session, step.id, delays={}, now=utcnow(), actor="api:test", reason="bad run"
+        )
+        assert "nvme" in tiers
+    for ctx in fleet:
+        await _retention(ctx).run_pass()
+        assert not step_dir(ctx, 2).exists()
+    assert part_states(db, 2) == ("deleted", {"n0": "deleted", "n1": "deleted", "n2": "deleted"})
+
+
+async def test_a_node_without_a_part_sees_nothing_of_the_step_on_its_own_tier(
+    db: Database, fleet: list[Context]
+) -> None:
+    """What retention and eviction plan from: a node evicts only steps it holds a part of."""
+    with db.read_session() as session:
+        holder = load_retention_rows(session, node="n1", node_local=["nvme"])
+        outsider = load_retention_rows(session, node="n3", node_local=["nvme"])
+    assert [sorted(r.replicas) for r in holder] == [["nvme", "object", "pfs", "replica"]] * 2
+    assert [sorted(r.replicas) for r in outsider] == [["object", "pfs", "replica"]] * 2
