@@ -20,8 +20,8 @@ pytestmark = pytest.mark.slow
 def _node(root: Path, shared: Path, url: str, name: str) -> tuple[DaemonProcess, str]:
     own = root / name
     (own / "nvme" / "demo").mkdir(parents=True)
-    nvme = {"name": "nvme", "kind": "posix", "path": str(own / "nvme")}
-    tiers = [
+    nvme: dict[str, Any] = {"name": "nvme", "kind": "posix", "path": str(own / "nvme")}
+    tiers: list[dict[str, Any]] = [
         {**nvme, "retention": {"keep_last": 1}, "delete_delay": 0},
         {"name": "pfs", "kind": "posix", "path": str(shared)},
     ]

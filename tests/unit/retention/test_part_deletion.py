@@ -21,6 +21,7 @@ from tierd.daemon.catalog.deletions import schedule_checkpoint_deletion, undelet
 from tierd.daemon.catalog.models import AuditEvent, Checkpoint, utcnow
 from tierd.daemon.catalog.retention import load_retention_rows
 from tierd.daemon.context import Context
+from tierd.daemon.retention.eviction import eviction_candidates
 from tierd.daemon.retention.service import RetentionService
 
 
@@ -116,3 +117,16 @@ async def test_a_node_without_a_part_sees_nothing_of_the_step_on_its_own_tier(
         outsider = load_retention_rows(session, node="n3", node_local=["nvme"])
     assert [sorted(r.replicas) for r in holder] == [["nvme", "object", "pfs", "replica"]] * 2
     assert [sorted(r.replicas) for r in outsider] == [["object", "pfs", "replica"]] * 2
+
+
+async def test_eviction_on_a_node_counts_only_its_own_part(db: Database, fleet: list[Context]) -> None:
+    n1 = fleet[1]
+    snap = _retention(n1).snapshot()  # PostgreSQL: n1's view; SQLite: one node sees every step whole
+    rules = _retention(n1).deleter.rules
+    eviction = eviction_candidates(snap.checkpoints, "nvme", rules, bytes_to_free=1)
+    (candidate,) = eviction.candidates  # step 1 (step 2 is the newest)
+    row = step_row(db, 1)
+    assert row is not None
+    own = next(p.total_bytes for p in row.parts if p.node == "n1")
+    assert candidate.size_bytes == (row.total_bytes if db.is_sqlite else own)
+    assert own < row.total_bytes

@@ -54,6 +54,8 @@ class CheckpointRow:
     in_use: bool = False
     #: tier name -> replica state
     replicas: dict[str, str] = field(default_factory=dict)
+    #: In a fleet, the bytes of this node's part (what its node-local tiers hold of the step).
+    local_bytes: int | None = None
 
 
 def load_retention_rows(
@@ -68,9 +70,10 @@ def load_retention_rows(
     rows: dict[int, CheckpointRow] = {}
     others: set[int] = set()
     conn = session.connection()
-    mine: set[int] = set()
+    mine: dict[int, int] = {}
     if node is not None:
-        mine = set(conn.scalars(select(Part.checkpoint_id).where(Part.node == node)))
+        parts = select(Part.checkpoint_id, Part.total_bytes).where(Part.node == node)
+        mine = {cid: size for cid, size in conn.execute(parts)}
     query = (
         select(
             Checkpoint.id,
@@ -94,6 +97,7 @@ def load_retention_rows(
         rows[cid] = CheckpointRow(
             cid, run, step, state, created, completed, total, dict(metrics or {}), pinned, [], False, {}
         )
+        rows[cid].local_bytes = mine.get(cid)
     live = select(Checkpoint.id).where(Checkpoint.state != CheckpointState.DELETED.value)
     replicas = select(Replica.checkpoint_id, Replica.tier, Replica.state).where(
         Replica.checkpoint_id.in_(live)
