@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 
 from tests.unit.detect.fleet import step_row
 from tests.unit.retention.parts_fleet import make_fleet, part_states
@@ -19,7 +20,7 @@ from tierd.daemon.backends import Backend, make_backend
 from tierd.daemon.catalog import restores
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.jobs import owner_id
-from tierd.daemon.catalog.models import utcnow
+from tierd.daemon.catalog.models import Replica, utcnow
 from tierd.daemon.context import Context
 from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.restore.requests import RestoreRequest, request_restore
@@ -94,4 +95,25 @@ async def test_a_node_reads_its_own_part_from_tier_0_and_the_rest_from_a_shared_
     own = {p.name for p in (n1.config.watch[0].path / "step_2").iterdir()}
     assert nvme.read == own, "tier 0 is read for this node's part only"
     assert row.job.detail["fallbacks"] == []
+    assert part_states(n1.db, 2) == ("verified", {"n0": "verified", "n1": "verified", "n2": "verified"})
+
+
+async def test_with_only_tier_0_verified_a_node_refuses_what_other_nodes_hold(
+    fleet: list[Context], tmp_path: Path
+) -> None:
+    n1 = fleet[1]
+    row = step_row(n1.db, 2)
+    assert row is not None
+    with n1.db.session() as session:
+        session.execute(
+            update(Replica)
+            .where(Replica.checkpoint_id == row.id, Replica.tier != "nvme")
+            .values(state="pending")
+        )
+    target = tmp_path / "restores" / "refused"
+    restore, nvme = await _restore(n1, target)
+    assert restore.job.state == "failed"
+    assert "other nodes' parts, on no shared tier verified yet" in (restore.job.last_error or "")
+    assert nvme.read == set()
+    assert not target.exists()
     assert part_states(n1.db, 2) == ("verified", {"n0": "verified", "n1": "verified", "n2": "verified"})

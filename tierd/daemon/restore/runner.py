@@ -154,6 +154,7 @@ class RestoreRunner:
                 f"checkpoint {plan.claim.checkpoint_id} has no verified replica to restore from"
             )
         self.source = tiers[0].name
+        partial = self._partial(plan, layout, [t.name for t in tiers])  # before anything is written
         layout.root.mkdir(parents=True, exist_ok=True)
         dst = PosixBackend(
             PosixTier(
@@ -176,7 +177,6 @@ class RestoreRunner:
             layout.name_of(f.relpath): f.id for f in plan.files if f.relpath in layout.names
         }
         self.meter.placed_all |= {layout.name_of(r) for r in plan.done if r in layout.names}
-        partial = self._partial(plan, layout, [t.name for t in tiers], specs)
         return _Work(
             path=plan.path,
             layout=layout,
@@ -189,9 +189,7 @@ class RestoreRunner:
             partial=partial,
         )
 
-    def _partial(
-        self, plan: RestorePlan, layout: Layout, tiers: list[str], specs: list[FileSpec]
-    ) -> dict[str, frozenset[str]]:
+    def _partial(self, plan: RestorePlan, layout: Layout, tiers: list[str]) -> dict[str, frozenset[str]]:
         """Tier 0's names when it holds only this node's part of the step. Raises RestoreRefused.
 
         The other files are read from the shared tiers; with none verified, the restore is refused.
@@ -200,7 +198,7 @@ class RestoreRunner:
         if plan.local_part is None or tier0 not in tiers:
             return {}
         mine = frozenset(layout.name_of(r) for r in plan.local_part if r in layout.names)
-        elsewhere = [s.relpath for s in specs if s.relpath not in mine]
+        elsewhere = sorted(layout.name_of(r) for r in layout.names if r not in plan.local_part)
         if elsewhere and tiers == [tier0]:
             raise RestoreRefused(
                 f"checkpoint {plan.claim.checkpoint_id}: {len(elsewhere)} files (first {elsewhere[0]}) are"
