@@ -16,6 +16,7 @@ from tests.unit.retention.parts_fleet import make_fleet, node_context, part_stat
 from tierd.daemon.backends import make_backend
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import utcnow
+from tierd.daemon.catalog.scrub import scrub_progress
 from tierd.daemon.context import Context
 from tierd.daemon.scrub import ScrubService
 
@@ -44,6 +45,10 @@ async def test_each_node_scrubs_its_own_part_on_its_own_schedule(db: Database, f
     assert part_states(db, 1) == ALL_VERIFIED, "another node's files are elsewhere, not missing"
     assert _checked(db, 1) == {"n0": True, "n1": False, "n2": False}
     assert await _scrub(n0).check_round("nvme") == 0
+    with db.read_session() as session:
+        mine = scrub_progress(session, "nvme", LATER - timedelta(hours=1), node="n0")
+        theirs = scrub_progress(session, "nvme", LATER - timedelta(hours=1), node="n1")
+    assert (mine.checked, mine.total, theirs.checked, theirs.total) == (2, 2, 0, 2)
     assert await _scrub(n1).check_round("nvme") == 2  # n0's check does not count as n1's
     assert await _scrub(n2).check_round("nvme") == 2
     assert _checked(db, 2) == {"n0": True, "n1": True, "n2": True}

@@ -124,7 +124,10 @@ def due_for_scrub(
 
 
 def scrub_progress(session: Session, tier: str, since: datetime, *, node: str | None = None) -> ScrubProgress:
-    """How many verified replicas on ``tier`` were checked (or copied) after ``since``, of how many."""
+    """How many verified replicas on ``tier`` were checked (or copied) after ``since``, of how many.
+
+    With ``node``, its own parts of steps in several parts count one each.
+    """
     total, checked, oldest = session.execute(
         select(
             func.count(),
@@ -132,7 +135,20 @@ def scrub_progress(session: Session, tier: str, since: datetime, *, node: str | 
             func.min(_last_check()),
         ).where(*_scrubbable(tier, node))
     ).one()
-    return ScrubProgress(int(checked or 0), int(total or 0), oldest)
+    if node is None:
+        return ScrubProgress(int(checked or 0), int(total or 0), oldest)
+    parts, parts_checked, parts_oldest = session.execute(
+        select(func.count(), func.count().filter(_part_check() > since), func.min(_part_check()))
+        .select_from(PartReplica)
+        .join(Part, Part.id == PartReplica.part_id)
+        .join(Checkpoint, Checkpoint.id == Part.checkpoint_id)
+        .where(PartReplica.tier == tier, PartReplica.state == VERIFIED, Part.node == node)
+        .where(Checkpoint.state == CheckpointState.COMPLETE.value, Part.checkpoint_id.in_(_several_parts()))
+    ).one()
+    first: datetime | None = min((t for t in (oldest, parts_oldest) if t is not None), default=None)
+    return ScrubProgress(
+        int(checked or 0) + int(parts_checked or 0), int(total or 0) + int(parts or 0), first
+    )
 
 
 def mark_replica_checked(session: Session, replica_id: int, at: datetime) -> bool:
