@@ -117,3 +117,20 @@ async def test_with_only_tier_0_verified_a_node_refuses_what_other_nodes_hold(
     assert nvme.read == set()
     assert not target.exists()
     assert part_states(n1.db, 2) == ("verified", {"n0": "verified", "n1": "verified", "n2": "verified"})
+
+
+async def test_a_bad_file_of_this_nodes_part_falls_back_and_fails_that_part_only(
+    fleet: list[Context], tmp_path: Path
+) -> None:
+    n1 = fleet[1]
+    shard = next((n1.config.watch[0].path / "step_2").iterdir())
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    target = tmp_path / "restores" / "fallback"
+    restore, _ = await _restore(n1, target)
+    assert restore.job.state == "done"
+    assert _files(target) == _files(tmp_path / "shared" / "pfs" / "demo" / "step_2")
+    [fallback] = restore.job.detail["fallbacks"]
+    assert (fallback["file"], fallback["from_tier"], fallback["to_tier"]) == (shard.name, "nvme", "pfs")
+    assert part_states(n1.db, 2) == ("failed", {"n0": "verified", "n1": "failed", "n2": "verified"})

@@ -38,7 +38,7 @@ from tierd.daemon.catalog.models import (
     Run,
     utcnow,
 )
-from tierd.daemon.catalog.parts import set_part_copies
+from tierd.daemon.catalog.parts import find_part, set_part_copies
 from tierd.daemon.catalog.progress import files_done, record_files_done
 from tierd.daemon.catalog.replicas import first_tier_replica, mark_replica_verified
 from tierd.errors import Conflict, NotFound
@@ -112,6 +112,8 @@ class RestorePlan:
     done: frozenset[str] = field(default_factory=frozenset)  # relpaths an earlier attempt placed
     #: Of a step in several parts, the relpaths this node's node-local tier 0 holds (None: all).
     local_part: frozenset[str] | None = None
+    #: That part's id (None: no part of this node's, or one part only).
+    local_part_id: int | None = None
 
 
 def resolve_checkpoint(
@@ -260,7 +262,17 @@ def start_restore(
         ).all()
         done = files_done(session, job, {f.relpath: f.id for f in files})
         local = None if node is None else node_part_files(session, checkpoint.id, node)
-        return RestorePlan(claim, checkpoint.path, checkpoint.format, files, frozenset(verified), done, local)
+        part = find_part(session, checkpoint.id, node) if local is not None and node is not None else None
+        return RestorePlan(
+            claim,
+            checkpoint.path,
+            checkpoint.format,
+            files,
+            frozenset(verified),
+            done,
+            local,
+            None if part is None else part.id,
+        )
 
 
 def node_part_files(session: Session, checkpoint_id: int, node: str) -> frozenset[str] | None:

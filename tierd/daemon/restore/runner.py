@@ -197,6 +197,8 @@ class RestoreRunner:
         tier0 = self.config.tier0.name
         if plan.local_part is None or tier0 not in tiers:
             return {}
+        if plan.local_part_id is not None:
+            self.fallbacks.parts[tier0] = plan.local_part_id  # a bad file there fails this part only
         mine = frozenset(layout.name_of(r) for r in plan.local_part if r in layout.names)
         elsewhere = sorted(layout.name_of(r) for r in layout.names if r not in plan.local_part)
         if elsewhere and tiers == [tier0]:
