@@ -17,8 +17,14 @@ from tests.unit.detect.fleet import step_row
 from tests.unit.retention.parts_fleet import make_fleet, part_states, step_dir
 from tierd.daemon.backends import make_backend
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.deletions import schedule_checkpoint_deletion, undelete
+from tierd.daemon.catalog.deletions import (
+    Origin,
+    schedule_checkpoint_deletion,
+    schedule_replica_deletion,
+    undelete,
+)
 from tierd.daemon.catalog.models import AuditEvent, Checkpoint, utcnow
+from tierd.daemon.catalog.part_deletions import begin_part_deletion, start_part_removal
 from tierd.daemon.catalog.retention import load_retention_rows
 from tierd.daemon.context import Context
 from tierd.daemon.retention.eviction import eviction_candidates
@@ -130,3 +136,32 @@ async def test_eviction_on_a_node_counts_only_its_own_part(db: Database, fleet: 
     own = next(p.total_bytes for p in row.parts if p.node == "n1")
     assert candidate.size_bytes == (row.total_bytes if db.is_sqlite else own)
     assert own < row.total_bytes
+
+
+async def test_a_removal_cut_short_then_refused_fails_that_nodes_part_only(
+    db: Database, fleet: list[Context]
+) -> None:
+    """A node that died mid-removal finds the step pinned when it comes back: its part is broken."""
+    n0 = fleet[0]
+    row = step_row(db, 1)
+    assert row is not None
+    part = next(p.id for p in row.parts if p.node == "n0")
+    replica = next(r.id for r in row.replicas if r.tier == "nvme")
+    with db.session() as session:
+        assert schedule_replica_deletion(
+            session,
+            row.id,
+            "nvme",
+            delete_after=utcnow(),
+            origin=Origin.RETENTION,
+            reason="keep_last",
+            policy="keep_last",
+            actor="test",
+        )
+        assert begin_part_deletion(session, replica, part, utcnow())
+        start_part_removal(session, part, "nvme")
+    with db.session() as session:
+        session.scalars(select(Checkpoint).where(Checkpoint.id == row.id)).one().pinned = True
+    report = await _retention(n0).run_pass()
+    assert [(o.result, o.detail) for o in report.outcomes] == [("refused", "pinned")]
+    assert part_states(db, 1) == ("failed", {"n0": "failed", "n1": "verified", "n2": "verified"})

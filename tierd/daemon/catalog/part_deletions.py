@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.audit import append_event
@@ -35,6 +35,7 @@ __all__ = [
     "for_own_parts",
     "own_parts",
     "part_files",
+    "start_part_removal",
 ]
 
 DELETING, DELETED = ReplicaState.DELETING.value, ReplicaState.DELETED.value
@@ -138,14 +139,28 @@ def finish_part_deletion(
     return True
 
 
+def start_part_removal(session: Session, part_id: int, tier: str) -> None:
+    """The part's files are about to go: its bytes on ``tier`` are no longer known good.
+
+    A refusal after a crash from here on (``abandon_part_deletion``) fails the part.
+    """
+    session.execute(
+        update(PartReplica)
+        .where(PartReplica.part_id == part_id, PartReplica.tier == tier, PartReplica.state == DELETING)
+        .values(verified_at=None)
+        .execution_options(synchronize_session=False)
+    )
+
+
 def abandon_part_deletion(
     session: Session, replica_id: int, part_id: int, *, reason: str, actor: str, node: str
 ) -> None:
     """A node refuses to delete its part (pinned, held, no good durable copy); audited.
 
-    While no part is deleted yet the step's replica and every part's are given back
-    (``verified``); once one is, the step's copy there is broken: the replica is ``failed``
-    and the parts still held go back to ``verified``.
+    While no part is deleted or being removed, the step's replica and every part's are
+    given back (``verified``). Otherwise the step's copy there is broken: the replica is
+    ``failed``, as is a part whose removal had started (``start_part_removal``); the parts
+    still whole go back to ``verified``.
     """
     replica = session.get(Replica, replica_id)
     if replica is None:
@@ -154,9 +169,12 @@ def abandon_part_deletion(
     if replica is None or replica.state != DELETING:
         return
     rows = _part_replicas(session, replica.checkpoint_id, replica.tier)
-    broken = any(row.state == DELETED for row in rows)
+    cut = [row for row in rows if row.state == DELETING and row.verified_at is None]
+    broken = bool(cut) or any(row.state == DELETED for row in rows)
     for row in rows:
-        if row.state == DELETING:
+        if row in cut:
+            row.state, row.error = ReplicaState.FAILED.value, f"deletion interrupted, then refused: {reason}"
+        elif row.state == DELETING:
             row.state = ReplicaState.VERIFIED.value
     if broken:
         replica.state, replica.delete_after, replica.verified_at = ReplicaState.FAILED.value, None, None

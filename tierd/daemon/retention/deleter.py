@@ -182,6 +182,8 @@ class Deleter:
             return Outcome("refused", context.protected_by)
         if not self._fence(due):
             return Outcome("skipped", NOT_LEADER)
+        if due.part_id is not None:
+            await blocking(self._start_removal, due)
         await self._remove(due, [f[0] for f in context.files])
         await blocking(self._finish, due)
         self.metrics.deletions.labels(due.tier, due.origin.value).inc()
@@ -259,6 +261,11 @@ class Deleter:
     async def _remove(self, due: DueDeletion, relpaths: Sequence[str]) -> None:
         markers, rest = split_markers(due.format, relpaths, marker=self.config.marker_for(due.path))
         await self.backends[due.tier].remove_checkpoint(due.path, markers, rest)
+
+    def _start_removal(self, due: DueDeletion) -> None:
+        assert due.part_id is not None
+        with self.db.session() as session:
+            part_deletions.start_part_removal(session, due.part_id, due.tier)
 
     def _finish(self, due: DueDeletion) -> None:
         action = "evicted" if due.origin is Origin.EVICTION else "deleted"
