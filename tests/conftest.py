@@ -15,7 +15,7 @@ from tierd.daemon.catalog.migrate import upgrade
 if TYPE_CHECKING:
     from tests.fixtures.postgres import PostgresServer
 
-pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.s3servers"]
+pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.s3servers", "tests.fixtures.fleet"]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -609,6 +609,11 @@ def _fleet_lines(body: JsonObject) -> list[str]:
             lines.append(
                 f"  {node['name']} left {job['kind']} {job['run']}:{job['step']} {hop} ({job['state']})"
             )
+        for part in (node["unfinished"] or {}).get("parts", []):
+            lines.append(
+                f"  {node['name']} alone holds its part of {part['run']}:{part['step']}"
+                f" ({part['files']} files, {part['step_state']} step)"
+            )
     return lines
 
 

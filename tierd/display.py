@@ -110,4 +110,6 @@ def parts_lines(checkpoint: dict[str, Any]) -> list[str]:
             lines.append(
                 f"  {missing['nodes']} of {missing['nodes_expected']} nodes' parts (heard from: {heard})"
             )
+        if missing.get("marker"):
+            lines.append("  the format's completion marker (no node has seen the step complete yet)")
     return lines

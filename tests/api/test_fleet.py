@@ -8,17 +8,18 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from tests.conftest import posix_config_dict
 from tests.fixtures.postgres import PostgresServer
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
+from tierd.commands import _fleet_lines as fleet_lines
 from tierd.config import Config
 from tierd.daemon.catalog import fleet
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
-from tierd.daemon.catalog.models import Checkpoint, Job, JobKind, JobState, Run, utcnow
+from tierd.daemon.catalog.models import Checkpoint, Job, JobKind, JobState, Part, PartReplica, Run, utcnow
 from tierd.daemon.context import Context
 from tierd.daemon.fleet.service import FleetService
 
@@ -127,6 +128,55 @@ async def test_every_node_with_its_heartbeat_leadership_and_jobs(served: Served)
     # of its NVMe that nobody else can make.
     left = {(j["src_tier"], j["dst_tier"], j["state"], j["owner"]) for j in beta["unfinished"]["jobs"]}
     assert left == {("nvme", "pfs", "queued", "beta"), ("pfs", "object", "running", "beta:4242")}
+    assert beta["unfinished"]["parts"] == []
+
+
+async def test_a_silent_node_owes_its_parts_and_their_copies(served: Served) -> None:
+    """Step 3 spans alpha and beta: beta's part of the complete step is copied by beta only
+    (its queued job is beta's, though alpha recorded the step), and beta's part of the waiting
+    step 4 is on beta's NVMe alone."""
+    with served.db.session() as s:
+        run = s.scalars(select(Run).where(Run.name == "demo")).one()
+        spans = Checkpoint(run=run, step=3, path="demo/3", format="dcp", node="alpha", created_at=utcnow())
+        waiting = Checkpoint(
+            run=run, step=4, path="demo/4", format="dcp", node="alpha", state="waiting", created_at=utcnow()
+        )
+        s.add_all([spans, waiting])
+        s.flush()
+        parts = {}
+        for row in (spans, waiting):
+            for node in ("alpha", "beta"):
+                part = Part(
+                    checkpoint_id=row.id, node=node, file_count=2, total_bytes=10, recorded_at=utcnow()
+                )
+                s.add(part)
+                s.flush()
+                parts[(row.step, node)] = part
+                for tier in ("nvme", "pfs", "object", "replica"):
+                    state = "verified" if tier == "nvme" or (node == "alpha" and tier == "pfs") else "pending"
+                    s.add(PartReplica(part_id=part.id, tier=tier, state=state, bytes_done=0))
+        s.add(
+            Job(
+                kind=JobKind.COPY.value,
+                checkpoint_id=spans.id,
+                part_id=parts[(3, "beta")].id,
+                src_tier="nvme",
+                dst_tier="pfs",
+                state=JobState.QUEUED.value,
+                detail={},
+            )
+        )
+    body = (await served.client.get("/v1/fleet", headers=READ)).json()
+    alpha, beta = body["nodes"]
+    owed = {(j["step"], j["state"], j["owner"]) for j in beta["unfinished"]["jobs"]}
+    assert (3, "queued", "beta") in owed
+    assert [(p["step"], p["step_state"], p["files"], p["state"]) for p in beta["unfinished"]["parts"]] == [
+        (3, "complete", 2, "pending"),
+        (4, "waiting", 2, "pending"),
+    ]
+    assert alpha["unfinished"] is None  # alpha is live: its own parts are its business
+    shown = "\n".join(fleet_lines(body))
+    assert "beta alone holds its part of demo:4 (2 files, waiting step)" in shown
 
 
 async def test_a_node_heard_from_again_is_live_and_a_stood_down_leader_is_not_shown_leading(

@@ -51,7 +51,7 @@ def test_a_full_tier_fails_the_hop_and_copies_once_space_returns(
         big = dcp_step(tmp_path / "nvme" / "demo" / "step1", {"a.distcp": 3 * MiB // 2, "b.distcp": MiB}, 1)
 
         failed = wait_for(
-            lambda: (r := replica(base, 1, "pfs")) and r["state"] == "failed" and r, 60, "the hop to fail"
+            lambda: (r := replica(base, 1, "pfs")) and r["state"] == "failed" and r, 120, "the hop to fail"
         )
         assert "No space left on device" in failed["error"]
         metrics = get(base, "/metrics").text

@@ -217,3 +217,48 @@ def test_kill_9_while_small_files_are_staged(tmp_path: Path) -> None:
 def _some_done(db: Database) -> bool:
     """The running job has recorded finished files (and is not finished)."""
     return any(job.state == "running" and done_files(db, job.id) for job in all_jobs(db))
+
+
+BIG = {"shard0.distcp": 96 * MiB + 7, ".metadata": 4096}
+BIG_CAP = 24 * MiB  # bytes/s into pfs: the 96 MiB file takes ~4 s, so a kill lands mid-file
+
+
+@pytest.mark.slow
+def test_kill_9_mid_copy_of_a_big_file_resumes_from_the_kept_prefix(tmp_path: Path) -> None:
+    """The restarted hop keeps what the killed write had written (``copy_resumed``), copies the rest."""
+    (tmp_path / "nvme").mkdir()
+    (tmp_path / "pfs").mkdir()
+    tiers: list[dict[str, Any]] = [
+        {"name": "nvme", "kind": "posix", "path": str(tmp_path / "nvme")},
+        {"name": "pfs", "kind": "posix", "path": str(tmp_path / "pfs"), "bandwidth_limit": BIG_CAP},
+    ]
+    daemon = DaemonProcess.prepare(tmp_path, config_dict(tmp_path, tiers))
+    config = load_config(daemon.config_path)
+    db = Database(config.catalog.url)
+    data = write_files(tmp_path / "nvme" / "demo" / "step5", BIG)
+    expected = {f"demo/step5/{name}": content for name, content in data.items()}
+    cid = record_checkpoint(db, config, "demo", 5, "demo/step5")
+    try:
+        daemon.start()
+        # chunks finish 4 at a time, in order but for the last few: the prefix is most of this
+        wait_for(lambda: replicas(db, cid)["pfs"].bytes_done >= 40 * MiB, 60, "40 MiB of the file copied")
+        daemon.kill()
+        assert states(db, cid)["pfs"] == "copying", "the kill must land during the hop"
+        assert len(_posix_files(tmp_path / "pfs")[1]) == 1  # the killed write's temporary file
+        daemon.start()
+        wait_for(lambda: states(db, cid)["pfs"] == "verified", 60, "the hop to be verified")
+        assert daemon.terminate(30) == 0
+    finally:
+        daemon.stop()
+    finals, temps = _posix_files(tmp_path / "pfs")
+    assert finals == expected, daemon.tail()
+    assert temps == []
+    [resumed] = [e for e in daemon.events(2) if e["event"] == "copy_resumed"]
+    assert resumed["path"] == str(tmp_path / "pfs" / "demo" / "step5" / "shard0.distcp")
+    assert 8 * MiB <= resumed["bytes_kept"] < BIG["shard0.distcp"]
+    assert resumed["bytes_kept"] % (8 * MiB) == 0
+    assert [e for e in daemon.events() if e["event"] == "copy_resume_mismatch"] == []
+    assert (replicas(db, cid)["pfs"].state, replicas(db, cid)["pfs"].bytes_done) == (
+        "verified",
+        sum(BIG.values()),
+    )

@@ -50,6 +50,7 @@ __all__ = [
     "FleetNodeOut",
     "FleetOut",
     "UnfinishedOut",
+    "FleetPartOut",
     "JobsOut",
     "RestoreIn",
     "RestoreOut",
@@ -233,6 +234,10 @@ class MissingOut(BaseModel):
     nodes: int = Field(description="parts still to come, of the watch's nodes: N")
     nodes_expected: int | None
     nodes_heard: list[str] = Field(description="the nodes that recorded their part")
+    marker: bool = Field(
+        description="no part holds the format's completion marker yet (its node's detector has not "
+        "seen the step complete): a count of parts alone never completes a step"
+    )
 
     @classmethod
     def of(cls, missing: Missing, nodes_expected: int | None) -> MissingOut:
@@ -245,6 +250,7 @@ class MissingOut(BaseModel):
             nodes=missing.nodes,
             nodes_expected=nodes_expected,
             nodes_heard=list(missing.nodes_heard),
+            marker=missing.marker,
         )
 
 
@@ -663,11 +669,26 @@ class FleetJobOut(BaseModel):
     owner: str | None
 
 
+class FleetPartOut(BaseModel):
+    """A node's part of a step that no shared tier holds yet: only that node's tier 0 has it."""
+
+    checkpoint_id: int
+    run: str
+    step: int
+    step_state: str = Field(description="waiting (other parts still to come) or complete")
+    files: int
+    bytes: int
+    state: str = Field(description="the part's state on the first shared tier")
+
+
 class UnfinishedOut(BaseModel):
     """What a silent node left undone."""
 
     jobs: list[FleetJobOut] = Field(
         description="running under its lease (taken over once it expires), or copies only it can make"
+    )
+    parts: list[FleetPartOut] = Field(
+        description="parts it holds that no shared tier has yet: stuck on its node while it is silent"
     )
 
 

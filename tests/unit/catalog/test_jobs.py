@@ -8,9 +8,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from tests.unit.catalog.helpers import TIERS, add_checkpoint, jobs, replica, set_replica
+from tierd.daemon.catalog import dialect
 from tierd.daemon.catalog import jobs as joblib
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Job, ReplicaState, utcnow
@@ -163,3 +164,51 @@ def test_postgres_claim_skips_locked_rows(db: Database) -> None:
         claim = take(db, "a:1")
         assert claim is not None
         assert claim.job_id != newest.id
+
+
+def test_leases_run_on_the_databases_clock_not_the_nodes(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL a node whose clock runs an hour fast neither takes a live lease nor sets
+    one that outlives its real length; on SQLite (one node) the node's clock is the clock."""
+    _queue(db, 1)
+    first = take(db, "n1:1")
+    assert first is not None
+    with db.read_session() as s:
+        real_now = dialect.lease_clock(s)
+    skewed = real_now + timedelta(hours=1)
+    monkeypatch.setattr(joblib, "utcnow", lambda: skewed)
+    monkeypatch.setattr(dialect, "utcnow", lambda: skewed)
+    stolen = joblib.claim_next_copy_job(db, "n2:1", ["pfs"], lease_seconds=60)
+    if db.is_sqlite:
+        assert stolen is not None, "on SQLite the node's clock is the lease clock"
+        return
+    assert stolen is None, "a node with a fast clock took a live lease"
+    assert joblib.renew_lease(db, first.job_id, "n1:1", lease_seconds=60)
+    with db.read_session() as s:
+        expires = s.get(Job, first.job_id).lease_expires_at  # type: ignore[union-attr]
+    assert expires is not None
+    assert expires - real_now < timedelta(seconds=120), "the renewal used the node's skewed clock"
+
+
+def test_owned_job_locks_the_job_row_first(db: Database) -> None:
+    """Every change to a running job takes the job's row lock before a replica's: a takeover's
+    start and the old owner's end then queue on the job instead of deadlocking (PostgreSQL)."""
+    _queue(db, 1)
+    claim = take(db, "n1:1")
+    assert claim is not None
+    seen: list[str] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", capture)
+    try:
+        with db.session() as s:
+            assert joblib.owned_job(s, claim.job_id, "n1:1") is not None
+            assert joblib.owned_job(s, claim.job_id, "n2:1") is None
+    finally:
+        event.remove(db.engine, "before_cursor_execute", capture)
+    reads = [q for q in seen if "FROM jobs" in q]
+    assert reads, seen
+    assert all(("FOR UPDATE" in q) is not db.is_sqlite for q in reads)

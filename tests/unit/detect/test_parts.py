@@ -9,6 +9,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import torch
+
 from tests.unit.detect.fleet import age, dcp_across, node_context, reconcile, step_missing, step_row
 from tierd.api.schemas import CheckpointDetail
 from tierd.daemon.catalog.checkpoints import get_checkpoint
@@ -195,3 +197,80 @@ async def test_each_node_checks_only_its_part_and_tier_0_is_gone_when_every_part
     row = step_row(db, 8)
     assert row is not None
     assert {r.tier: r.state for r in row.replicas}["nvme"] == "deleted"
+
+
+async def test_a_count_of_parts_never_completes_a_step_before_its_marker_lands(
+    db: Database, tmp_path: Path
+) -> None:
+    """The coordinator's shard, stable before its ``.metadata`` lands, is recorded as a part:
+    with ``nodes: 2`` the two parts must not complete the step; the marker landing later
+    extends that part and only then completes it, ``.metadata`` recorded."""
+    nodes = [node_context(db, tmp_path, f"n{i}", nodes=2) for i in range(2)]
+    names = dcp_across(tmp_path / "scratch", nodes, 11)
+    coordinator = nodes[0].config.watch[0].path / "step_11"
+    held = tmp_path / "held-metadata"
+    shutil.move(coordinator / ".metadata", held)  # not written yet: the slow rank is elsewhere
+
+    await reconcile(nodes[0])
+    await reconcile(nodes[1])
+    row = step_row(db, 11)
+    assert row is not None
+    assert [(p.node, p.marked) for p in row.parts] == [("n0", False), ("n1", False)]
+    assert row.state == "waiting", "two parts without the format's marker were counted complete"
+    missing = step_missing(db, 11)
+    assert missing.nodes == 0
+    assert missing.marker is True
+    with db.read_session() as session:
+        shown = CheckpointDetail.of(get_checkpoint(session, row.id)).model_dump(mode="json")
+    assert shown["missing"]["marker"] is True
+
+    shutil.move(held, coordinator / ".metadata")
+    age(coordinator)
+    await reconcile(nodes[0])  # the waiting sweep: n0's detector now calls the step complete
+    row = step_row(db, 11)
+    assert row is not None
+    assert row.state == "complete"
+    assert {p.node: (p.marked, p.file_count) for p in row.parts} == {"n0": (True, 2), "n1": (False, 1)}
+    assert row.expected_files == names
+    assert row.file_count == len(names)
+    assert sum(p.total_bytes for p in row.parts) == row.total_bytes
+    n0 = next(p for p in row.parts if p.node == "n0")
+    assert {r.tier: r.bytes_done for r in n0.replicas}["nvme"] == n0.total_bytes
+    await reconcile(nodes[0])  # again: nothing recorded twice
+    again = step_row(db, 11)
+    assert again is not None
+    assert again.file_count == len(names)
+
+
+def _deepspeed_shard(directory: Path, name: str, payload: dict[str, int]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    torch.save(payload, directory / name)
+
+
+async def test_a_deepspeed_step_over_two_nodes_waits_for_latest_on_the_coordinator(
+    db: Database, tmp_path: Path
+) -> None:
+    """DeepSpeed's ``latest`` names the tag on rank 0's node only: the node that has it marks
+    its part; two parts without it are not a step."""
+    nodes = [node_context(db, tmp_path, f"n{i}", nodes=2) for i in range(2)]
+    for index, ctx in enumerate(nodes):
+        tag = ctx.config.watch[0].path / "global_step5"
+        if index == 0:
+            _deepspeed_shard(tag, "mp_rank_00_model_states.pt", {"dp_world_size": 2, "mp_world_size": 1})
+        _deepspeed_shard(tag, f"zero_pp_rank_{index}_mp_rank_00_optim_states.pt", {"rank": index})
+        age(tag)
+
+    await reconcile(nodes[0])
+    await reconcile(nodes[1])
+    row = step_row(db, 5)
+    assert row is not None
+    assert row.state == "waiting", "two DeepSpeed parts without latest were counted complete"
+    assert step_missing(db, 5).marker is True
+
+    (nodes[0].config.watch[0].path / "latest").write_text("global_step5")
+    await reconcile(nodes[0])
+    row = step_row(db, 5)
+    assert row is not None
+    assert row.state == "complete"
+    assert {p.node: (p.marked, p.file_count) for p in row.parts} == {"n0": (True, 2), "n1": (False, 1)}
+    assert row.file_count == 3

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 
 from tierd.api.deps import ContextDep, Reader, ReadSessionDep
 from tierd.api.problems import ProblemRoute
-from tierd.api.schemas import FleetJobOut, FleetNodeOut, FleetOut, UnfinishedOut
+from tierd.api.schemas import FleetJobOut, FleetNodeOut, FleetOut, FleetPartOut, UnfinishedOut
 from tierd.daemon.fleet.view import NodeView, fleet_view
 
 __all__ = ["router"]
@@ -37,7 +37,11 @@ def _node(node: NodeView) -> FleetNodeOut:
     row = node.row
     unfinished = None
     if node.unfinished is not None:
-        unfinished = UnfinishedOut(jobs=[FleetJobOut(**asdict(j)) for j in node.unfinished.jobs])
+        left = node.unfinished
+        unfinished = UnfinishedOut(
+            jobs=[FleetJobOut(**asdict(j)) for j in left.jobs],
+            parts=[FleetPartOut(**{k: v for k, v in asdict(p).items() if k != "node"}) for p in left.parts],
+        )
     return FleetNodeOut(
         name=row.name,
         version=row.version,

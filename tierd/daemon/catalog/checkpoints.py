@@ -214,12 +214,15 @@ def recorded_steps(db: Database, node: str | None = None) -> list[tuple[str, int
     return [(run, step, path, fmt) for run, step, path, fmt in rows]
 
 
-def steps_awaiting_part(db: Database, node: str) -> list[tuple[int, str, int, str, str, bool]]:
-    """(id, run, step, path, format, spans) of the waiting steps ``node`` has no part of.
+def steps_awaiting_part(db: Database, node: str) -> list[tuple[int, str, int, str, str, bool, bool]]:
+    """(id, run, step, path, format, spans, unmarked) of the waiting steps ``node`` owes a part to.
 
-    ``spans``: the step is known to span nodes (it has an expectation, or another node's part).
+    That is, it has no part of them, or (``unmarked``) a part recorded before its format's
+    completion marker could have landed beside it. ``spans``: the step is known to span
+    nodes (it has an expectation, or another node's part).
     """
-    mine = select(Part.checkpoint_id).where(Part.node == node)
+    mine = select(Part.checkpoint_id).where(Part.node == node, Part.marked)
+    unmarked = Checkpoint.id.in_(select(Part.checkpoint_id).where(Part.node == node, ~Part.marked))
     others = select(Part.checkpoint_id).where(Part.node != node)
     spans = (
         Checkpoint.expected_files.is_not(None)
@@ -229,11 +232,13 @@ def steps_awaiting_part(db: Database, node: str) -> list[tuple[int, str, int, st
     )
     with db.read_session() as session:
         rows = session.execute(
-            select(Checkpoint.id, Run.name, Checkpoint.step, Checkpoint.path, Checkpoint.format, spans)
+            select(
+                Checkpoint.id, Run.name, Checkpoint.step, Checkpoint.path, Checkpoint.format, spans, unmarked
+            )
             .join(Checkpoint.run)
             .where(Checkpoint.state == CheckpointState.WAITING.value, Checkpoint.id.not_in(mine))
         ).all()
-    return [(cid, run, step, path, fmt, bool(wide)) for cid, run, step, path, fmt, wide in rows]
+    return [(cid, run, step, path, fmt, bool(wide), bool(un)) for cid, run, step, path, fmt, wide, un in rows]
 
 
 def waiting_steps(db: Database, node: str) -> list[tuple[int, str, int, str, str]]:

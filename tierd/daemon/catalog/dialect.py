@@ -7,19 +7,25 @@
   with each dialect's own construct.
 - Serialising one kind of transaction across daemons: ``pg_advisory_xact_lock`` on
   PostgreSQL (released at commit); SQLite's write transaction already holds the one lock.
+- The clock of leases: PostgreSQL's ``now()``, one clock for every node of a fleet, so skew
+  between nodes cannot make a live lease look expired; SQLite serves one node, whose clock
+  it is (its own ``CURRENT_TIMESTAMP`` has whole seconds only).
 
 The engine set-up (pragmas, BEGIN IMMEDIATE, a separate read engine) lives in ``db.py``.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Insert, Select, Table, text
+from sqlalchemy import Insert, Select, Table, func, select, text, type_coerce
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-__all__ = ["advisory_xact_lock", "insert_ignoring_duplicates", "is_postgresql", "skip_locked"]
+from tierd.daemon.catalog.models import UTCDateTime, utcnow
+
+__all__ = ["advisory_xact_lock", "insert_ignoring_duplicates", "is_postgresql", "lease_clock", "skip_locked"]
 
 T = TypeVar("T")
 
@@ -47,3 +53,11 @@ def advisory_xact_lock(session: Session, key: int) -> None:
     """Take PostgreSQL's transaction-level advisory lock ``key`` (waits for its holder); no-op on SQLite."""
     if is_postgresql(session):
         session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
+
+def lease_clock(session: Session) -> datetime:
+    """Now, for leases: PostgreSQL's clock (the same for every node), this process's on SQLite."""
+    if not is_postgresql(session):
+        return utcnow()
+    value: datetime = session.scalars(select(type_coerce(func.now(), UTCDateTime()))).one()
+    return value

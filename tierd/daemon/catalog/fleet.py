@@ -19,12 +19,25 @@ from sqlalchemy import case, func, or_, select, text, type_coerce, update
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.dialect import insert_ignoring_duplicates, is_postgresql
-from tierd.daemon.catalog.models import Checkpoint, FleetLease, Job, JobState, Node, Run, UTCDateTime
+from tierd.daemon.catalog.models import (
+    Checkpoint,
+    CheckpointState,
+    FleetLease,
+    Job,
+    JobState,
+    Node,
+    Part,
+    PartReplica,
+    ReplicaState,
+    Run,
+    UTCDateTime,
+)
 
 __all__ = [
     "SHARED_TIERS_LEASE",
     "LeaseState",
     "NodeJob",
+    "NodePart",
     "NodeRow",
     "claim_lease",
     "database_now",
@@ -32,6 +45,7 @@ __all__ = [
     "lease_state",
     "list_nodes",
     "node_of",
+    "parts_not_shared",
     "register_node",
     "release_lease",
     "unfinished_jobs",
@@ -86,6 +100,20 @@ class NodeJob:
     src_tier: str | None
     dst_tier: str | None
     owner: str | None
+
+
+@dataclass(frozen=True)
+class NodePart:
+    """A node's part of a step not yet verified on the first shared tier (only that node has it)."""
+
+    node: str
+    checkpoint_id: int
+    run: str
+    step: int
+    step_state: str
+    files: int
+    bytes: int
+    state: str
 
 
 def database_now(session: Session) -> datetime:
@@ -197,9 +225,10 @@ def unfinished_jobs(session: Session, node_local_tiers: Collection[str], limit: 
     running = Job.state == JobState.RUNNING.value
     owes = (Job.state == JobState.QUEUED.value) & Job.src_tier.in_(list(node_local_tiers))
     query = (
-        select(Job, Run.name, Checkpoint.step, Checkpoint.node)
+        select(Job, Run.name, Checkpoint.step, func.coalesce(Part.node, Checkpoint.node))
         .join(Checkpoint, Checkpoint.id == Job.checkpoint_id)
         .join(Run, Run.id == Checkpoint.run_id)
+        .outerjoin(Part, Part.id == Job.part_id)  # a part's copy is owed by the part's node
         .where(or_(running, owes))
         .order_by(Job.id)
         .limit(limit)
@@ -213,6 +242,27 @@ def unfinished_jobs(session: Session, node_local_tiers: Collection[str], limit: 
             )
         )
     return out
+
+
+def parts_not_shared(session: Session, shared_tier: str, limit: int = 1000) -> list[NodePart]:
+    """Parts of live steps whose copy on ``shared_tier`` (the first shared tier) is not verified.
+
+    Their bytes are on their node's node-local tier only: a silent node's are stuck there.
+    """
+    query = (
+        select(Part.node, Part.checkpoint_id, Run.name, Checkpoint.step, Checkpoint.state, Part.file_count)
+        .add_columns(Part.total_bytes, PartReplica.state)
+        .join(Checkpoint, Checkpoint.id == Part.checkpoint_id)
+        .join(Run, Run.id == Checkpoint.run_id)
+        .join(PartReplica, (PartReplica.part_id == Part.id) & (PartReplica.tier == shared_tier))
+        .where(
+            PartReplica.state != ReplicaState.VERIFIED.value,
+            Checkpoint.state.in_([CheckpointState.WAITING.value, CheckpointState.COMPLETE.value]),
+        )
+        .order_by(Part.checkpoint_id, Part.node)
+        .limit(limit)
+    )
+    return [NodePart(*row) for row in session.execute(query)]
 
 
 def _bound_waits(session: Session, seconds: float) -> None:

@@ -210,6 +210,10 @@ class Part(Base):
     file_count: Mapped[int] = mapped_column(Integer, default=0)
     total_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    #: The node's detector called the checkpoint complete: this part holds the format's
+    #: completion marker (DCP's ``.metadata``, a tracker file). A step whose only expectation
+    #: is a count of parts is complete only once one part is marked.
+    marked: Mapped[bool] = mapped_column(Boolean, default=False)
 
     checkpoint: Mapped[Checkpoint] = relationship(back_populates="parts")
     replicas: Mapped[list[PartReplica]] = relationship(

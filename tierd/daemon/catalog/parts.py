@@ -9,7 +9,9 @@ it lacks. The expectation, strongest first:
   ``.metadata`` names every storage file) or the notify call's ``expected_files``;
 - ``expected_ranks``: the notify call's ``world_size``; DCP names each rank's shards
   ``__R_I.distcp``, so every rank below it must have one (other formats: not used);
-- ``expected_nodes``: the watch's ``nodes: N``, so N parts.
+- ``expected_nodes``: the watch's ``nodes: N``, so N parts, one of them *marked* (recorded
+  by the node whose detector saw the format's completion marker: a count of parts alone
+  cannot tell a coordinator's shards recorded before its marker landed from a whole step).
 
 With no expectation at all, a step is complete when a node's detector says its part is the
 whole checkpoint (the single-node case). Every change to a step's parts runs with the
@@ -46,6 +48,7 @@ __all__ = [
     "Expectation",
     "Missing",
     "add_part",
+    "extend_part",
     "files_of_part",
     "find_part",
     "set_part_copies",
@@ -94,9 +97,11 @@ class Missing:
     rank_count: int = 0
     nodes: int = 0
     nodes_heard: tuple[str, ...] = field(default_factory=tuple)
+    #: No part holds the format's completion marker yet (a step expecting a count of parts).
+    marker: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.file_count or self.rank_count or self.nodes)
+        return bool(self.file_count or self.rank_count or self.nodes or self.marker)
 
 
 def lock_checkpoint(session: Session, checkpoint_id: int) -> Checkpoint | None:
@@ -154,34 +159,17 @@ def add_part(
     tiers: Sequence[str],
     *,
     now: datetime,
+    marked: bool = False,
 ) -> Part:
     """Record ``node``'s part with its files and a replica per tier (verified on tier 0).
 
     A file another part already holds stays in that part (the first recorder keeps it).
+    ``marked``: the node's detector saw the checkpoint complete (its completion marker).
     """
-    taken = set(session.scalars(select(File.relpath).where(File.checkpoint_id == row.id)))
-    kept = [f for f in files if f.relpath not in taken]
-    part = Part(
-        checkpoint_id=row.id,
-        node=node,
-        file_count=len(kept),
-        total_bytes=sum(f.size for f in kept),
-        recorded_at=now,
-    )
+    part = Part(checkpoint_id=row.id, node=node, file_count=0, total_bytes=0, recorded_at=now, marked=marked)
     session.add(part)
     session.flush()
-    for f in kept:
-        session.add(
-            File(
-                checkpoint_id=row.id,
-                part_id=part.id,
-                relpath=f.relpath,
-                size=f.size,
-                mtime_ns=f.mtime_ns,
-                checksum_algo=checksum.ALGORITHM,
-                checksum=f.checksum,
-            )
-        )
+    _add_files(session, row, part, files)
     for index, tier in enumerate(tiers):
         state = ReplicaState.VERIFIED if index == 0 else ReplicaState.PENDING
         session.add(
@@ -194,6 +182,44 @@ def add_part(
             )
         )
     return part
+
+
+def extend_part(
+    session: Session, row: Checkpoint, part: Part, files: Sequence[FileFields], tier0: str
+) -> int:
+    """Add to an unmarked part of a waiting step the files its node's marker now completes.
+
+    The node had recorded its shards before the format's completion marker landed beside
+    them (it cannot know it is the coordinator until then); the part becomes marked and its
+    tier-0 replica counts the new bytes. Nothing is copied before the step completes, so no
+    other tier holds the part yet. Returns how many files were added.
+    """
+    added = _add_files(session, row, part, files)
+    part.marked = True
+    if (local := part_replica(session, part.id, tier0)) is not None:
+        local.bytes_done = part.total_bytes
+    return added
+
+
+def _add_files(session: Session, row: Checkpoint, part: Part, files: Sequence[FileFields]) -> int:
+    """Add to ``part`` the ``files`` no part of the step holds yet; returns how many."""
+    taken = set(session.scalars(select(File.relpath).where(File.checkpoint_id == row.id)))
+    kept = [f for f in files if f.relpath not in taken]
+    for f in kept:
+        session.add(
+            File(
+                checkpoint_id=row.id,
+                part_id=part.id,
+                relpath=f.relpath,
+                size=f.size,
+                mtime_ns=f.mtime_ns,
+                checksum_algo=checksum.ALGORITHM,
+                checksum=f.checksum,
+            )
+        )
+    part.file_count += len(kept)
+    part.total_bytes += sum(f.size for f in kept)
+    return len(kept)
 
 
 def part_replica(session: Session, part_id: int, tier: str) -> PartReplica | None:
@@ -250,7 +276,9 @@ def missing_of(session: Session, row: Checkpoint) -> Missing:
         meta = () if prefix + DCP_METADATA in recorded else (DCP_METADATA,)
         return Missing(meta, len(meta), tuple(ranks[:MISSING_LIMIT]), len(ranks), nodes_heard=nodes)
     if row.expected_nodes is not None:
-        return Missing(nodes=max(0, row.expected_nodes - len(nodes)), nodes_heard=nodes)
+        marked = session.scalar(select(func.count()).where(Part.checkpoint_id == row.id, Part.marked))
+        parts_to_come = max(0, row.expected_nodes - len(nodes))
+        return Missing(nodes=parts_to_come, nodes_heard=nodes, marker=not marked)
     return Missing(nodes_heard=nodes)
 
 

@@ -16,7 +16,8 @@ from sqlalchemy import select, update
 
 from tierd.daemon.catalog.checkpoints import find_step, get_or_create_run, insert_checkpoint
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import Checkpoint, CheckpointState, Part, utcnow
+from tierd.daemon.catalog.dialect import lease_clock
+from tierd.daemon.catalog.models import Checkpoint, CheckpointState, Part
 
 __all__ = ["RECORDING_LEASE_SECONDS", "Claimed", "claim_recording"]
 
@@ -47,8 +48,8 @@ def claim_recording(
 
     Raises CatalogError when the catalog fails.
     """
-    now = now or utcnow()
     with db.session() as session:
+        now = now or lease_clock(session)
         run_row = get_or_create_run(session, run)
         row = find_step(session, run_row, step, relpath, node)
         if row is None:

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.dialect import lease_clock
 from tierd.daemon.catalog.jobs import end_job_run, owned_job
 from tierd.daemon.catalog.models import (
     Checkpoint,
@@ -36,7 +37,6 @@ from tierd.daemon.catalog.models import (
     Replica,
     ReplicaState,
     Run,
-    utcnow,
 )
 from tierd.daemon.catalog.parts import find_part, set_part_copies
 from tierd.daemon.catalog.progress import files_done, record_files_done
@@ -215,10 +215,11 @@ def _rows() -> Any:
 
 
 def claim_next_restore(
-    db: Database, owner: str, node: str, *, lease_seconds: float, now: datetime
+    db: Database, owner: str, node: str, *, lease_seconds: float, now: datetime | None = None
 ) -> RestoreClaim | None:
     """Take the oldest claimable restore of ``node`` (queued, or running under an expired lease)."""
     with db.session() as session:
+        now = now or lease_clock(session)
         candidates = session.scalars(
             select(Job)
             .where(
@@ -308,7 +309,7 @@ def save_restore_progress(
         if source_tier is not None:
             job.src_tier = source_tier
         if lease_seconds is not None:
-            job.lease_expires_at = utcnow() + timedelta(seconds=lease_seconds)
+            job.lease_expires_at = lease_clock(session) + timedelta(seconds=lease_seconds)
         return True
 
 

@@ -133,8 +133,8 @@ class DeepSpeedDetector:
             return incomplete(f"{tracker.name} names {tag}, not {name}")
         files = walk_files(candidate.path)
         problem = deepspeed_problem(candidate.path, files, universal)
-        if problem is not None:
-            return incomplete(problem)
+        if problem is not None:  # on a node-local tier 0, other nodes hold the other ranks' shards
+            return Verdict(False, problem, marker=True)
         return Verdict(True, f"{tracker.name} names {tag}", tuple(files))
 
 

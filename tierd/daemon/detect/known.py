@@ -40,9 +40,11 @@ class KnownSteps:
 
 @dataclass(frozen=True)
 class Waiting:
-    """A waiting step this node has no part of yet (announced, or another node's part recorded).
+    """A waiting step this node owes a part to (announced, or another node's part recorded).
 
-    ``spans``: the step is known to span nodes.
+    ``spans``: the step is known to span nodes. ``unmarked``: this node recorded its part
+    already, without the format's completion marker; only the marker landing there now
+    (its detector calling the step complete) adds to it.
     """
 
     id: int
@@ -51,6 +53,7 @@ class Waiting:
     relpath: str
     format: str
     spans: bool = False
+    unmarked: bool = False
 
 
 def load_known(db: Database, node: str | None = None) -> KnownSteps:

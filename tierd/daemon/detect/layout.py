@@ -109,7 +109,8 @@ class Verdict:
     ``retry_after`` (seconds) asks to look again even if no file system event comes.
     A *partial* verdict is not complete: its files are this node's part of a step that
     spans nodes, and ``expected`` (names relative to the candidate) what the format's own
-    metadata says the whole step holds.
+    metadata says the whole step holds. ``marker``: the format's completion marker names
+    this step (a DeepSpeed or Megatron tracker) though this node lacks other ranks' files.
     """
 
     complete: bool
@@ -120,6 +121,12 @@ class Verdict:
     metrics: Mapping[str, float] = field(default_factory=dict)
     partial: bool = False
     expected: tuple[str, ...] | None = None
+    marker: bool = False
+
+    @property
+    def vouched(self) -> bool:
+        """Whether the format's own marker or metadata is in this node's files (or says so)."""
+        return self.complete or self.marker or self.expected is not None
 
 
 def incomplete(reason: str, retry_after: float | None = None) -> Verdict:

@@ -81,8 +81,8 @@ class MegatronDetector:
             problem = dcp_problem(candidate.path, files)
         if problem is None:
             problem = _legacy_problem(candidate.path)
-        if problem is not None:
-            return incomplete(problem)
+        if problem is not None:  # on a node-local tier 0, other nodes hold the other ranks' files
+            return Verdict(False, problem, marker=True)
         return Verdict(True, f"{TRACKER} holds {tracked}", tuple(files))
 
 

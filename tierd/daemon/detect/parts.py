@@ -50,7 +50,7 @@ def part_verdict(path: Path, verdict: Verdict, settings: Settings, now_ns: int |
     if age < settings.settle_seconds:
         return incomplete("this node's part is still being written", settings.settle_seconds - age + 0.05)
     reason = f"this node's part, unchanged for {settings.settle_seconds:g}s ({verdict.reason})"
-    return Verdict(False, reason, files, partial=True, expected=verdict.expected)
+    return Verdict(False, reason, files, partial=True, expected=verdict.expected, marker=verdict.marker)
 
 
 def inspect_part(detector: Detector, candidate: Candidate, settings: Settings) -> Verdict:

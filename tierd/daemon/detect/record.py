@@ -30,6 +30,7 @@ from tierd.daemon.catalog.models import CheckpointState, utcnow
 from tierd.daemon.catalog.parts import (
     Expectation,
     add_part,
+    extend_part,
     find_part,
     lock_checkpoint,
     set_expectation,
@@ -132,13 +133,22 @@ async def hash_stable(files: tuple[FileStat, ...], tier0: Path) -> tuple[HashedF
 
 
 def write_complete(
-    db: Database, config: Config, det: Detection, *, whole: bool = True, expect: Expectation | None = None
+    db: Database,
+    config: Config,
+    det: Detection,
+    *,
+    whole: bool = True,
+    marked: bool | None = None,
+    expect: Expectation | None = None,
 ) -> tuple[Outcome, int]:
     """Record ``det`` as this node's part of its step, in one transaction (blocking).
 
     ``whole``: the detector says the part is the whole checkpoint (it completes a step with
-    no expectation); ``expect`` is what the part says the step holds. Returns what happened
-    and the row id. Raises CatalogError when the catalog fails.
+    no expectation). ``marked`` (default: ``whole``): the part holds the format's completion
+    marker. ``expect`` is what the part says the step holds. A node's unmarked part of a
+    waiting step is extended by a marked recording (the marker landed after the node's
+    shards were recorded). Returns what happened and the row id. Raises CatalogError when
+    the catalog fails.
     """
     with db.session() as session:
         run = get_or_create_run(session, det.run)
@@ -157,7 +167,11 @@ def write_complete(
                 outcome = Outcome.COMPLETED
         row = lock_checkpoint(session, found.id)
         assert row is not None
-        if row.state != CheckpointState.WAITING.value or find_part(session, row.id, config.node) is not None:
+        if row.state != CheckpointState.WAITING.value:
+            return Outcome.EXISTING, row.id
+        marked = whole if marked is None else marked
+        part = find_part(session, row.id, config.node)
+        if part is not None and (part.marked or not marked):
             return Outcome.EXISTING, row.id
         if row.waiting_since is None:
             row.waiting_since = now
@@ -166,7 +180,10 @@ def write_complete(
         if det.metrics:
             row.metrics = {**det.metrics, **(row.metrics or {})}
         tiers = [t.name for t in config.tiers]
-        add_part(session, row, config.node, det.files, tiers, now=now)
+        if part is None:
+            add_part(session, row, config.node, det.files, tiers, now=now, marked=marked)
+        else:  # the marker landed beside shards this node had recorded as its part
+            extend_part(session, row, part, det.files, tiers[0])
         location = str(config.tier0.path.resolve() / det.relpath)
         if not settle_step(session, row, tiers, whole=whole, location=location, now=now):
             outcome = Outcome.PART
@@ -338,7 +355,15 @@ async def record_checkpoint(
     )
     expectation = _merged(verdict, expect)
     outcome, checkpoint_id = await blocking(
-        functools.partial(write_complete, ctx.db, ctx.config, det, whole=verdict.complete, expect=expectation)
+        functools.partial(
+            write_complete,
+            ctx.db,
+            ctx.config,
+            det,
+            whole=verdict.complete,
+            marked=verdict.vouched,
+            expect=expectation,
+        )
     )
     if outcome not in (Outcome.EXISTING, Outcome.PART):
         ctx.metrics.detected.labels(fmt).inc()

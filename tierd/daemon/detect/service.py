@@ -431,7 +431,7 @@ class DetectService:
         spans = waiting.spans or settings.nodes > 1
         if result is None or result[1] is None:
             # No detector sees a checkpoint here (no marker on this node): the files are a part.
-            if not spans or not await blocking(path.exists):
+            if not spans or waiting.unmarked or not await blocking(path.exists):
                 return None
             name = waiting.format if waiting.format in BY_NAME else "unknown"
             recheck = functools.partial(part_verdict, path, incomplete("no marker on this node"), settings)
@@ -441,7 +441,7 @@ class DetectService:
         assert candidate is not None
         if verdict.complete:
             return detector.name, verdict, functools.partial(detector.inspect, candidate, settings)
-        if not spans:
+        if not spans or (waiting.unmarked and not verdict.vouched):  # an unmarked part waits for its marker
             return None
         verdict = await blocking(part_verdict, candidate.path, verdict, settings)
         recheck = functools.partial(inspect_part, detector, candidate, settings)

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from tierd.config import Config
 from tierd.daemon.catalog import fleet
-from tierd.daemon.catalog.fleet import NodeJob, NodeRow
+from tierd.daemon.catalog.fleet import NodeJob, NodePart, NodeRow
 from tierd.daemon.catalog.jobs import owner_id
 from tierd.daemon.catalog.models import JobState
 
@@ -25,13 +25,14 @@ __all__ = ["FleetView", "NodeView", "Unfinished", "fleet_view"]
 
 @dataclass(frozen=True)
 class Unfinished:
-    """What a silent node left: its jobs (running under its lease, or copies only it can make).
+    """What a silent node left: its jobs, and parts of steps that only it holds.
 
-    The checkpoint parts a node still owes (their files recorded on it, not yet on a shared
-    tier) belong here too, beside ``jobs``, once the catalog records parts per node.
+    ``jobs``: running under its lease, or copies only it can make. ``parts``: its parts no
+    shared tier has yet (only its node-local tier does).
     """
 
     jobs: list[NodeJob] = field(default_factory=list)
+    parts: list[NodePart] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,11 @@ def fleet_view(session: Session, config: Config, *, alone: bool) -> FleetView:
         node = fleet.node_of(job.owner)
         if node is not None:
             by_node[node].append(job)
+    shared = next((t.name for t in config.tiers if t.shared), None)
+    parts: dict[str, list[NodePart]] = defaultdict(list)
+    if node_local and shared is not None:
+        for part in fleet.parts_not_shared(session, shared):
+            parts[part.node].append(part)
     holder = lease.holder if lease.live else None
     if alone:
         holder = next((owner_id(r.name, r.pid) for r in rows if r.name == config.node), None)
@@ -82,7 +88,7 @@ def fleet_view(session: Session, config: Config, *, alone: bool) -> FleetView:
                 leader=holder == mine,
                 silent=silent,
                 copying=[j for j in jobs if j.state == JobState.RUNNING.value and j.owner == mine],
-                unfinished=Unfinished(jobs=jobs) if silent else None,
+                unfinished=Unfinished(jobs=jobs, parts=parts.get(row.name, [])) if silent else None,
             )
         )
     leader = fleet.node_of(holder)

@@ -19,7 +19,6 @@ from tierd.daemon.aio import blocking
 from tierd.daemon.backends.base import Backend
 from tierd.daemon.backends.budget import ByteBudget
 from tierd.daemon.catalog.jobs import owner_id
-from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.catalog.restores import claim_next_restore
 from tierd.daemon.context import Context
 from tierd.daemon.outage import CatalogOutage
@@ -97,7 +96,6 @@ class RestoreService:
                 self.owner,
                 self.ctx.config.node,
                 lease_seconds=self.options.lease_seconds,
-                now=utcnow(),
             )
             if claim is None:
                 return

@@ -4,7 +4,8 @@ Revision ID: 0005
 Revises: 0004
 Create Date: 2026-11-25 16:00:00.000000
 
-Every recorded checkpoint becomes one part on its node holding all its files, with a part
+Every recorded checkpoint becomes one part on its node holding all its files (marked: its
+detector saw the whole checkpoint complete), with a part
 replica per tier in the checkpoint replica's state; a waiting step waits since it was created.
 """
 
@@ -28,6 +29,7 @@ def upgrade() -> None:
         sa.Column("file_count", sa.Integer(), nullable=False),
         sa.Column("total_bytes", sa.BigInteger(), nullable=False),
         sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("marked", sa.Boolean(), server_default=sa.false(), nullable=False),
         sa.ForeignKeyConstraint(
             ["checkpoint_id"],
             ["checkpoints.id"],
@@ -77,10 +79,11 @@ def _one_part_per_checkpoint() -> None:
     conn = op.get_bind()
     conn.execute(
         sa.text(
-            "INSERT INTO parts (checkpoint_id, node, file_count, total_bytes, recorded_at)"
-            " SELECT id, node, file_count, total_bytes, COALESCE(completed_at, created_at)"
+            "INSERT INTO parts (checkpoint_id, node, file_count, total_bytes, recorded_at, marked)"
+            " SELECT id, node, file_count, total_bytes, COALESCE(completed_at, created_at), :marked"
             " FROM checkpoints WHERE state != 'waiting'"
-        )
+        ),
+        {"marked": True},  # each was recorded whole, its detector's marker seen
     )
     conn.execute(
         sa.text(

@@ -9,7 +9,8 @@ writer on another node is invisible where locks are node-local (Lustre's ``local
 which is why a write only removes the leftovers of its own name (no two nodes write the
 same file), while the periodic sweep removes only old ones. A hop starting removes the
 leftovers of its own files' names at once, whatever their age (``remove_leftovers_of``):
-its job's lease makes it the only writer of those names.
+its job's lease makes it the only writer of those names. It may keep the newest big one
+of a name for its write to resume from (``TempFile.adopt``; ``posix.resume``).
 
 Every function here blocks: call them through ``tierd.daemon.aio.blocking``.
 """
@@ -38,6 +39,7 @@ __all__ = [
     "is_temp_name",
     "remove_abandoned",
     "remove_leftovers_of",
+    "remove_owned_leftover",
     "remove_stale_temps",
     "temp_names_in",
     "temp_stem",
@@ -110,6 +112,34 @@ class TempFile:
             return temp
         raise AssertionError("unreachable")
 
+    @classmethod
+    def adopt(cls, path: Path) -> TempFile | None:
+        """Take over an abandoned temporary file (opened read-write, locked, known live).
+
+        None when it is gone, not a regular file, written by this process or locked by
+        another, or on a file system without locks (no way to tell it is abandoned).
+        Raises OSError on other failures to open it.
+        """
+        with _live_lock:
+            if str(path) in _live_temps:
+                return None
+            _live_temps.add(str(path))
+        temp = cls(-1, path)
+        try:
+            temp.fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            st = os.fstat(temp.fd)
+            if stat.S_ISREG(st.st_mode) and _try_lock(temp.fd) and _still_named(path, st):
+                return temp
+        except (FileNotFoundError, IsADirectoryError):
+            pass
+        except BaseException:
+            temp._forget()
+            temp._close()
+            raise
+        temp._forget()
+        temp._close()
+        return None
+
     def _close(self) -> None:
         fd, self.fd = self.fd, -1
         if fd >= 0:
@@ -169,6 +199,15 @@ def _try_lock(fd: int) -> bool | None:
     return True
 
 
+def _still_named(path: Path, st: os.stat_result) -> bool:
+    """Whether ``path`` still names the open file ``st`` describes (not unlinked meanwhile)."""
+    try:
+        now = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return st.st_nlink > 0 and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+
+
 def _remove_if_abandoned(path: str, min_age: float, *, owned: bool = False) -> bool:
     """Unlink a temporary file that is abandoned and at least ``min_age`` seconds old.
 
@@ -215,7 +254,9 @@ def remove_abandoned(directory: Path, names: Collection[str]) -> int:
     return removed
 
 
-def remove_leftovers_of(finals: Iterable[Path]) -> tuple[int, dict[Path, set[str]]]:
+def remove_leftovers_of(
+    finals: Iterable[Path], keep_min_size: int | None = None
+) -> tuple[int, dict[Path, set[str]], dict[Path, Path]]:
     """Remove the abandoned temporary files of exactly these final names, whatever their age.
 
     For a hop starting: its job's lease makes it the only writer of these names, so an
@@ -223,14 +264,16 @@ def remove_leftovers_of(finals: Iterable[Path]) -> tuple[int, dict[Path, set[str
     process is writing, or another holds locked, is kept. A name cut in its temporary
     names (over 200 characters) may share them with another file, so its leftovers keep
     the usual age rules. Other names' temporary files are never touched: another daemon
-    may be writing them into the same directory. Returns how many were removed and, per
-    directory listed, the temporary names left in it. Raises OSError when a directory
-    exists but cannot be read.
+    may be writing them into the same directory. With ``keep_min_size``, the newest
+    temporary file of a (not cut) name holding at least that many bytes is left in place
+    for the write to resume from. Returns how many were removed, per directory listed the
+    temporary names left in it, and the kept files by final name. Raises OSError when a
+    directory exists but cannot be read.
     """
     by_dir: dict[Path, list[Path]] = {}
     for final in finals:
         by_dir.setdefault(final.parent, []).append(final)
-    removed, left = 0, {}
+    removed, left, kept = 0, {}, {}
     for directory, names in by_dir.items():
         try:
             present = {name for name in os.listdir(directory) if is_temp_name(name)}
@@ -239,12 +282,39 @@ def remove_leftovers_of(finals: Iterable[Path]) -> tuple[int, dict[Path, set[str
         for final in names:
             stem = temp_stem(final)
             owned = len(final.name) <= _MAX_NAME_IN_TEMP
-            for name in sorted(n for n in present if n.startswith(stem)):
+            mine = sorted(n for n in present if n.startswith(stem))
+            if owned and keep_min_size is not None and (newest := _newest(directory, mine, keep_min_size)):
+                kept[final] = directory / newest
+                mine.remove(newest)
+            for name in mine:
                 if _remove_if_abandoned(os.path.join(directory, name), 0.0, owned=owned):
                     removed += 1
                     present.discard(name)
         left[directory] = present
-    return removed, left
+    return removed, left, kept
+
+
+def _newest(directory: Path, names: Iterable[str], min_size: int) -> str | None:
+    """The most recently modified regular file of ``names`` holding ``min_size`` bytes or more."""
+    best: tuple[float, str] | None = None
+    for name in names:
+        try:
+            st = os.stat(directory / name, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_size >= min_size and (best is None or st.st_mtime > best[0]):
+            best = (st.st_mtime, name)
+    return None if best is None else best[1]
+
+
+def remove_owned_leftover(path: Path) -> bool:
+    """Remove one abandoned temporary file of a name the caller holds the lease on, whatever its age.
+
+    Best effort (never raises); whether it was removed.
+    """
+    with suppress(OSError):
+        return _remove_if_abandoned(str(path), 0.0, owned=True)
+    return False
 
 
 def remove_stale_temps(root: Path, older_than: float) -> int:

@@ -1,0 +1,76 @@
+"""What the fleet tests' training jobs write: a real multi-process DCP save over node-local
+tier-0 directories, and DCP-like steps written by hand."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.filesystem import FileSystemWriter, _StorageInfo
+from torch.distributed.checkpoint.metadata import (
+    ChunkStorageMetadata,
+    Metadata,
+    MetadataIndex,
+    TensorProperties,
+    TensorStorageMetadata,
+)
+from torch.distributed.checkpoint.state_dict_saver import save
+from torch.multiprocessing.spawn import start_processes
+
+from tests.integration.daemon_helpers import write_files
+
+__all__ = ["dcp_metadata", "dcp_save", "shard_name", "write_step"]
+
+#: Floats per rank: 64 KiB shards, well under one S3 part.
+SHARD_FLOATS = 16_384
+
+
+def shard_name(rank: int) -> str:
+    """The storage file DCP's FileSystemWriter gives a rank's items (one file per rank)."""
+    return f"__{rank}_0.distcp"
+
+
+def _rank(rank: int, world: int, init_file: str, dirs: Sequence[str], step: int) -> None:
+    """One rank: its own tensor, saved with DCP into its node's directory (gloo collectives)."""
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    torch.manual_seed(step * 1000 + rank)
+    state = {f"rank{rank}": {"weight": torch.randn(SHARD_FLOATS)}}
+    path = Path(dirs[rank]) / f"step_{step}"
+    path.mkdir(parents=True, exist_ok=True)  # only the coordinator's writer makes its directory
+    save(state, storage_writer=FileSystemWriter(path, single_file_per_rank=True))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def dcp_save(init_file: Path, rank_dirs: Sequence[Path], step: int) -> None:
+    """Save ``step`` with one process per rank, rank r into ``rank_dirs[r]/step_{step}``
+    (rank 0, the coordinator, also writes ``.metadata`` there); returns when every rank is done."""
+    dirs = [str(d) for d in rank_dirs]
+    start_processes(  # type: ignore[no-untyped-call]
+        _rank, args=(len(dirs), str(init_file), dirs, step), nprocs=len(dirs), start_method="spawn"
+    )
+
+
+def dcp_metadata(shard_sizes: Sequence[int]) -> bytes:
+    """A real DCP ``.metadata`` pickle naming rank r's shard ``__r_0.distcp`` of ``shard_sizes[r]``
+    bytes (one float32 tensor per rank), as the coordinator writes it after a save."""
+    tensors: dict[str, TensorStorageMetadata] = {}
+    storage: dict[MetadataIndex, _StorageInfo] = {}
+    for rank, size in enumerate(shard_sizes):
+        fqn, floats = f"rank{rank}.weight", size // 4
+        chunk = ChunkStorageMetadata(offsets=torch.Size([0]), sizes=torch.Size([floats]))
+        tensors[fqn] = TensorStorageMetadata(
+            TensorProperties(dtype=torch.float32), torch.Size([floats]), [chunk]
+        )
+        storage[MetadataIndex(fqn, torch.Size([0]), 0)] = _StorageInfo(shard_name(rank), 0, size)
+    return pickle.dumps(Metadata(state_dict_metadata=dict(tensors), storage_data=storage))
+
+
+def write_step(directory: Path, shards: int, shard_bytes: int, *, seed: int = 0) -> dict[str, bytes]:
+    """A DCP-like step by hand: ``shards`` shard files, then ``.metadata`` last (the marker)."""
+    sizes = {shard_name(r): shard_bytes for r in range(shards)}
+    sizes[".metadata"] = 64
+    return write_files(directory, sizes, seed=seed)
