@@ -29,6 +29,8 @@ from tierd.daemon.catalog.models import (
     CheckpointState,
     File,
     Hold,
+    Part,
+    PartReplica,
     Replica,
     ReplicaState,
     Run,
@@ -104,6 +106,8 @@ class DueDeletion:
     format: str
     reason: str
     begun: bool
+    #: On a node-local tier, the part of a multi-part step this node deletes (None: the whole).
+    part_id: int | None = None
 
     @property
     def origin(self) -> Origin:
@@ -302,7 +306,7 @@ def due_deletions(
     """Replicas on ``tiers`` being deleted whose time has come, or whose deletion has begun.
 
     With ``node`` (a fleet), those on the ``node_local`` tiers only of ``node``'s own
-    checkpoints (or of no node).
+    checkpoints (or of no node) or of steps it holds a part of.
     """
     query = (
         select(Replica, Checkpoint.run_id, Checkpoint.step, Checkpoint.path, Checkpoint.format, Run.name)
@@ -315,7 +319,8 @@ def due_deletions(
     if checkpoint_id is not None:
         query = query.where(Replica.checkpoint_id == checkpoint_id)
     if node is not None and node_local:
-        query = query.where(Replica.tier.not_in(node_local) | Checkpoint.node.in_([node, ""]))
+        holds = exists().where(Part.checkpoint_id == Checkpoint.id, Part.node == node)
+        query = query.where(Replica.tier.not_in(node_local) | Checkpoint.node.in_([node, ""]) | holds)
     return [
         DueDeletion(
             replica_id=replica.id,
@@ -379,8 +384,12 @@ def mark_recheck_failed(
     error: str,
     actor: str,
     bad_files: Sequence[Mapping[str, str | None]] = (),
+    part_id: int | None = None,
 ) -> bool:
     """A re-check found bad bytes: the replica is ``failed`` (the scheduler copies it again).
+
+    With ``part_id`` (one node's part re-checked on its node-local tier) only that part's
+    replica fails with the step's; the other parts' bytes were not looked at.
 
     Only a replica still ``verified`` is marked: one that left meanwhile (retention deleting
     it) is not rot. Each of ``bad_files`` (file, expected and actual checksum) is audited with
@@ -394,7 +403,10 @@ def mark_recheck_failed(
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
         return False
-    set_part_copies(session, checkpoint_id, tier, ReplicaState.FAILED)
+    if part_id is None:
+        set_part_copies(session, checkpoint_id, tier, ReplicaState.FAILED)
+    else:
+        _fail_part(session, part_id, tier, error)
     for bad in bad_files:
         append_event(
             session,
@@ -415,6 +427,15 @@ def mark_recheck_failed(
         tier=tier,
     )
     return True
+
+
+def _fail_part(session: Session, part_id: int, tier: str, error: str) -> None:
+    session.execute(
+        update(PartReplica)
+        .where(PartReplica.part_id == part_id, PartReplica.tier == tier)
+        .values(state=ReplicaState.FAILED.value, error=error, verified_at=None, checked_at=None, bytes_done=0)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def checkpoint_files(session: Session, checkpoint_id: int) -> list[tuple[str, int, str]]:

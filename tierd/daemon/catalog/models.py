@@ -235,6 +235,8 @@ class PartReplica(Base):
     verified_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+    #: A node-local tier's part last re-checked by its node (a step in several parts is scrubbed per part).
+    checked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
 
     part: Mapped[Part] = relationship(back_populates="replicas")
 

@@ -33,11 +33,12 @@ from tierd.daemon.catalog.models import (
     Job,
     JobKind,
     JobState,
+    Part,
     Replica,
     ReplicaState,
     Run,
 )
-from tierd.daemon.catalog.parts import set_part_copies
+from tierd.daemon.catalog.parts import find_part, set_part_copies
 from tierd.daemon.catalog.progress import files_done, record_files_done
 from tierd.daemon.catalog.replicas import first_tier_replica, mark_replica_verified
 from tierd.errors import Conflict, NotFound
@@ -55,6 +56,7 @@ __all__ = [
     "finish_restore",
     "get_restore",
     "list_restores",
+    "node_part_files",
     "release_restore",
     "resolve_checkpoint",
     "restore_record",
@@ -108,6 +110,10 @@ class RestorePlan:
     files: tuple[RestoreFile, ...]
     verified_tiers: frozenset[str]
     done: frozenset[str] = field(default_factory=frozenset)  # relpaths an earlier attempt placed
+    #: Of a step in several parts, the relpaths this node's node-local tier 0 holds (None: all).
+    local_part: frozenset[str] | None = None
+    #: That part's id (None: no part of this node's, or one part only).
+    local_part_id: int | None = None
 
 
 def resolve_checkpoint(
@@ -232,8 +238,13 @@ def claim_next_restore(
         return RestoreClaim(job.id, job.checkpoint_id, job.attempts, dict(job.detail or {}))
 
 
-def start_restore(db: Database, claim: RestoreClaim, owner: str) -> RestorePlan | None:
-    """The claimed restore's checkpoint, files and verified tiers; None when the lease is gone."""
+def start_restore(
+    db: Database, claim: RestoreClaim, owner: str, *, node: str | None = None
+) -> RestorePlan | None:
+    """The claimed restore's checkpoint, files and verified tiers; None when the lease is gone.
+
+    ``node`` (tier 0 node-local): the plan says which files of a step in several parts are its.
+    """
     with db.session() as session:
         job = owned_job(session, claim.job_id, owner)
         checkpoint = session.get(Checkpoint, claim.checkpoint_id)
@@ -251,7 +262,28 @@ def start_restore(db: Database, claim: RestoreClaim, owner: str) -> RestorePlan 
             )
         ).all()
         done = files_done(session, job, {f.relpath: f.id for f in files})
-        return RestorePlan(claim, checkpoint.path, checkpoint.format, files, frozenset(verified), done)
+        local = None if node is None else node_part_files(session, checkpoint.id, node)
+        part = find_part(session, checkpoint.id, node) if local is not None and node is not None else None
+        return RestorePlan(
+            claim,
+            checkpoint.path,
+            checkpoint.format,
+            files,
+            frozenset(verified),
+            done,
+            local,
+            None if part is None else part.id,
+        )
+
+
+def node_part_files(session: Session, checkpoint_id: int, node: str) -> frozenset[str] | None:
+    """The relpaths of ``node``'s part of a step in several parts (empty: none); None for one part."""
+    query = select(Part.id, Part.node).where(Part.checkpoint_id == checkpoint_id)
+    parts = {pid: name for pid, name in session.execute(query)}
+    if len(parts) <= 1:
+        return None
+    mine = [pid for pid, name in parts.items() if name == node]
+    return frozenset(session.scalars(select(File.relpath).where(File.part_id.in_(mine))))
 
 
 def save_restore_progress(

@@ -1,10 +1,11 @@
 """What a retention pass reads: every live checkpoint with its protections and replica states.
 
-Four queries, whatever the catalog's size (no per-checkpoint round trips, and the files
-table is never read): checkpoints with their run, replicas, holds, and the open jobs that
-read a checkpoint. They run on the session's connection (Core rows, not the ORM's result
-machinery) and read only the columns the planner uses: 10,000 checkpoints and 40,000
-replicas load in about 0.1 s (``bench/bench_retention.py``).
+Four queries (five in a fleet: the steps this node holds a part of), whatever the catalog's
+size (no per-checkpoint round trips, and the files table is never read): checkpoints with
+their run, replicas, holds, and the open jobs that read a checkpoint. They run on the
+session's connection (Core rows, not the ORM's result machinery) and read only the columns
+the planner uses: 10,000 checkpoints and 40,000 replicas load in about 0.1 s
+(``bench/bench_retention.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tierd.daemon.catalog.models import (
     Hold,
     Job,
     JobState,
+    Part,
     Replica,
     Run,
 )
@@ -52,6 +54,8 @@ class CheckpointRow:
     in_use: bool = False
     #: tier name -> replica state
     replicas: dict[str, str] = field(default_factory=dict)
+    #: In a fleet, the bytes of this node's part (what its node-local tiers hold of the step).
+    local_bytes: int | None = None
 
 
 def load_retention_rows(
@@ -60,11 +64,16 @@ def load_retention_rows(
     """Every checkpoint not yet deleted, oldest first, with what protects it and where it is.
 
     With ``node`` (a fleet), replicas on the ``node_local`` tiers are those of ``node``'s own
-    checkpoints only (or of no node): another node's NVMe is that node's business.
+    checkpoints only (or of no node, or of steps it holds a part of): another node's NVMe is
+    that node's business.
     """
     rows: dict[int, CheckpointRow] = {}
     others: set[int] = set()
     conn = session.connection()
+    mine: dict[int, int] = {}
+    if node is not None:
+        parts = select(Part.checkpoint_id, Part.total_bytes).where(Part.node == node)
+        mine = {cid: size for cid, size in conn.execute(parts)}
     query = (
         select(
             Checkpoint.id,
@@ -83,11 +92,12 @@ def load_retention_rows(
         .order_by(Checkpoint.created_at, Checkpoint.id)
     )
     for cid, run, step, state, created, completed, total, metrics, pinned, owner in conn.execute(query):
-        if node is not None and owner not in (node, ""):
+        if node is not None and owner not in (node, "") and cid not in mine:
             others.add(cid)
         rows[cid] = CheckpointRow(
             cid, run, step, state, created, completed, total, dict(metrics or {}), pinned, [], False, {}
         )
+        rows[cid].local_bytes = mine.get(cid)
     live = select(Checkpoint.id).where(Checkpoint.state != CheckpointState.DELETED.value)
     replicas = select(Replica.checkpoint_id, Replica.tier, Replica.state).where(
         Replica.checkpoint_id.in_(live)

@@ -1,6 +1,8 @@
 """The pipeline's file copier, with a second (and third...) source for a file whose bytes are bad.
 
-A restore reads each file from the nearest tier with a verified replica. When that copy of a
+A restore reads each file from the nearest tier with a verified replica that holds it (a
+node-local tier 0 holds only this node's part of a step written by several nodes: the other
+files are read from the next tier, with no fallback, since they were never there). When that copy of a
 file does not hash to the checksum taken at first sight (IntegrityError) or is missing
 (NotFound), the file is copied from the next tier holding a verified replica, and the
 ``fallback`` hook hears of it (the restore marks the bad replica failed, for the pipeline to
@@ -9,7 +11,7 @@ repair, and reports it). Other errors are retried as the pipeline does, then rai
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tierd.daemon.backends.base import ObjectInfo
@@ -36,24 +38,45 @@ class FallbackCopier(FileCopier):
 
     fallbacks: Sequence[FileCopier] = ()
     fallback: FallbackHook = field(default=_no_hook)
+    #: Source tier name -> the only names it holds (a node-local tier 0 holding one part).
+    partial: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def _holds(self, copier: FileCopier, spec: FileSpec) -> bool:
+        names = self.partial.get(copier.src.name)
+        return names is None or spec.relpath in names
+
+    async def copy_group(self, specs: Sequence[FileSpec]) -> list[ObjectInfo | TierdError]:
+        """The pipeline's group copy of the files the first source holds; the others NotFound.
+
+        Each file that failed is copied again on its own (``copy``), from the next source.
+        """
+        held = [spec for spec in specs if self._holds(self, spec)]
+        results = iter(await super().copy_group(held) if held else [])
+        return [
+            next(results) if self._holds(self, spec) else NotFound(f"{spec.relpath}: not on {self.src.name}")
+            for spec in specs
+        ]
 
     async def copy(
         self, spec: FileSpec, progress: Callable[[int | None], None], *, failed: TierdError | None = None
     ) -> ObjectInfo:
-        """Copy ``spec`` from the first source whose bytes match; raises the last error.
+        """Copy ``spec`` from the first source holding it whose bytes match; raises the last error.
 
-        Raises what the copy raised when it is not a bad replica, or when every source's is.
+        Raises what the copy raised when it is not a bad replica, or when every source's is;
+        NotFound when no source holds the file.
         """
-        try:
-            return await super().copy(spec, progress, failed=failed)
-        except BAD_REPLICA as exc:
-            error: TierdError = exc
-        bad = self.src.name
-        for copier in self.fallbacks:
-            await self.fallback(spec, bad, copier.src.name, error)
+        chain = [c for c in (self, *self.fallbacks) if self._holds(c, spec)]
+        error: TierdError = NotFound(f"{spec.relpath}: on no tier this node can read")
+        bad: str | None = None
+        for copier in chain:
+            if bad is not None:
+                await self.fallback(spec, bad, copier.src.name, error)
             try:
+                if copier is self:
+                    return await super().copy(spec, progress, failed=failed)
                 return await copier.copy(spec, progress)
             except BAD_REPLICA as exc:
                 error, bad = exc, copier.src.name
-        await self.fallback(spec, bad, None, error)
+        if bad is not None:
+            await self.fallback(spec, bad, None, error)
         raise error

@@ -34,6 +34,8 @@ class Fallbacks:
         self.items = items
         self.wake_pipeline = wake_pipeline
         self.marked: set[str] = set()
+        #: Tier -> the part (this node's) its replica holds, when it holds only that part.
+        self.parts: dict[str, int] = {}
 
     async def record(self, spec: FileSpec, bad: str, good: str | None, error: TierdError) -> None:
         """``spec`` on ``bad`` failed with ``error``; it is taken from ``good`` next (None: none left)."""
@@ -54,5 +56,10 @@ class Fallbacks:
     def _mark_failed(self, tier: str, error: str) -> None:
         with self.db.session() as session:
             deletions.mark_recheck_failed(
-                session, self.checkpoint_id, tier, error=f"restore found bad bytes: {error}", actor=ACTOR
+                session,
+                self.checkpoint_id,
+                tier,
+                error=f"restore found bad bytes: {error}",
+                actor=ACTOR,
+                part_id=self.parts.get(tier),
             )

@@ -81,6 +81,8 @@ class _Work:
     passes: list[list[FileSpec]]  # see ``copy_passes``
     mtimes: dict[str, int]  # each file's recorded mtime, by its name under the root
     concurrency: int
+    #: Source tier name -> the only names it holds (this node's part, on a node-local tier 0).
+    partial: dict[str, frozenset[str]]
 
 
 class RestoreRunner:
@@ -110,7 +112,8 @@ class RestoreRunner:
 
     async def run(self) -> Outcome:
         """Restore, then record the outcome; re-raises CancelledError after releasing the job at shutdown."""
-        plan = await blocking(restores.start_restore, self.db, self.claim, self.owner)
+        node = None if self.config.tier0.shared else self.config.node
+        plan = await blocking(restores.start_restore, self.db, self.claim, self.owner, node=node)
         if plan is None:
             return "lost"
         try:
@@ -151,6 +154,7 @@ class RestoreRunner:
                 f"checkpoint {plan.claim.checkpoint_id} has no verified replica to restore from"
             )
         self.source = tiers[0].name
+        partial = self._partial(plan, layout, [t.name for t in tiers])  # before anything is written
         layout.root.mkdir(parents=True, exist_ok=True)
         dst = PosixBackend(
             PosixTier(
@@ -182,7 +186,27 @@ class RestoreRunner:
             passes=copy_passes(data, last),
             mtimes={s.relpath: s.mtime_ns for s in specs},
             concurrency=max(t.concurrency for t in tiers),
+            partial=partial,
         )
+
+    def _partial(self, plan: RestorePlan, layout: Layout, tiers: list[str]) -> dict[str, frozenset[str]]:
+        """Tier 0's names when it holds only this node's part of the step. Raises RestoreRefused.
+
+        The other files are read from the shared tiers; with none verified, the restore is refused.
+        """
+        tier0 = self.config.tier0.name
+        if plan.local_part is None or tier0 not in tiers:
+            return {}
+        if plan.local_part_id is not None:
+            self.fallbacks.parts[tier0] = plan.local_part_id  # a bad file there fails this part only
+        mine = frozenset(layout.name_of(r) for r in plan.local_part if r in layout.names)
+        elsewhere = sorted(layout.name_of(r) for r in layout.names if r not in plan.local_part)
+        if elsewhere and tiers == [tier0]:
+            raise RestoreRefused(
+                f"checkpoint {plan.claim.checkpoint_id}: {len(elsewhere)} files (first {elsewhere[0]}) are"
+                " other nodes' parts, on no shared tier verified yet"
+            )
+        return {tier0: mine}
 
     def _copier(self, work: _Work, batch: WriteBatch) -> FileCopier:
         copiers = [
@@ -202,7 +226,14 @@ class RestoreRunner:
             for src, bucket in zip(work.sources, work.buckets, strict=True)
         ]
         first = copiers[0]
-        return FallbackCopier(**{**vars(first), "fallbacks": copiers[1:], "fallback": self.fallbacks.record})
+        return FallbackCopier(
+            **{
+                **vars(first),
+                "fallbacks": copiers[1:],
+                "fallback": self.fallbacks.record,
+                "partial": work.partial,
+            }
+        )
 
     async def _copy(self, work: _Work, plan: RestorePlan) -> None:
         """Each of ``work.passes`` in turn (see ``copy_passes``)."""

@@ -13,6 +13,10 @@ For each due deletion, in order:
 4. remove the bytes, completion markers first (a POSIX tier renames the directory out of
    sight before anything), then mark the replica ``deleted``.
 
+On a node-local tier, a step written by several nodes is deleted part by part: each node
+claims, checks and removes only its own part's files (``catalog.part_deletions``); the step's
+replica there is ``deleted`` once every part's is.
+
 On a shared tier only the fleet's leader deletes: ``acts_on(tier)`` is asked before a
 deletion is claimed, and again right before its bytes go (the fence: a leader paused or cut
 off meanwhile has lost the right). A deletion skipped for this reason is not an error; one
@@ -21,6 +25,7 @@ claimed already stays claimed, and the leader finishes it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,7 +33,7 @@ from datetime import datetime
 from tierd.config import Config
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends import Backend
-from tierd.daemon.catalog import deletions
+from tierd.daemon.catalog import deletions, part_deletions
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.deletions import DeletionContext, DueDeletion, Origin
 from tierd.daemon.catalog.models import ReplicaState, utcnow
@@ -100,12 +105,23 @@ class Deleter:
         self.durable = [t.name for t in config.tiers if t.durable]
         self._tiers = {t.name: t for t in config.tiers}
 
-    def due(self, now: datetime) -> list[DueDeletion]:
-        """The deletions whose time has come on this daemon's tiers, or that had begun (blocking)."""
+    def due(
+        self, now: datetime, *, tiers: Sequence[str] | None = None, checkpoint_id: int | None = None
+    ) -> list[DueDeletion]:
+        """The deletions whose time has come on this daemon's tiers, or that had begun (blocking).
+
+        A multi-part step on a node-local tier is this node's part of it, if it holds one.
+        """
         with self.db.read_session() as session:
-            return deletions.due_deletions(
-                session, now, list(self.backends), node=self.node, node_local=self.node_local
+            due = deletions.due_deletions(
+                session,
+                now,
+                list(self.backends) if tiers is None else tiers,
+                checkpoint_id=checkpoint_id,
+                node=self.node,
+                node_local=self.node_local,
             )
+            return part_deletions.for_own_parts(session, due, self.node_local, self.config.node)
 
     async def run(self, due: Sequence[DueDeletion], now: datetime, *, veto: Veto) -> list[Outcome]:
         """Run each due deletion, unless ``veto`` refuses it (returning why) before it is claimed.
@@ -135,7 +151,7 @@ class Deleter:
         """Run one deletion (claimed first unless it has begun already)."""
         if not self.acts_on(due.tier):
             return Outcome("skipped", NOT_LEADER)
-        if not due.begun and not await blocking(self._begin, due.replica_id, now or utcnow()):
+        if not due.begun and not await blocking(self._begin, due, now or utcnow()):
             return Outcome("skipped", "undeleted or changed before it began")
         try:
             return await self._run(due)
@@ -145,12 +161,14 @@ class Deleter:
             self.metrics.deletion_failures.labels(due.tier).inc()
             return Outcome("failed", str(exc))
 
-    def _begin(self, replica_id: int, now: datetime) -> bool:
+    def _begin(self, due: DueDeletion, now: datetime) -> bool:
         with self.db.session() as session:
-            return deletions.begin_deletion(session, replica_id, now)
+            if due.part_id is not None:
+                return part_deletions.begin_part_deletion(session, due.replica_id, due.part_id, now)
+            return deletions.begin_deletion(session, due.replica_id, now)
 
     async def _run(self, due: DueDeletion) -> Outcome:
-        context = await blocking(self._context, due.checkpoint_id)
+        context = await blocking(self._context, due)
         refusal = context.protected_by or await self._recheck_elsewhere(due, context)
         if refusal:
             await blocking(self._abandon, due, refusal)
@@ -158,12 +176,14 @@ class Deleter:
             log.warning("deletion_refused", checkpoint=due.checkpoint_id, tier=due.tier, reason=refusal)
             return Outcome("refused", refusal)
         # Looked at again right before the bytes go: a pin or hold set meanwhile still wins.
-        context = await blocking(self._context, due.checkpoint_id)
+        context = await blocking(self._context, due)
         if context.protected_by:
             await blocking(self._abandon, due, context.protected_by)
             return Outcome("refused", context.protected_by)
         if not self._fence(due):
             return Outcome("skipped", NOT_LEADER)
+        if due.part_id is not None:
+            await blocking(self._start_removal, due)
         await self._remove(due, [f[0] for f in context.files])
         await blocking(self._finish, due)
         self.metrics.deletions.labels(due.tier, due.origin.value).inc()
@@ -173,6 +193,7 @@ class Deleter:
             run=due.run,
             step=due.step,
             tier=due.tier,
+            part=due.part_id,
             reason=due.reason,
         )
         return Outcome("deleted", due.reason)
@@ -186,9 +207,13 @@ class Deleter:
             log.info("leader_acts", action="delete", checkpoint=due.checkpoint_id, tier=due.tier)
         return True
 
-    def _context(self, checkpoint_id: int) -> DeletionContext:
+    def _context(self, due: DueDeletion) -> DeletionContext:
+        """What the deletion must know; for a part, only that part's files are removed and re-checked."""
         with self.db.read_session() as session:
-            return deletions.deletion_context(session, checkpoint_id)
+            context = deletions.deletion_context(session, due.checkpoint_id)
+            if due.part_id is None:
+                return context
+            return dataclasses.replace(context, files=part_deletions.part_files(session, due.part_id))
 
     async def _recheck_elsewhere(self, due: DueDeletion, context: DeletionContext) -> str | None:
         """None when a durable copy elsewhere re-checked good (or none is needed); else why not."""
@@ -226,15 +251,30 @@ class Deleter:
 
     def _abandon(self, due: DueDeletion, reason: str) -> None:
         with self.db.session() as session:
+            if due.part_id is not None:
+                part_deletions.abandon_part_deletion(
+                    session, due.replica_id, due.part_id, reason=reason, actor=ACTOR, node=self.config.node
+                )
+                return
             deletions.abandon_deletion(session, due.replica_id, reason=reason, actor=ACTOR, touched=due.begun)
 
     async def _remove(self, due: DueDeletion, relpaths: Sequence[str]) -> None:
         markers, rest = split_markers(due.format, relpaths, marker=self.config.marker_for(due.path))
         await self.backends[due.tier].remove_checkpoint(due.path, markers, rest)
 
+    def _start_removal(self, due: DueDeletion) -> None:
+        assert due.part_id is not None
+        with self.db.session() as session:
+            part_deletions.start_part_removal(session, due.part_id, due.tier)
+
     def _finish(self, due: DueDeletion) -> None:
         action = "evicted" if due.origin is Origin.EVICTION else "deleted"
         with self.db.session() as session:
+            if due.part_id is not None:
+                part_deletions.finish_part_deletion(
+                    session, due.replica_id, due.part_id, node=self.config.node, actor=ACTOR, action=action
+                )
+                return
             deletions.finish_deletion(session, due.replica_id, actor=ACTOR, action=action)
 
 

@@ -105,8 +105,8 @@ def eviction_candidates(
     for c, backing in eligible:
         if freed >= bytes_to_free:
             break
-        chosen.append(EvictionCandidate(c.id, c.facts.run, c.facts.step, c.size_bytes, backing))
-        freed += c.size_bytes
+        chosen.append(EvictionCandidate(c.id, c.facts.run, c.facts.step, c.size_on(tier), backing))
+        freed += c.size_on(tier)
     return Eviction(tuple(chosen), freed, max(0, bytes_to_free - freed))
 
 
@@ -128,7 +128,7 @@ def eviction_blockers(
         if block is None:
             continue
         _, count, size = totals.get(block.blocker, ("", 0, 0))
-        totals[block.blocker] = (_summary_reason(block), count + 1, size + c.size_bytes)
+        totals[block.blocker] = (_summary_reason(block), count + 1, size + c.size_on(tier))
     summary = [BlockedSpace(b, reason, n, size) for b, (reason, n, size) in totals.items()]
     return tuple(sorted(summary, key=lambda s: (-s.bytes, list(Blocker).index(s.blocker))))
 

@@ -213,8 +213,7 @@ class Pressure:
             )
 
     def _due(self, checkpoint_id: int, tier: str) -> list[deletions.DueDeletion]:
-        with self.db.read_session() as session:
-            return deletions.due_deletions(session, utcnow(), [tier], checkpoint_id=checkpoint_id)
+        return self.deleter.due(utcnow(), tiers=[tier], checkpoint_id=checkpoint_id)
 
     def _report(self, tier: str, room: Room, alarm_below: int | None) -> None:
         state = self.state.setdefault(tier, TierPressure())

@@ -57,11 +57,11 @@ def take_snapshot(
     """
     with db.read_session() as session:
         rows = catalog_retention.load_retention_rows(session, node=node, node_local=node_local)
-    checkpoints = tuple(_state_of(row) for row in rows)
+    checkpoints = tuple(_state_of(row, node_local) for row in rows)
     return Snapshot(checkpoints, plan_retention(checkpoints, rules, now), now)
 
 
-def _state_of(row: CheckpointRow) -> CheckpointState:
+def _state_of(row: CheckpointRow, node_local: Collection[str] = ()) -> CheckpointState:
     complete = row.state == StoredState.COMPLETE.value
     facts = CheckpointFacts(
         id=row.id,
@@ -80,6 +80,7 @@ def _state_of(row: CheckpointRow) -> CheckpointState:
         pinned=row.pinned,
         holds=tuple(row.holds),
         in_use=row.in_use,
+        local_size={} if row.local_bytes is None else dict.fromkeys(node_local, row.local_bytes),
     )
 
 

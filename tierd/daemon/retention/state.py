@@ -60,6 +60,12 @@ class CheckpointState:
     pinned: bool = False
     holds: tuple[str, ...] = ()
     in_use: bool = False
+    #: Tier -> the bytes it holds of the checkpoint when not all (a node-local tier: this node's part).
+    local_size: Mapping[str, int] = field(default_factory=dict)
+
+    def size_on(self, tier: str) -> int:
+        """The bytes the checkpoint's replica on ``tier`` takes there."""
+        return self.local_size.get(tier, self.size_bytes)
 
     @property
     def id(self) -> int:

@@ -6,6 +6,8 @@ replica is marked failed by the one way tierd has (``mark_recheck_failed``, audi
 file with the expected and actual checksum) and the pipeline is woken to copy it again
 from a good copy on another tier. A replica that left meanwhile (retention deleted it
 while it was read) is ``gone``, not rot: the mark only takes a replica still verified.
+A candidate naming a part (this node's, on its node-local tier) checks that part's files and
+records the outcome on it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from tierd.daemon.backends import Backend
 from tierd.daemon.catalog import deletions
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import utcnow
-from tierd.daemon.catalog.scrub import ScrubCandidate, mark_replica_checked
+from tierd.daemon.catalog.scrub import ScrubCandidate, mark_part_checked, mark_replica_checked
 from tierd.daemon.metrics import Metrics
 from tierd.daemon.retention.recheck import BadFile, FileRecord, Pay, Recheck, recheck_replica
 from tierd.logs import get_logger
@@ -89,7 +91,7 @@ class ReplicaChecker:
     async def _record(self, candidate: ScrubCandidate, result: Recheck, actor: str) -> CheckOutcome:
         tier, checkpoint_id = candidate.tier, candidate.checkpoint_id
         if result.ok:
-            await blocking(self._mark_checked, candidate.replica_id)
+            await blocking(self._mark_checked, candidate)
             return CheckOutcome(tier, "ok")
         if result.inconclusive:
             log.warning("scrub_inconclusive", checkpoint=checkpoint_id, tier=tier, problem=result.problem)
@@ -108,9 +110,12 @@ class ReplicaChecker:
         self.on_bad_copy()
         return CheckOutcome(tier, "missing" if result.missing else "mismatch", result.bad, result.problem)
 
-    def _mark_checked(self, replica_id: int) -> None:
+    def _mark_checked(self, candidate: ScrubCandidate) -> None:
         with self.db.session() as session:
-            mark_replica_checked(session, replica_id, self.now())
+            if candidate.part_id is not None:
+                mark_part_checked(session, candidate.part_id, candidate.tier, self.now())
+                return
+            mark_replica_checked(session, candidate.replica_id, self.now())
 
     def _mark_failed(self, candidate: ScrubCandidate, result: Recheck, actor: str) -> bool:
         with self.db.session() as session:
@@ -121,4 +126,5 @@ class ReplicaChecker:
                 error=result.problem,
                 actor=actor,
                 bad_files=[b.audit() for b in result.bad],
+                part_id=candidate.part_id,
             )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
@@ -22,6 +23,7 @@ from tierd.config import ScrubConfig
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends import Backend
 from tierd.daemon.catalog.models import ReplicaState, utcnow
+from tierd.daemon.catalog.part_deletions import part_files
 from tierd.daemon.catalog.scrub import ScrubCandidate, VerifyTarget, due_for_scrub, verify_target
 from tierd.daemon.context import Context
 from tierd.daemon.pipeline.throttle import TokenBucket
@@ -141,7 +143,9 @@ class ScrubService:
         """Re-check every verified replica of a checkpoint now, the tiers at once, uncapped.
 
         One outcome per replica in tier order (``skipped`` for one not verified, or on another
-        node's local tier); bad bytes are handled as a scrub's. Raises NotFound, CatalogError.
+        node's local tier); of a step in several parts, a node-local tier's is this node's part
+        (``detail`` says which parts are not on this node). Bad bytes are handled as a scrub's.
+        Raises NotFound, CatalogError.
         """
         target = await blocking(self._verify_target, checkpoint_id)
         outcomes: list[CheckOutcome | None] = []
@@ -150,17 +154,40 @@ class ScrubService:
             skipped = self._skip_reason(target, tier, state)
             outcomes.append(CheckOutcome(tier, "skipped", detail=skipped) if skipped else None)
             if not skipped:
-                candidate = ScrubCandidate(replica_id, checkpoint_id, tier, target.files)
+                candidate = await blocking(self._candidate, target, replica_id, tier)
                 checks.append(self.checker.check(candidate, actor=actor))
         checked = iter(await asyncio.gather(*checks))
-        return [outcome or next(checked) for outcome in outcomes]
+        return [outcome or self._of_part(target, next(checked)) for outcome in outcomes]
+
+    def _of_part(self, target: VerifyTarget, outcome: CheckOutcome) -> CheckOutcome:
+        """A node-local tier's outcome for a step in several parts says what it covered."""
+        node = self.ctx.config.node
+        if not target.parts or self.ctx.config.tier(outcome.tier).shared:
+            return outcome
+        others = ", ".join(n for n in sorted(target.parts) if n != node)
+        note = f"this node's part ({node}) checked; the parts of {others} are not on this node"
+        return dataclasses.replace(outcome, detail=f"{outcome.detail}; {note}" if outcome.detail else note)
+
+    def _candidate(self, target: VerifyTarget, replica_id: int, tier: str) -> ScrubCandidate:
+        """The whole replica, or on a node-local tier this node's part of a step in several parts."""
+        part = target.parts.get(self.ctx.config.node)
+        if part is None or self.ctx.config.tier(tier).shared:
+            return ScrubCandidate(replica_id, target.checkpoint_id, tier, target.files)
+        with self.ctx.db.read_session() as session:
+            return ScrubCandidate(replica_id, target.checkpoint_id, tier, part_files(session, part), part)
 
     def _skip_reason(self, target: VerifyTarget, tier: str, state: str) -> str:
         if tier not in self.checker.backends:
             return "not a configured tier"
         if state != ReplicaState.VERIFIED.value:
             return f"the replica is {state}: nothing to check"
-        if not self.ctx.config.tier(tier).shared and target.node not in ("", self.ctx.config.node):
+        local = not self.ctx.config.tier(tier).shared
+        if local and target.parts:
+            others = ", ".join(n for n in sorted(target.parts) if n != self.ctx.config.node)
+            if self.ctx.config.node not in target.parts:
+                return f"no part on this node: the parts of {others} are on their nodes"
+            return ""
+        if local and target.node not in ("", self.ctx.config.node):
             return f"on node {target.node}'s own tier: checked by its daemon"
         return ""
 

@@ -1,0 +1,85 @@
+"""Scrubbing and verifying a step written by several nodes on node-local tier 0 (SQLite and PostgreSQL).
+
+Each node re-checks only its own part's files there (another node's files are on that node,
+not missing), on its own schedule; a bad file fails that node's part, not the others'.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.unit.detect.fleet import step_row
+from tests.unit.retention.parts_fleet import make_fleet, node_context, part_states, step_dir
+from tierd.daemon.backends import make_backend
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import utcnow
+from tierd.daemon.catalog.scrub import scrub_progress
+from tierd.daemon.context import Context
+from tierd.daemon.scrub import ScrubService
+
+LATER = utcnow() + timedelta(days=2)
+ALL_VERIFIED = ("verified", {"n0": "verified", "n1": "verified", "n2": "verified"})
+
+
+def _scrub(ctx: Context) -> ScrubService:
+    return ScrubService(ctx, {t.name: make_backend(t) for t in ctx.config.tiers}, now=lambda: LATER)
+
+
+def _checked(db: Database, step: int) -> dict[str, bool]:
+    row = step_row(db, step)
+    assert row is not None
+    return {p.node: next(r.checked_at is not None for r in p.replicas if r.tier == "nvme") for p in row.parts}
+
+
+@pytest.fixture
+async def fleet(db: Database, tmp_path: Path) -> list[Context]:
+    return await make_fleet(db, tmp_path, "0")
+
+
+async def test_each_node_scrubs_its_own_part_on_its_own_schedule(db: Database, fleet: list[Context]) -> None:
+    n0, n1, n2 = fleet
+    assert await _scrub(n0).check_round("nvme") == 2  # its parts of steps 1 and 2
+    assert part_states(db, 1) == ALL_VERIFIED, "another node's files are elsewhere, not missing"
+    assert _checked(db, 1) == {"n0": True, "n1": False, "n2": False}
+    assert await _scrub(n0).check_round("nvme") == 0
+    with db.read_session() as session:
+        mine = scrub_progress(session, "nvme", LATER - timedelta(hours=1), node="n0")
+        theirs = scrub_progress(session, "nvme", LATER - timedelta(hours=1), node="n1")
+    assert (mine.checked, mine.total, theirs.checked, theirs.total) == (2, 2, 0, 2)
+    assert await _scrub(n1).check_round("nvme") == 2  # n0's check does not count as n1's
+    assert await _scrub(n2).check_round("nvme") == 2
+    assert _checked(db, 2) == {"n0": True, "n1": True, "n2": True}
+    assert part_states(db, 2) == ALL_VERIFIED
+
+
+async def test_a_bad_file_fails_only_its_nodes_part(db: Database, fleet: list[Context]) -> None:
+    n1 = fleet[1]
+    shard = next(step_dir(n1, 2).iterdir())
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    assert await _scrub(n1).check_round("nvme") == 2
+    assert part_states(db, 2) == ("failed", {"n0": "verified", "n1": "failed", "n2": "verified"})
+    assert part_states(db, 1) == ALL_VERIFIED
+
+
+async def test_verify_checks_this_nodes_part_and_says_where_the_others_are(
+    db: Database, fleet: list[Context], tmp_path: Path
+) -> None:
+    row = step_row(db, 2)
+    assert row is not None
+    outcomes = await _scrub(fleet[1]).verify(row.id, actor="test")
+    nvme = next(o for o in outcomes if o.tier == "nvme")
+    assert nvme.result == "ok"
+    assert nvme.detail == "this node's part (n1) checked; the parts of n0, n2 are not on this node"
+    assert {o.tier: o.result for o in outcomes if o.tier != "nvme"} == dict.fromkeys(
+        ("pfs", "object", "replica"), "ok"
+    )
+    outsider = node_context(db, tmp_path, "n3", "0")
+    (skipped, *_) = await _scrub(outsider).verify(row.id, actor="test")
+    assert (skipped.tier, skipped.result) == ("nvme", "skipped")
+    assert skipped.detail == "no part on this node: the parts of n0, n1, n2 are on their nodes"
+    assert part_states(db, 2) == ALL_VERIFIED
