@@ -17,6 +17,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import bindparam, exists, insert, select, update
 from sqlalchemy.orm import Session
@@ -46,6 +47,7 @@ __all__ = [
     "DueDeletion",
     "Origin",
     "abandon_deletion",
+    "refuse_deletion",
     "begin_deletion",
     "cancel_deletion",
     "cancel_retention_deletion",
@@ -474,9 +476,27 @@ def abandon_deletion(session: Session, replica_id: int, *, reason: str, actor: s
     replica = session.get(Replica, replica_id)
     if replica is None or replica.state != DELETING:
         return
-    if touched:
+    failed = f"deletion interrupted, then refused: {reason}" if touched else None
+    refuse_deletion(session, replica, failed=failed, reason=reason, actor=actor, detail={})
+
+
+def refuse_deletion(
+    session: Session,
+    replica: Replica,
+    *,
+    failed: str | None,
+    reason: str,
+    actor: str,
+    detail: dict[str, Any],
+) -> None:
+    """End a refused deletion of ``replica`` and audit it (``deletion_refused``, with ``detail``).
+
+    ``failed`` (bytes may be gone) makes the replica ``failed`` with that error, for the
+    scheduler to copy again; None gives it back as it was.
+    """
+    if failed is not None:
         replica.state, replica.delete_after, replica.verified_at = ReplicaState.FAILED.value, None, None
-        replica.error = f"deletion interrupted, then refused: {reason}"
+        replica.error = failed
     else:
         give_back(replica)
     append_event(
@@ -485,6 +505,6 @@ def abandon_deletion(session: Session, replica_id: int, *, reason: str, actor: s
         action="deletion_refused",
         checkpoint_id=replica.checkpoint_id,
         reason=reason,
-        detail={},
+        detail=detail,
         tier=replica.tier,
     )

@@ -18,15 +18,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.audit import append_event
-from tierd.daemon.catalog.deletions import DueDeletion, finish_deletion
+from tierd.daemon.catalog.deletions import DueDeletion, finish_deletion, refuse_deletion
 from tierd.daemon.catalog.models import File, Part, PartReplica, Replica, ReplicaState
 from tierd.daemon.catalog.parts import lock_replica, parts_gone_from
-from tierd.daemon.catalog.protection import give_back
 
 __all__ = [
     "abandon_part_deletion",
@@ -176,20 +176,9 @@ def abandon_part_deletion(
             row.state, row.error = ReplicaState.FAILED.value, f"deletion interrupted, then refused: {reason}"
         elif row.state == DELETING:
             row.state = ReplicaState.VERIFIED.value
-    if broken:
-        replica.state, replica.delete_after, replica.verified_at = ReplicaState.FAILED.value, None, None
-        replica.error = f"part deletion refused on {node}: {reason}"
-    else:
-        give_back(replica)
-    append_event(
-        session,
-        actor=actor,
-        action="deletion_refused",
-        checkpoint_id=replica.checkpoint_id,
-        reason=reason,
-        detail={"part": part_id, "node": node},
-        tier=replica.tier,
-    )
+    failed = f"part deletion refused on {node}: {reason}" if broken else None
+    detail: dict[str, Any] = {"part": part_id, "node": node}
+    refuse_deletion(session, replica, failed=failed, reason=reason, actor=actor, detail=detail)
 
 
 def part_files(session: Session, part_id: int) -> list[tuple[str, int, str]]:
