@@ -101,6 +101,24 @@ async def test_resume_keeps_the_recorded_part_size(
         await second.close()
 
 
+class UnrecordableStore(MemoryResumeStore):
+    """A resume store whose catalog write fails, as a busy or unreachable catalog's does."""
+
+    async def begin(self, relpath: str, state: UploadState) -> None:
+        raise TransientBackendError("catalog: database is locked")
+
+
+async def test_an_upload_the_catalog_could_not_record_is_aborted(
+    make: Callable[..., S3Backend], moto_server: S3Server
+) -> None:
+    backend = make(concurrency=1)
+    data = os.urandom(3 * PART)
+    with pytest.raises(TransientBackendError, match="database is locked"):
+        await backend.write("x.bin", BytesReader(data), expected_checksum=crc(data), resume=UnrecordableStore())
+    # no later attempt would know to resume it, so nothing may hold it open
+    assert open_uploads(moto_server, backend) == []
+
+
 async def test_prefix_scopes_keys_listing_and_cleanup(
     make: Callable[..., S3Backend], moto_server: S3Server
 ) -> None:

@@ -199,7 +199,12 @@ class Multipart:
         part_size = part_size_for(size, self.settings.part_size)
         state = UploadState(upload_id, self.key, part_size, size)
         if resume is not None:
-            await resume.begin(relpath, state)
+            try:
+                await resume.begin(relpath, state)
+            except BaseException:
+                # Not recorded, so no later attempt would resume it: nothing must hold it open.
+                await asyncio.shield(self._abort_quietly(self.key, upload_id))
+                raise
         return state, {}
 
     async def _reusable_parts(self, state: UploadState, size: int) -> dict[int, PartState] | None:
