@@ -35,7 +35,7 @@ from tierd.daemon.detect.layout import (
 )
 from tierd.logs import get_logger
 
-__all__ = ["DcpDetector", "dcp_problem", "looks_like_dcp"]
+__all__ = ["DcpDetector", "dcp_check", "dcp_problem", "looks_like_dcp"]
 
 log = get_logger(__name__)
 
@@ -92,10 +92,10 @@ def _metadata_files(listing: Listing) -> list[str] | str:
 
 def dcp_problem(directory: Path, files: list[FileStat]) -> str | None:
     """Why the DCP checkpoint in ``directory`` is not complete, or None when it is."""
-    return _check(directory, files)[0]
+    return dcp_check(directory, files)[0]
 
 
-def _check(directory: Path, files: list[FileStat]) -> tuple[str | None, tuple[str, ...] | None]:
+def dcp_check(directory: Path, files: list[FileStat]) -> tuple[str | None, tuple[str, ...] | None]:
     """(why not complete or None, every file the metadata names when none is cut short)."""
     listing = list_dir(directory)
     metas = _metadata_files(listing)
@@ -145,7 +145,7 @@ class DcpDetector:
         if isinstance(early, str):  # cheap: no walk while shards are still being written
             return incomplete(early)
         files = walk_files(candidate.path)
-        problem, expected = _check(candidate.path, files)
+        problem, expected = dcp_check(candidate.path, files)
         if problem is not None and expected is not None:
             return Verdict(False, problem, tuple(files), partial=True, expected=expected)
         if problem is not None:

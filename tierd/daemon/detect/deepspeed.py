@@ -13,6 +13,12 @@ Complete when: ``latest`` (``latest_universal``) names the tag, or the tag is an
 every ``.pt`` is a complete zip; and the ZeRO shards form the full 0..dp-1 range for
 every model-parallel rank (dp read from ``dp_world_size`` inside the model states).
 ``latest`` is shared by every step and so never part of a step's files.
+
+On node-local tier 0 the node holding ``latest`` (global rank 0's) holds only its own ranks'
+shards. Its files name the rest by rank: the world sizes in its model states give every
+``mp_rank_{MM}_model_states.pt`` and ``{prefix}zero_pp_rank_{D}_mp_rank_{MM}_optim_states.pt``,
+which becomes the step's expected set. Layouts with other files (pipeline layers, MoE
+experts, ZeRO-3's per-rank model states) are not named: they rely on ``nodes: N``.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from tierd.daemon.detect.layout import (
     walk_files,
 )
 
-__all__ = ["DeepSpeedDetector", "deepspeed_problem", "read_tag"]
+__all__ = ["DeepSpeedDetector", "deepspeed_expected", "deepspeed_problem", "read_tag"]
 
 LATEST = "latest"
 LATEST_UNIVERSAL = "latest_universal"
@@ -96,6 +102,30 @@ def deepspeed_problem(directory: Path, files: list[FileStat], universal: bool = 
     return None if universal else _shard_problem(directory, files)
 
 
+def deepspeed_expected(directory: Path, files: list[FileStat]) -> tuple[str, ...] | None:
+    """Every file of the step, named by rank from this node's model states; None where it cannot tell.
+
+    Only when every file here is a model-states or ZeRO optimizer file the world sizes name:
+    a file they do not name means a layout whose other files cannot be predicted.
+    """
+    names = {f.path.name for f in files}
+    if len(names) != len(files) or any(f.path.parent != directory for f in files):
+        return None  # subdirectories: not the layout named here
+    models = sorted(n for n in names if _MODEL.match(n))
+    prefixes = {n[: n.index("zero_pp_rank_")] for n in names if _ZERO.match(n)}
+    if not models or len(prefixes) > 1:
+        return None
+    dp, mp = _world_sizes(directory / models[0])
+    if dp is None or mp is None or dp < 1 or mp < 1:
+        return None
+    want = {f"mp_rank_{m:02d}_model_states.pt" for m in range(mp)}
+    for prefix in prefixes:  # this node's ranks have ZeRO shards: so do every dp rank's
+        want |= {
+            f"{prefix}zero_pp_rank_{d}_mp_rank_{m:02d}_optim_states.pt" for d in range(dp) for m in range(mp)
+        }
+    return tuple(sorted(want)) if names <= want else None
+
+
 def _step_of(tag: str) -> int | None:
     m = _GLOBAL_STEP.match(tag)
     return int(m.group(1)) if m else trailing_int(tag)
@@ -132,9 +162,12 @@ class DeepSpeedDetector:
         if tag != name and not _older(name, tag):
             return incomplete(f"{tracker.name} names {tag}, not {name}")
         files = walk_files(candidate.path)
-        problem = deepspeed_problem(candidate.path, files, universal)
+        unwritten = first_unwritten(f for f in files if f.path.suffix == ".pt")
+        if unwritten is not None:
+            return Verdict(False, unwritten, marker=True)
+        problem = None if universal else _shard_problem(candidate.path, files)
         if problem is not None:  # on a node-local tier 0, other nodes hold the other ranks' shards
-            return Verdict(False, problem, marker=True)
+            return Verdict(False, problem, marker=True, expected=deepspeed_expected(candidate.path, files))
         return Verdict(True, f"{tracker.name} names {tag}", tuple(files))
 
 

@@ -10,6 +10,12 @@ plain ``open('w')``: the iteration number, or ``release`` for ``<save>/release/`
 Complete when: the tracker holds an iteration >= N (or ``release`` for the release
 directory); every ``.pt`` is a complete zip; a ``torch_dist`` directory also passes the
 DCP check. The tracker is shared by every step and never part of a step's files.
+
+On node-local tier 0 the tracker's node (global rank 0's) holds only its own ranks'
+directories. A legacy checkpoint names the rest by rank: ``args`` in its
+``model_optim_rng.pt`` gives the tensor, pipeline and expert parallel sizes, hence every
+``mp_rank_{TT}[_{PPP}][_{EEE}]/`` with the files this node's directories hold, which becomes
+the step's expected set. (``torch_dist`` is DCP: its ``.metadata`` names every file.)
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tierd.daemon.detect.dcp import dcp_problem, looks_like_dcp
-from tierd.daemon.detect.integrity import first_unwritten
+from tierd.daemon.detect.dcp import dcp_check, looks_like_dcp
+from tierd.daemon.detect.integrity import Stub, first_unwritten, torch_pickle
 from tierd.daemon.detect.layout import (
     Candidate,
     Entry,
+    FileStat,
     Listing,
     Settings,
     Verdict,
@@ -31,11 +38,14 @@ from tierd.daemon.detect.layout import (
     walk_files,
 )
 
-__all__ = ["TRACKER", "MegatronDetector", "read_tracker"]
+__all__ = ["TRACKER", "MegatronDetector", "megatron_expected", "read_tracker"]
 
 TRACKER = "latest_checkpointed_iteration.txt"
 RELEASE = "release"
 _ITER = re.compile(r"^iter_(\d{7,})$")
+_RANK_DIR = re.compile(r"^mp_rank_\d{2}(?:_\d{3}){0,2}$")
+MODEL = "model_optim_rng.pt"
+RANK_FILES = frozenset({MODEL, "distrib_optim.pt"})
 
 
 def read_tracker(path: Path) -> int | str | None:
@@ -76,23 +86,78 @@ class MegatronDetector:
         elif isinstance(tracked, str) or candidate.step is None or tracked < candidate.step:
             return incomplete(f"{TRACKER} holds {tracked}, before {candidate.step}")
         files = walk_files(candidate.path)
-        problem = first_unwritten(f for f in files if f.path.suffix == ".pt")
-        if problem is None and looks_like_dcp(list_dir(candidate.path)):
-            problem = dcp_problem(candidate.path, files)
-        if problem is None:
-            problem = _legacy_problem(candidate.path)
+        unwritten = first_unwritten(f for f in files if f.path.suffix == ".pt")
+        if unwritten is not None:
+            return Verdict(False, unwritten, marker=True)
+        if looks_like_dcp(list_dir(candidate.path)):  # torch_dist
+            problem, expected = dcp_check(candidate.path, files)
+        else:
+            problem, expected = _legacy_check(candidate.path, files)
         if problem is not None:  # on a node-local tier 0, other nodes hold the other ranks' files
-            return Verdict(False, problem, marker=True)
+            return Verdict(False, problem, marker=True, expected=expected)
         return Verdict(True, f"{TRACKER} holds {tracked}", tuple(files))
 
 
-def _legacy_problem(directory: Path) -> str | None:
+def _legacy_check(directory: Path, files: list[FileStat]) -> tuple[str | None, tuple[str, ...] | None]:
+    """(why the legacy step is not complete or None, every file its parallel sizes name, if known)."""
     listing = list_dir(directory)
     for name, entry in listing.entries.items():
-        if (
-            entry.is_dir
-            and name.startswith("mp_rank_")
-            and not list_dir(directory / name).has_file("model_optim_rng.pt")
-        ):
-            return f"{name}/model_optim_rng.pt is missing"
-    return None
+        if entry.is_dir and name.startswith("mp_rank_") and not list_dir(directory / name).has_file(MODEL):
+            return f"{name}/{MODEL} is missing", None
+    expected = megatron_expected(directory)
+    held = {str(f.path.relative_to(directory)) for f in files}
+    absent = [name for name in expected or () if name not in held]
+    if absent:
+        return f"{absent[0]} (named by the parallel sizes) is missing", expected
+    return None, expected
+
+
+def megatron_expected(directory: Path) -> tuple[str, ...] | None:
+    """Every file of a legacy step, named by rank from this node's ``args``; None where it cannot tell.
+
+    Only when this node holds nothing but rank directories of the same files (``model_optim_rng.pt``,
+    and ``distrib_optim.pt`` with the distributed optimizer) that the parallel sizes name.
+    """
+    held: dict[str, frozenset[str]] = {}
+    for name, entry in list_dir(directory).entries.items():
+        if not entry.is_dir or not _RANK_DIR.match(name):
+            return None
+        held[name] = frozenset(list_dir(directory / name).entries)
+    kinds = set(held.values())
+    if len(kinds) != 1 or not (kind := kinds.pop()) <= RANK_FILES or MODEL not in kind:
+        return None
+    sizes = _parallel_sizes(directory / min(held) / MODEL)
+    if sizes is None:
+        return None
+    dirs = _rank_dirs(*sizes)
+    if not set(held) <= dirs:
+        return None
+    return tuple(sorted(f"{d}/{f}" for d in dirs for f in kind))
+
+
+def _parallel_sizes(model: Path) -> tuple[int, int, int] | None:
+    """(tensor, pipeline, expert) parallel sizes from the checkpoint's ``args``, where recorded."""
+    try:
+        state = torch_pickle(model)
+    except ValueError:
+        return None
+    args = state.get("args") if isinstance(state, dict) else None
+    if not isinstance(args, Stub):
+        return None
+    tp, pp = args.field("tensor_model_parallel_size"), args.field("pipeline_model_parallel_size")
+    ep = args.field("expert_model_parallel_size") or 1  # older Megatron: no expert parallelism
+    for size in (tp, pp, ep):
+        if not isinstance(size, int) or size < 1:
+            return None
+    return tp, pp, ep
+
+
+def _rank_dirs(tp: int, pp: int, ep: int) -> set[str]:
+    """Megatron's ``get_checkpoint_name`` directories: pipeline and expert ranks only when > 1."""
+    dirs = set()
+    for t in range(tp):
+        for p in range(pp):
+            for e in range(ep):
+                name = f"mp_rank_{t:02d}" + (f"_{p:03d}" if pp > 1 else "") + (f"_{e:03d}" if ep > 1 else "")
+                dirs.add(name)
+    return dirs
