@@ -16,7 +16,9 @@ coordinator's real DCP ``.metadata`` (a pickled ``Metadata`` naming all 32 shard
 - ``fleet_idle``: each daemon's CPU (utime + stime from ``/proc``) over
   ``TIERD_BENCH_FLEET_IDLE_SECONDS`` once everything is verified, and its RSS;
 - ``api_*`` (``bench.fleet_api``): the API's list and status calls on a catalog of 1,000,000
-  file rows, p50/p99 against the 50 ms goal.
+  file rows, p50/p99 against the 50 ms goal;
+- ``busy_top_statements``: the statements that took PostgreSQL the most time while steps
+  arrived (``pg_stat_statements``): where the catalog's load comes from.
 
 ``TIERD_BENCH_FLEET_NODES`` (32) and ``TIERD_BENCH_FLEET_STEPS`` (200) shrink it;
 ``TIERD_BENCH_QUICK`` runs 4 nodes and 5 steps; ``TIERD_BENCH_FLEET_PARTS`` (``scale,api``)
@@ -82,6 +84,25 @@ class Catalog:
             "FROM pg_stat_database WHERE datname = current_database()"
         )[0]
         return {"transactions": int(row[0]), "rows_read": int(row[1]), "rows_written": int(row[2])}
+
+    def reset_statements(self) -> None:
+        """Start ``pg_stat_statements`` counting afresh (the extension is loaded by ``main``)."""
+        with self.lock:
+            self.conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        self.query("SELECT pg_stat_statements_reset()")
+
+    def top_statements(self, count: int = 8) -> list[dict[str, Any]]:
+        """The statements that took the most time since the reset: calls, ms, rows, text."""
+        rows = self.query(
+            "SELECT calls, total_exec_time, rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 200) "
+            "FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+            "WHERE d.datname = current_database() ORDER BY total_exec_time DESC LIMIT %s",
+            count,
+        )
+        return [
+            {"calls": int(c), "total_ms": round(float(t)), "rows": int(r), "query": str(q)}
+            for c, t, r, q in rows
+        ]
 
     def connections(self) -> int:
         return int(
@@ -156,6 +177,7 @@ def run_steps(
     metadata = dcp_metadata([shard_bytes] * len(fleet.nodes))
     shard = os.urandom(shard_bytes)
     watcher = Watcher(catalog)
+    catalog.reset_statements()
     before, own, started = catalog.stats(), catalog.own_queries, time.monotonic()
     watcher.start()
     written: dict[int, float] = {}
@@ -178,6 +200,7 @@ def run_steps(
         "complete_steps": len(to_complete),
         "unverified_steps": sorted(set(written) - set(watcher.verified_at))[:20],
         "busy": _rates(before, after, seconds, catalog.own_queries - own),
+        "busy_top_statements": catalog.top_statements(),
         "max_connections": watcher.max_connections,
     }
 
@@ -271,7 +294,9 @@ def main() -> None:
     with postgres_server(None, durable=True) as server:
         # PostgreSQL's default of 100 connections is not enough for 32 daemons: allow plenty,
         # and report how many the fleet used.
-        PostgresSwitch.of(server).set_and_restart(max_connections=MAX_CONNECTIONS)
+        PostgresSwitch.of(server).set_and_restart(
+            max_connections=MAX_CONNECTIONS, shared_preload_libraries="pg_stat_statements"
+        )
         parts = os.environ.get("TIERD_BENCH_FLEET_PARTS", "scale,api").split(",")
         if "scale" in parts:
             _scale(server, root)

@@ -31,6 +31,10 @@ class Context:
     #: Set when new work may exist (a checkpoint recorded, a replica verified); the pipeline
     #: clears it when it wakes. Services set it with ``ctx.wake_pipeline()``.
     pipeline_wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    #: What the pipeline's next pass must schedule: the checkpoints named since its last pass,
+    #: or None for every one. Empty with ``pipeline_wakeup`` set: only claim (another node
+    #: queued jobs). Read and reset by ``take_scheduling``.
+    _to_schedule: set[int] | None = field(default=None, init=False)
     metrics: Metrics = field(init=False)
     #: Whether this daemon may delete, evict and scrub on shared tiers now (``leader``). One
     #: daemon of a fleet at a time leads (the fleet's ``Elector``); a daemon alone always does.
@@ -61,6 +65,23 @@ class Context:
         """Whether this daemon may delete, evict or scrub on ``tier`` now (its own, or it leads)."""
         return self.leader or not self.config.tier(tier).shared
 
-    def wake_pipeline(self) -> None:
-        """Tell the pipeline to look for new work now rather than at its next poll."""
+    def wake_pipeline(self, checkpoint_id: int | None = None) -> None:
+        """Tell the pipeline to look for new work now rather than at its next poll.
+
+        With ``checkpoint_id`` its next pass schedules that checkpoint's hops (and those of
+        any other named since); without, every checkpoint's.
+        """
+        if checkpoint_id is None:
+            self._to_schedule = None
+        elif self._to_schedule is not None:
+            self._to_schedule.add(checkpoint_id)
         self.pipeline_wakeup.set()
+
+    def wake_claims(self) -> None:
+        """Tell the pipeline to claim queued jobs now: another node queued some (nothing to schedule)."""
+        self.pipeline_wakeup.set()
+
+    def take_scheduling(self) -> set[int] | None:
+        """The checkpoints to schedule since the last call (None: all); resets to none."""
+        taken, self._to_schedule = self._to_schedule, set()
+        return taken

@@ -79,6 +79,16 @@ def test_pass_schedules_every_complete_checkpoint_newest_first(db: Database) -> 
     assert all(j.checkpoint_id != pinned for j in jobs(db))
 
 
+def test_a_pass_over_named_checkpoints_schedules_only_them(db: Database) -> None:
+    first = add_checkpoint(db, 1)
+    second = add_checkpoint(db, 2)
+    assert schedule_pass(db, TIERS, only={second}) == 1
+    assert [j.checkpoint_id for j in jobs(db)] == [second]
+    assert schedule_pass(db, TIERS, only=set()) == 0
+    assert schedule_pass(db, TIERS) == 1  # the poll's full pass finds the other
+    assert sorted(j.checkpoint_id for j in jobs(db)) == [first, second]
+
+
 def test_pass_follows_verified_replicas_down_the_chain(db: Database) -> None:
     cid = add_checkpoint(db, 1)
     schedule_pass(db, TIERS)

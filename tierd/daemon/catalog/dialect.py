@@ -10,6 +10,8 @@
 - The clock of leases: PostgreSQL's ``now()``, one clock for every node of a fleet, so skew
   between nodes cannot make a live lease look expired; SQLite serves one node, whose clock
   it is (its own ``CURRENT_TIMESTAMP`` has whole seconds only).
+- Telling the other daemons that jobs were queued: ``NOTIFY`` on ``JOBS_CHANNEL``, sent at
+  commit to every daemon that ``LISTEN``s (``pipeline.listen``); SQLite serves one daemon.
 
 The engine set-up (pragmas, BEGIN IMMEDIATE, a separate read engine) lives in ``db.py``.
 """
@@ -25,7 +27,18 @@ from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.models import UTCDateTime, utcnow
 
-__all__ = ["advisory_xact_lock", "insert_ignoring_duplicates", "is_postgresql", "lease_clock", "skip_locked"]
+__all__ = [
+    "JOBS_CHANNEL",
+    "advisory_xact_lock",
+    "insert_ignoring_duplicates",
+    "is_postgresql",
+    "lease_clock",
+    "notify_jobs",
+    "skip_locked",
+]
+
+#: The PostgreSQL notification channel on which a daemon that queued copy jobs tells the others.
+JOBS_CHANNEL = "tierd_jobs"
 
 T = TypeVar("T")
 
@@ -61,3 +74,9 @@ def lease_clock(session: Session) -> datetime:
         return utcnow()
     value: datetime = session.scalars(select(type_coerce(func.now(), UTCDateTime()))).one()
     return value
+
+
+def notify_jobs(session: Session) -> None:
+    """Wake every daemon listening on ``JOBS_CHANNEL`` when this transaction commits (PostgreSQL)."""
+    if is_postgresql(session):
+        session.execute(text("SELECT pg_notify(:channel, '')"), {"channel": JOBS_CHANNEL})

@@ -8,7 +8,7 @@ number of checkpoints in it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -59,18 +59,21 @@ def lock_scheduling(session: Session) -> None:
 
 
 def checkpoints_to_replicate(
-    session: Session, tiers: Sequence[str], *, include_missing: bool
+    session: Session, tiers: Sequence[str], *, include_missing: bool, only: Collection[int] | None = None
 ) -> Iterator[CheckpointReplicas]:
     """Complete checkpoints with a replica still to copy (or, if asked, missing a tier's row).
 
-    Read ``BATCH`` checkpoints at a time; consume it inside the session.
+    ``only``: of these checkpoints (None: of all). Read ``BATCH`` checkpoints at a time;
+    consume it inside the session.
     """
-    candidates = _candidates(session, tiers, include_missing)
+    candidates = _candidates(session, tiers, include_missing, only)
     for start in range(0, len(candidates), BATCH):
         yield from _batch(session, candidates[start : start + BATCH])
 
 
-def _candidates(session: Session, tiers: Sequence[str], include_missing: bool) -> list[int]:
+def _candidates(
+    session: Session, tiers: Sequence[str], include_missing: bool, only: Collection[int] | None
+) -> list[int]:
     needs_copy: ColumnElement[bool] = Checkpoint.id.in_(
         select(Replica.checkpoint_id).where(Replica.state.in_(NEEDS_COPY), Replica.tier.in_(tiers[1:]))
     )
@@ -83,6 +86,8 @@ def _candidates(session: Session, tiers: Sequence[str], include_missing: bool) -
         )
         needs_copy = needs_copy | (known < len(tiers))
     query = select(Checkpoint.id).where(Checkpoint.state == CheckpointState.COMPLETE.value, needs_copy)
+    if only is not None:
+        query = query.where(Checkpoint.id.in_(sorted(only)))
     return list(session.scalars(query.order_by(Checkpoint.id)))
 
 

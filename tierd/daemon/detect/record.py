@@ -367,7 +367,7 @@ async def record_checkpoint(
     )
     if outcome not in (Outcome.EXISTING, Outcome.PART):
         ctx.metrics.detected.labels(fmt).inc()
-        ctx.wake_pipeline()
+        ctx.wake_pipeline(checkpoint_id)
     return outcome, checkpoint_id
 
 

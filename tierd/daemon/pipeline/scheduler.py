@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.dialect import notify_jobs
 from tierd.daemon.catalog.jobs import enqueue_copy_job
 from tierd.daemon.catalog.models import ReplicaState
 from tierd.daemon.catalog.replicas import GONE, NEEDS_COPY, add_pending_replica
@@ -93,28 +94,38 @@ class _Plan:
 
 
 def schedule_pass(
-    db: Database, tiers: Sequence[str], *, fill_missing: bool = False, node_local: Collection[str] = ()
+    db: Database,
+    tiers: Sequence[str],
+    *,
+    fill_missing: bool = False,
+    node_local: Collection[str] = (),
+    only: Collection[int] | None = None,
 ) -> int:
     """Add a queued copy job for every ready hop that has none; returns how many were added.
 
     A hop out of a ``node_local`` tier of a step spanning nodes is one job per part (each
-    node copies what it holds); any other hop is one job for every file. Planning reads
-    only, so an idle pass takes no write lock. With ``fill_missing`` (at start-up: the
-    tier list only changes with the config) replica rows missing for a configured tier are
-    created as pending. Raises CatalogError when the catalog fails.
+    node copies what it holds); any other hop is one job for every file. ``only`` limits
+    the pass to those checkpoints (None: every one). Planning reads only, so an idle pass
+    takes no write lock. With ``fill_missing`` (at start-up: the tier list only changes with
+    the config) replica rows missing for a configured tier are created as pending. A pass
+    that queued jobs tells the other daemons sharing the catalog (``notify_jobs``). Raises
+    CatalogError when the catalog fails.
     """
     local = frozenset(node_local)
     with db.read_session() as session:
-        if not _plan(checkpoints_to_replicate(session, tiers, include_missing=fill_missing), tiers, local):
+        found = checkpoints_to_replicate(session, tiers, include_missing=fill_missing, only=only)
+        if not _plan(found, tiers, local):
             return 0
     with db.session() as session:
         lock_scheduling(session)
-        found = checkpoints_to_replicate(session, tiers, include_missing=fill_missing)
+        found = checkpoints_to_replicate(session, tiers, include_missing=fill_missing, only=only)
         plan = _plan(found, tiers, local)  # again, under the lock
         for checkpoint_id, tier, index in plan.missing:
             add_pending_replica(session, checkpoint_id, tier, index)
         for checkpoint_id, src, dst, priority, part_id in plan.hops:
             enqueue_copy_job(session, checkpoint_id, src, dst, priority, part_id=part_id)
+        if plan.hops:
+            notify_jobs(session)
         return len(plan.hops)
 
 

@@ -1,9 +1,11 @@
 """The pipeline service: moves checkpoints from each verified tier to the next.
 
-One loop runs scheduler passes (woken by ``ctx.pipeline_wakeup`` and every
-``poll_interval``), then claims jobs while a destination tier has room
+One loop runs scheduler passes, then claims jobs while a destination tier has room
 (``tier.concurrency`` jobs, and as many files in flight, per tier). Each claimed job
-runs as a tracked task (``runner.HopRunner``). Between scheduling and claiming, the
+runs as a tracked task (``runner.HopRunner``). A pass schedules the checkpoints named by
+``ctx.wake_pipeline`` since the last (a step recorded, a job ended), every checkpoint at
+start and each ``poll_interval``, and nothing when another node's NOTIFY woke it only to
+claim what that node queued (``listen.JobListener``). Between scheduling and claiming, the
 janitor aborts stale multipart uploads the catalog does not mean to resume. While the
 catalog fails, passes are tried again every few seconds (``CatalogOutage``: one log line
 when it goes, one when it is back) instead of every ``poll_interval``.
@@ -37,6 +39,7 @@ from tierd.daemon.context import Context
 from tierd.daemon.outage import CatalogOutage
 from tierd.daemon.pipeline import scheduler
 from tierd.daemon.pipeline.janitor import Janitor
+from tierd.daemon.pipeline.listen import JobListener
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.runner import HopRunner, Limits, Outcome
 from tierd.errors import CatalogError, TierdError
@@ -83,6 +86,7 @@ class PipelineService:
         self._stopping = False
         self._loop: asyncio.Task[None] | None = None
         self._janitor: Janitor | None = None
+        self._listener: JobListener | None = None
         self._budget = budget  # the backends' shared one, dropped while the pipeline is idle
         self.outage = CatalogOutage(self.name)
         ctx.outages[self.name] = self.outage
@@ -109,39 +113,55 @@ class PipelineService:
             older_than=self.options.stale_upload_seconds,
             interval=self.options.stale_sweep_interval,
         )
+        if not db.is_sqlite:  # other daemons share the catalog: hear when they queue jobs
+            self._listener = JobListener(db.url, self.ctx.wake_claims, self.ctx.wake_pipeline)
+            self._listener.start()
         self._loop = asyncio.create_task(self._run(), name="pipeline:loop")
         log.info("pipeline_started", owner=self.owner, tiers=self.tier_names)
 
     async def _run(self) -> None:
-        first = True
+        first, failed = True, False
         while not self._stopping:
             self.ctx.pipeline_wakeup.clear()
+            only = self.ctx.take_scheduling()
             try:
-                added = await blocking(
-                    scheduler.schedule_pass,
-                    self.ctx.db,
-                    self.tier_names,
-                    fill_missing=first,
-                    node_local=[t.name for t in self.tiers if not t.shared],
-                )
-                first = False
-                if added:
-                    log.info("hops_scheduled", jobs=added)
+                await self._schedule(None if failed else only, fill_missing=first)
+                first, failed = False, False
                 if self._janitor is not None:
                     await self._janitor.sweep_due()
                 await self._claim_all()
                 self.outage.succeeded()
             except CatalogError as exc:
+                failed = True
                 self.outage.failed(exc, "pass")
             except TierdError as exc:
+                failed = True
                 log.warning("pipeline_pass_failed", error=str(exc))
             except Exception:
+                failed = True
                 log.exception("pipeline_pass_crashed")
             wait = self.options.poll_interval
             if self.outage.down:
                 wait = min(wait, self.outage.delay())
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(self.ctx.pipeline_wakeup.wait(), wait)
+            except TimeoutError:
+                self.ctx.wake_pipeline()  # the poll: every checkpoint (retries whose backoff ended)
+
+    async def _schedule(self, only: set[int] | None, *, fill_missing: bool) -> None:
+        """A scheduler pass over ``only`` (None: every checkpoint); none when ``only`` is empty."""
+        if only is not None and not only:
+            return  # woken to claim what another node queued
+        added = await blocking(
+            scheduler.schedule_pass,
+            self.ctx.db,
+            self.tier_names,
+            fill_missing=fill_missing,
+            node_local=[t.name for t in self.tiers if not t.shared],
+            only=only,
+        )
+        if added:
+            log.info("hops_scheduled", jobs=added)
 
     async def _claim_all(self) -> None:
         """Claim jobs, highest priority first, while a destination tier has room."""
@@ -195,9 +215,9 @@ class PipelineService:
         )
         task = asyncio.create_task(runner.run(), name=f"pipeline:job:{claim.job_id}")
         self._running[claim.job_id] = _Running(runner, task)
-        task.add_done_callback(lambda t: self._finished(claim.job_id, t))
+        task.add_done_callback(lambda t: self._finished(claim.job_id, claim.checkpoint_id, t))
 
-    def _finished(self, job_id: int, task: asyncio.Task[Outcome]) -> None:
+    def _finished(self, job_id: int, checkpoint_id: int, task: asyncio.Task[Outcome]) -> None:
         entry = self._running.get(job_id)
         if entry is not None and entry.task is task:  # not a newer runner of the same job
             del self._running[job_id]
@@ -206,7 +226,7 @@ class PipelineService:
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("job_crashed", job=job_id, error=repr(exc))
         if not self._stopping:
-            self.ctx.wake_pipeline()  # room for another job; maybe a next hop to schedule
+            self.ctx.wake_pipeline(checkpoint_id)  # room for another job; maybe its next hop
 
     async def stop(self, timeout: float) -> None:
         """Claim nothing more; let the newest checkpoint's jobs finish within ``timeout``."""
@@ -220,6 +240,8 @@ class PipelineService:
                 self._loop.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._loop
+        if self._listener is not None:
+            await self._listener.stop()
         await self._drain(deadline)
         if self._given_backends is None:
             await close_backends(self.backends)

@@ -114,7 +114,9 @@ async def test_an_upload_the_catalog_could_not_record_is_aborted(
     backend = make(concurrency=1)
     data = os.urandom(3 * PART)
     with pytest.raises(TransientBackendError, match="database is locked"):
-        await backend.write("x.bin", BytesReader(data), expected_checksum=crc(data), resume=UnrecordableStore())
+        await backend.write(
+            "x.bin", BytesReader(data), expected_checksum=crc(data), resume=UnrecordableStore()
+        )
     # no later attempt would know to resume it, so nothing may hold it open
     assert open_uploads(moto_server, backend) == []
 

@@ -1,0 +1,88 @@
+"""Wake-ups across daemons: a pass that queues jobs NOTIFYs, every listener claims at once.
+
+On a real PostgreSQL: the listener is a second connection, as each daemon of a fleet has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+
+from tests.fixtures.postgres import PostgresServer
+from tests.unit.catalog.helpers import TIERS, add_checkpoint
+from tierd.config import Config
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.migrate import upgrade
+from tierd.daemon.context import Context
+from tierd.daemon.pipeline.listen import JobListener, libpq_url
+from tierd.daemon.pipeline.scheduler import schedule_pass
+
+
+@pytest.fixture
+def pg_db(postgres_server: PostgresServer) -> Iterator[Database]:
+    database = Database(postgres_server.new_database())
+    upgrade(database)
+    yield database
+    database.dispose()
+
+
+def _cut_listeners(url: str) -> int:
+    """Terminate the listening sessions, as a PostgreSQL restart or a network cut would."""
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND query LIKE 'LISTEN%%'"
+        ).fetchall()
+    return len(rows)
+
+
+async def test_a_pass_that_queues_jobs_wakes_every_listener(pg_db: Database) -> None:
+    heard = [asyncio.Event(), asyncio.Event()]
+    back = asyncio.Event()
+    listeners = [JobListener(pg_db.url, event.set, back.set) for event in heard]
+    for listener in listeners:
+        listener.start()
+    try:
+        await asyncio.wait_for(asyncio.gather(*(lis.listening.wait() for lis in listeners)), 10)
+        add_checkpoint(pg_db, 1)
+        assert await asyncio.to_thread(schedule_pass, pg_db, TIERS) == 1
+        await asyncio.wait_for(asyncio.gather(*(event.wait() for event in heard)), 5)
+
+        for event in heard:
+            event.clear()
+        assert await asyncio.to_thread(schedule_pass, pg_db, TIERS) == 0
+        await asyncio.sleep(0.3)
+        assert not any(event.is_set() for event in heard), "a pass that queued nothing woke the fleet"
+
+        assert _cut_listeners(pg_db.url) == 2
+        await asyncio.wait_for(back.wait(), 15)  # reconnected: the daemon asks for a full pass
+        await asyncio.wait_for(asyncio.gather(*(lis.listening.wait() for lis in listeners)), 15)
+        add_checkpoint(pg_db, 2)
+        assert await asyncio.to_thread(schedule_pass, pg_db, TIERS) == 1
+        await asyncio.wait_for(asyncio.gather(*(event.wait() for event in heard)), 5)
+    finally:
+        for listener in listeners:
+            await listener.stop()
+
+
+async def test_wake_ups_name_what_to_schedule(
+    make_config: Callable[..., Config], sqlite_db: Database
+) -> None:
+    ctx = Context(config=make_config(), db=sqlite_db)
+    assert ctx.take_scheduling() is None  # start-up: every checkpoint
+    assert ctx.take_scheduling() == set()
+    ctx.wake_pipeline(3)
+    ctx.wake_pipeline(5)
+    assert ctx.pipeline_wakeup.is_set()
+    assert ctx.take_scheduling() == {3, 5}
+    ctx.pipeline_wakeup.clear()
+    ctx.wake_claims()  # another node queued jobs: claim, schedule nothing
+    assert ctx.pipeline_wakeup.is_set()
+    assert ctx.take_scheduling() == set()
+    ctx.wake_pipeline(3)
+    ctx.wake_pipeline()  # everything wins over a few
+    ctx.wake_pipeline(4)
+    assert ctx.take_scheduling() is None
