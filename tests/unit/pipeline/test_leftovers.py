@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Collection, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +38,11 @@ def config_for(tmp_path: Path, db: Database, dst: dict[str, Any]) -> Config:
 Events = list[MutableMapping[str, Any]]
 
 
-async def run_until(config: Config, db: Database, until: Callable[[], bool]) -> Events:
+async def run_until(
+    config: Config, db: Database, until: Callable[[], bool], backends: dict[str, Backend] | None = None
+) -> Events:
     """Run the pipeline until ``until()``; returns the log events."""
-    backends: dict[str, Backend] = {t.name: make_backend(t) for t in config.tiers}
+    backends = backends or {t.name: make_backend(t) for t in config.tiers}
     service = PipelineService(Context(config=config, db=db), NO_SWEEP, backends=backends)
     with capture_logs() as logs:
         await service.start()
@@ -96,3 +98,32 @@ async def test_s3_hop_aborts_unrecorded_uploads_and_resumes_the_recorded_one(
     [removed] = [e for e in logs if e["event"] == "leftovers_removed"]
     assert (removed["count"], removed["kept_uploads"]) == (2, 1)
     assert [e["upload_id"] for e in logs if e["event"] == "upload_resume_loaded"] == [recorded]
+
+
+async def test_s3_hop_aborts_an_upload_opened_after_its_start_once_every_file_is_in(
+    tmp_path: Path, sqlite_db: Database, moto_server: S3Server
+) -> None:
+    s3 = moto_server.new_tier("s3")
+    config = config_for(tmp_path, sqlite_db, tier_dict(s3))
+    write_files(tmp_path / "nvme" / "r" / "s1", {"a": 1000, "big": 12 * MiB})
+    cid = record_checkpoint(sqlite_db, config, "r", 1, "r/s1")
+    client = moto_server.client()
+    backends: dict[str, Backend] = {t.name: make_backend(t) for t in config.tiers}
+    store = backends["s3"]
+    looked = store.remove_leftovers
+    late: list[str] = []
+
+    async def then_a_late_upload(relpaths: Sequence[str], *, keep: Collection[str] = ()) -> int:
+        removed = await looked(relpaths, keep=keep)
+        if not late:  # the start's clean-up has looked: a killed run's request lands only now
+            late.append(client.create_multipart_upload(Bucket=s3.bucket, Key="r/s1/big")["UploadId"])
+        return removed
+
+    store.remove_leftovers = then_a_late_upload  # type: ignore[method-assign]
+    logs = await run_until(
+        config, sqlite_db, lambda: replicas(sqlite_db, cid)["s3"].state == "verified", backends
+    )
+    assert late, "the hop did not clean up before it copied"
+    assert client.list_multipart_uploads(Bucket=s3.bucket).get("Uploads", []) == []
+    [after] = [e for e in logs if e["event"] == "leftovers_removed" and e["when"] == "after"]
+    assert after["count"] == 1

@@ -210,9 +210,16 @@ class HopRunner:
             progress=lambda spec: self.progress.counter(spec.relpath, spec.size),
             done=lambda spec, _info: self.progress.finish(spec),
         )
+        if dst.features.multipart:
+            # Every file is in place: no upload of this hop is left to resume. One the store
+            # opened for a killed run after that run's clean-up looked, or that a failed
+            # clean-up missed, would otherwise stay open (and billed) until the periodic sweep.
+            await self._remove_leftovers(dst, plan, finished=True)
 
-    async def _remove_leftovers(self, dst: Backend, plan: HopPlan) -> None:
+    async def _remove_leftovers(self, dst: Backend, plan: HopPlan, *, finished: bool = False) -> None:
         """Remove what killed attempts of this hop left in ``dst``, before copying; never raises.
+
+        ``finished``: after copying, every file in place; nothing the catalog recorded is kept.
 
         Every start looks, not only a resumed one: a kill before the first progress save
         leaves the catalog no sign that an attempt ran. It costs a directory listing per
@@ -224,13 +231,23 @@ class HopRunner:
         """
         relpaths = [spec.relpath for spec in plan.files]
         try:
-            keep = await blocking(hop_upload_ids, self.db, self.claim.checkpoint_id, self.claim.dst_tier)
+            keep = (
+                set()
+                if finished
+                else await blocking(hop_upload_ids, self.db, self.claim.checkpoint_id, self.claim.dst_tier)
+            )
             removed = await dst.remove_leftovers(relpaths, keep=keep)
         except TierdError as exc:  # the periodic sweep gets them later
             log.warning("leftovers_not_removed", hop=self.description, error=str(exc))
             return
         if removed:
-            log.info("leftovers_removed", hop=self.description, count=removed, kept_uploads=len(keep))
+            log.info(
+                "leftovers_removed",
+                hop=self.description,
+                count=removed,
+                kept_uploads=len(keep),
+                when="after" if finished else "before",
+            )
 
     async def _heartbeat(self, main: asyncio.Task[object]) -> None:
         """Write progress every ``progress_interval``; renew the lease every ``renew_interval``.
