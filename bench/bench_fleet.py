@@ -17,6 +17,8 @@ coordinator's real DCP ``.metadata`` (a pickled ``Metadata`` naming all 32 shard
   ``TIERD_BENCH_FLEET_IDLE_SECONDS`` once everything is verified, and its RSS;
 - ``api_*`` (``bench.fleet_api``): the API's list and status calls on a catalog of 1,000,000
   file rows, p50/p99 against the 50 ms goal;
+- ``busy_daemon_cpu_*``: the daemons' CPU (all of them) while steps arrive, per step and
+  in cores;
 - ``busy_top_statements``: the statements that took PostgreSQL the most time while steps
   arrived (``pg_stat_statements``): where the catalog's load comes from.
 
@@ -178,6 +180,8 @@ def run_steps(
     shard = os.urandom(shard_bytes)
     watcher = Watcher(catalog)
     catalog.reset_statements()
+    pids = [n.pid for n in fleet.nodes]
+    cpu_before = sum(sum(daemon_cpu(pid)) for pid in pids)
     before, own, started = catalog.stats(), catalog.own_queries, time.monotonic()
     watcher.start()
     written: dict[int, float] = {}
@@ -191,6 +195,7 @@ def run_steps(
     watcher.join()
     seconds = time.monotonic() - started
     after = catalog.stats()
+    cpu = sum(sum(daemon_cpu(pid)) for pid in pids) - cpu_before
     latencies = [watcher.verified_at[s] - written[s] for s in written if s in watcher.verified_at]
     to_complete = [watcher.complete_at[s] - written[s] for s in written if s in watcher.complete_at]
     return {
@@ -201,6 +206,8 @@ def run_steps(
         "unverified_steps": sorted(set(written) - set(watcher.verified_at))[:20],
         "busy": _rates(before, after, seconds, catalog.own_queries - own),
         "busy_top_statements": catalog.top_statements(),
+        "busy_daemon_cpu_seconds_per_step": round(cpu / steps, 3),
+        "busy_daemon_cpu_share_of_cores": round(cpu / seconds, 2),
         "max_connections": watcher.max_connections,
     }
 

@@ -17,12 +17,14 @@ from sqlalchemy import select
 
 from tests.unit.detect.fleet import dcp_across, node_context, reconcile, step_row
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import AuditEvent, Job
+from tierd.daemon.catalog.models import AuditEvent, Checkpoint, Job, Part, Replica
+from tierd.daemon.catalog.parts import mark_part_verified, part_replica
 from tierd.daemon.catalog.retention import load_retention_rows
 from tierd.daemon.catalog.runs import latest_checkpoint, run_summaries
 from tierd.daemon.context import Context
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.retry import Backoff
+from tierd.daemon.pipeline.scheduler import schedule_pass
 from tierd.daemon.pipeline.service import PipelineService
 from tierd.errors import NotFound
 
@@ -134,3 +136,31 @@ async def test_a_step_missing_a_part_on_a_shared_tier_is_not_durable_there(
     )
     with db.read_session() as session:
         assert latest_checkpoint(session, "demo", tiers={"pfs"}) == step_row(db, 7).id  # type: ignore[union-attr]
+
+
+async def test_a_step_whose_last_part_daemon_died_before_settling_is_verified_by_a_pass(
+    db: Database, three: tuple[list[Context], list[str]]
+) -> None:
+    """Every part verified on pfs, the step's replica still ``copying``: the last part's daemon
+    died between recording its part and looking at the step. The next scheduler pass settles it.
+    """
+    with db.session() as session:
+        row = session.scalars(select(Checkpoint).where(Checkpoint.step == 7)).one()
+        for part in session.scalars(select(Part).where(Part.checkpoint_id == row.id)):
+            mark_part_verified(part_replica(session, part.id, "pfs"), part.total_bytes)  # type: ignore[arg-type]
+        replica = session.scalars(
+            select(Replica).where(Replica.checkpoint_id == row.id, Replica.tier == "pfs")
+        ).one()
+        replica.state = "copying"
+        cid = row.id
+    tiers = [t.name for t in three[0][0].config.tiers]
+    assert schedule_pass(db, tiers, node_local=["nvme"]) == 0
+    assert _tier_states(db, 7)[0]["pfs"] == "copying", "settled without knowing where the replica is"
+    schedule_pass(db, tiers, node_local=["nvme"], locate=lambda tier, path: f"/{tier}/{path}")
+    with db.read_session() as session:
+        replica = session.scalars(
+            select(Replica).where(Replica.checkpoint_id == cid, Replica.tier == "pfs")
+        ).one()
+        events = session.scalars(select(AuditEvent).where(AuditEvent.action == "replica_verified")).all()
+    assert (replica.state, replica.location) == ("verified", "/pfs/demo/step_7")
+    assert [(e.checkpoint_id, e.tier) for e in events] == [(cid, "pfs")]

@@ -30,7 +30,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from tierd.daemon import checksum
+from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.checkpoints import FileFields
+from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import (
     Checkpoint,
     CheckpointState,
@@ -41,7 +43,7 @@ from tierd.daemon.catalog.models import (
     ReplicaState,
     utcnow,
 )
-from tierd.daemon.catalog.replicas import add_first_replicas
+from tierd.daemon.catalog.replicas import GONE, add_first_replicas
 
 __all__ = [
     "MISSING_LIMIT",
@@ -52,8 +54,10 @@ __all__ = [
     "files_of_part",
     "find_part",
     "set_part_copies",
+    "settle_parts",
     "lock_checkpoint",
     "lock_replica",
+    "share_replica",
     "mark_part_copying",
     "mark_part_failed",
     "mark_part_verified",
@@ -110,6 +114,19 @@ def lock_checkpoint(session: Session, checkpoint_id: int) -> Checkpoint | None:
         select(Checkpoint)
         .where(Checkpoint.id == checkpoint_id)
         .with_for_update()
+        .execution_options(populate_existing=True)
+    ).one_or_none()
+
+
+def share_replica(session: Session, checkpoint_id: int, tier: str) -> Replica | None:
+    """The checkpoint's replica on ``tier``, share-locked until the transaction ends.
+
+    Holders of a share lock do not wait for each other; a change to the row waits for them.
+    """
+    return session.scalars(
+        select(Replica)
+        .where(Replica.checkpoint_id == checkpoint_id, Replica.tier == tier)
+        .with_for_update(read=True)
         .execution_options(populate_existing=True)
     ).one_or_none()
 
@@ -387,3 +404,32 @@ def settle_replica(session: Session, replica: Replica, location: str) -> bool:
     replica.state, replica.error, replica.verified_at = ReplicaState.VERIFIED.value, None, utcnow()
     replica.location, replica.bytes_done = location, row.total_bytes
     return True
+
+
+def settle_parts(db: Database, checkpoint_id: int, tier: str, location: str, *, actor: str) -> bool:
+    """Verify the step's replica on ``tier`` once every part is verified there; whether it did.
+
+    Called after a part's own transaction committed: whichever part commits last sees every
+    other part verified, so the step is never left unverified, and only then is the replica
+    locked. The scheduler calls it too, for a step whose last part's daemon died in between.
+    Raises CatalogError.
+    """
+    with db.read_session() as session:
+        if not parts_verified_on(session, checkpoint_id, tier):
+            return False
+    with db.session() as session:
+        replica = lock_replica(session, checkpoint_id, tier)
+        if replica is None or replica.state in GONE or replica.state == ReplicaState.VERIFIED.value:
+            return False
+        if not settle_replica(session, replica, location):
+            return False
+        append_event(
+            session,
+            actor=actor,
+            action="replica_verified",
+            checkpoint_id=checkpoint_id,
+            tier=tier,
+            reason="every part verified on the tier",
+            detail={},
+        )
+        return True

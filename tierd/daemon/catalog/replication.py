@@ -27,7 +27,7 @@ __all__ = [
     "CheckpointReplicas",
     "checkpoints_to_replicate",
     "lock_scheduling",
-    "newest_file_part",
+    "newest_file_parts",
 ]
 
 #: Serialises scheduler passes of daemons on different nodes sharing one PostgreSQL catalog.
@@ -105,6 +105,7 @@ def _batch(session: Session, ids: Sequence[int]) -> Iterator[CheckpointReplicas]
     for checkpoint_id, dst, part_id in open_part_hops(session, ids):
         part_covered.setdefault(checkpoint_id, set()).add((dst, part_id))
     parts = _part_states(session, ids)
+    markers = newest_file_parts(session, [cid for cid, mine in parts.items() if len(mine) > 1])
     for checkpoint_id, created_at in created:
         mine = parts.get(checkpoint_id, {})
         yield CheckpointReplicas(
@@ -114,7 +115,7 @@ def _batch(session: Session, ids: Sequence[int]) -> Iterator[CheckpointReplicas]
             frozenset(covered.get(checkpoint_id, ())),
             mine,
             frozenset(part_covered.get(checkpoint_id, ())),
-            newest_file_part(session, checkpoint_id) if len(mine) > 1 else None,
+            markers.get(checkpoint_id),
         )
 
 
@@ -135,11 +136,22 @@ def _part_states(session: Session, ids: Sequence[int]) -> dict[int, dict[int, di
     return found
 
 
-def newest_file_part(session: Session, checkpoint_id: int) -> int | None:
-    """The part holding the checkpoint's most recently written file."""
-    return session.scalar(
-        select(File.part_id)
-        .where(File.checkpoint_id == checkpoint_id)
-        .order_by(File.mtime_ns.desc(), File.relpath.desc())
-        .limit(1)
+def newest_file_parts(session: Session, ids: Sequence[int]) -> dict[int, int | None]:
+    """The part holding each checkpoint's most recently written file, for the checkpoints ``ids``.
+
+    One query for them all (a window over each checkpoint's files).
+    """
+    if not ids:
+        return {}
+    order = (File.mtime_ns.desc(), File.relpath.desc())
+    ranked = (
+        select(
+            File.checkpoint_id,
+            File.part_id,
+            func.row_number().over(partition_by=File.checkpoint_id, order_by=order).label("rank"),
+        )
+        .where(File.checkpoint_id.in_(ids))
+        .subquery()
     )
+    rows = session.execute(select(ranked.c.checkpoint_id, ranked.c.part_id).where(ranked.c.rank == 1))
+    return {checkpoint_id: part_id for checkpoint_id, part_id in rows}

@@ -30,14 +30,14 @@ from tierd.daemon.catalog.jobs import (
 from tierd.daemon.catalog.models import Job, JobState, Replica, ReplicaState
 from tierd.daemon.catalog.parts import (
     files_of_part,
-    lock_replica,
     mark_part_copying,
     mark_part_failed,
     mark_part_verified,
     part_replica,
     record_part_bytes,
     set_part_copies,
-    settle_replica,
+    settle_parts,
+    share_replica,
 )
 from tierd.daemon.catalog.progress import files_done, record_bytes_done, record_files_done
 from tierd.daemon.catalog.replicas import (
@@ -50,6 +50,8 @@ from tierd.daemon.catalog.replicas import (
 )
 from tierd.daemon.catalog.uploads import forget_part_uploads, forget_uploads
 from tierd.daemon.pipeline.scheduler import choose_source
+from tierd.errors import CatalogError
+from tierd.logs import get_logger
 
 __all__ = [
     "ACTOR",
@@ -63,6 +65,8 @@ __all__ = [
 ]
 
 ACTOR = "pipeline"
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -203,45 +207,38 @@ def mark_verified(db: Database, plan: HopPlan, owner: str, location: str, second
 def _part_verified(db: Database, plan: HopPlan, owner: str, location: str, seconds: float) -> bool:
     """A part matched on its destination; the step's replica there is verified once every part is.
 
-    The step's replica is locked first, so the last two parts to finish (on two nodes) cannot
-    both miss that, together, they are every part.
+    The part is recorded with the step's replica share-locked: parts finishing on many nodes
+    at once do not wait for each other, and a deletion of the replica waits for them (or they
+    see it). Then ``settle_parts`` looks whether every part is verified.
     """
     claim = plan.claim
     assert claim.part_id is not None
+    cid, tier = claim.checkpoint_id, claim.dst_tier
     with db.session() as session:
         job = owned_job(session, claim.job_id, owner)
-        replica = lock_replica(session, claim.checkpoint_id, claim.dst_tier)
-        row = part_replica(session, claim.part_id, claim.dst_tier)
+        replica = share_replica(session, cid, tier)
+        row = part_replica(session, claim.part_id, tier)
         if job is None or replica is None or row is None or replica.state in GONE:
             return False
         mark_part_verified(row, plan.total_bytes)
         end_job_run(session, job, JobState.DONE, None)
-        forget_part_uploads(session, claim.checkpoint_id, claim.dst_tier, [f.relpath for f in plan.files])
+        forget_part_uploads(session, cid, tier, [f.relpath for f in plan.files])
         detail = {"source": plan.src_tier, "files": len(plan.files), "bytes": plan.total_bytes}
         detail |= {"part": claim.part_id, "seconds": round(seconds, 3)}
-        cid, tier = claim.checkpoint_id, claim.dst_tier
-        why = "every checksum matched"
         append_event(
             session,
             actor=ACTOR,
             action="part_verified",
             checkpoint_id=cid,
             tier=tier,
-            reason=why,
+            reason="every checksum matched",
             detail=detail,
         )
-        if settle_replica(session, replica, location):
-            why = "every part verified on the tier"
-            append_event(
-                session,
-                actor=ACTOR,
-                action="replica_verified",
-                checkpoint_id=cid,
-                tier=tier,
-                reason=why,
-                detail={},
-            )
-        return True
+    try:
+        settle_parts(db, cid, tier, location, actor=ACTOR)
+    except CatalogError as exc:  # the part is recorded; the scheduler's next pass settles the step
+        log.warning("replica_not_settled", checkpoint=cid, tier=tier, error=str(exc))
+    return True
 
 
 def mark_failed(

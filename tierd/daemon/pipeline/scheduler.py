@@ -16,16 +16,20 @@ Rules, for tiers 0..n-1 in config order:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+
+from sqlalchemy import select
 
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.dialect import notify_jobs
 from tierd.daemon.catalog.jobs import enqueue_copy_job
-from tierd.daemon.catalog.models import ReplicaState
+from tierd.daemon.catalog.models import Checkpoint, ReplicaState
+from tierd.daemon.catalog.parts import settle_parts
 from tierd.daemon.catalog.replicas import GONE, NEEDS_COPY, add_pending_replica
 from tierd.daemon.catalog.replication import CheckpointReplicas, checkpoints_to_replicate, lock_scheduling
+from tierd.logs import get_logger
 
 __all__ = [
     "GONE",
@@ -37,6 +41,11 @@ __all__ = [
     "priority_of",
     "schedule_pass",
 ]
+
+#: The audit actor of what a scheduler pass records.
+ACTOR = "pipeline"
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -88,9 +97,11 @@ class _Plan:
 
     hops: list[tuple[int, str, str, int, int | None]] = field(default_factory=list)
     missing: list[tuple[int, str, int]] = field(default_factory=list)
+    #: (checkpoint, tier) whose parts are all verified there, the step's replica not yet.
+    settle: list[tuple[int, str]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.hops or self.missing)
+        return bool(self.hops or self.missing or self.settle)
 
 
 def schedule_pass(
@@ -100,6 +111,7 @@ def schedule_pass(
     fill_missing: bool = False,
     node_local: Collection[str] = (),
     only: Collection[int] | None = None,
+    locate: Callable[[str, str], str] | None = None,
 ) -> int:
     """Add a queued copy job for every ready hop that has none; returns how many were added.
 
@@ -108,8 +120,10 @@ def schedule_pass(
     the pass to those checkpoints (None: every one). Planning reads only, so an idle pass
     takes no write lock. With ``fill_missing`` (at start-up: the tier list only changes with
     the config) replica rows missing for a configured tier are created as pending. A pass
-    that queued jobs tells the other daemons sharing the catalog (``notify_jobs``). Raises
-    CatalogError when the catalog fails.
+    that queued jobs tells the other daemons sharing the catalog (``notify_jobs``). With
+    ``locate`` (tier, path -> location), a step whose parts are all verified on a tier though
+    its replica there is not (the last part's daemon died before it looked) is verified.
+    Raises CatalogError when the catalog fails.
     """
     local = frozenset(node_local)
     with db.read_session() as session:
@@ -126,7 +140,17 @@ def schedule_pass(
             enqueue_copy_job(session, checkpoint_id, src, dst, priority, part_id=part_id)
         if plan.hops:
             notify_jobs(session)
-        return len(plan.hops)
+    if locate is not None:
+        _settle(db, plan.settle, locate)
+    return len(plan.hops)
+
+
+def _settle(db: Database, steps: Sequence[tuple[int, str]], locate: Callable[[str, str], str]) -> None:
+    for checkpoint_id, tier in steps:
+        with db.read_session() as session:
+            path = session.scalar(select(Checkpoint.path).where(Checkpoint.id == checkpoint_id))
+        if path is not None and settle_parts(db, checkpoint_id, tier, locate(tier, path), actor=ACTOR):
+            log.warning("replica_settled_late", checkpoint=checkpoint_id, tier=tier)
 
 
 def _plan(checkpoints: Iterable[CheckpointReplicas], tiers: Sequence[str], local: frozenset[str]) -> _Plan:
@@ -142,6 +166,8 @@ def _plan(checkpoints: Iterable[CheckpointReplicas], tiers: Sequence[str], local
                 continue
             if src in local and len(ckpt.parts) > 1:  # one part: its node copies it whole, as ever
                 plan.hops += [(ckpt.checkpoint_id, src, dst, priority, p) for p in part_hops(ckpt, src, dst)]
+                if all(states.get(dst) == ReplicaState.VERIFIED.value for states in ckpt.parts.values()):
+                    plan.settle.append((ckpt.checkpoint_id, dst))
             else:
                 plan.hops.append((ckpt.checkpoint_id, src, dst, priority, None))
     return plan

@@ -3,9 +3,10 @@
 One loop runs scheduler passes, then claims jobs while a destination tier has room
 (``tier.concurrency`` jobs, and as many files in flight, per tier). Each claimed job
 runs as a tracked task (``runner.HopRunner``). A pass schedules the checkpoints named by
-``ctx.wake_pipeline`` since the last (a step recorded, a job ended), every checkpoint at
-start and each ``poll_interval``, and nothing when another node's NOTIFY woke it only to
-claim what that node queued (``listen.JobListener``). Between scheduling and claiming, the
+``ctx.wake_pipeline`` since the last (a step recorded, a job ended); every checkpoint at
+start and each ``poll_interval`` (in a fleet: the leader; the others every
+``BACKSTOP_POLLS`` polls); and nothing when another node's NOTIFY woke it only to claim
+what that node queued (``listen.JobListener``). Between scheduling and claiming, the
 janitor aborts stale multipart uploads the catalog does not mean to resume. While the
 catalog fails, passes are tried again every few seconds (``CatalogOutage``: one log line
 when it goes, one when it is back) instead of every ``poll_interval``.
@@ -53,6 +54,8 @@ log = get_logger(__name__)
 LOOP_EXIT_SECONDS = 5.0
 #: How long cancelled jobs get to record their release, even when the drain bound is spent.
 RELEASE_GRACE_SECONDS = 1.0
+#: A daemon that does not lead schedules every checkpoint itself once in this many polls.
+BACKSTOP_POLLS = 6
 
 
 @dataclass
@@ -87,6 +90,7 @@ class PipelineService:
         self._loop: asyncio.Task[None] | None = None
         self._janitor: Janitor | None = None
         self._listener: JobListener | None = None
+        self._polls = 0
         self._budget = budget  # the backends' shared one, dropped while the pipeline is idle
         self.outage = CatalogOutage(self.name)
         ctx.outages[self.name] = self.outage
@@ -146,7 +150,19 @@ class PipelineService:
             try:
                 await asyncio.wait_for(self.ctx.pipeline_wakeup.wait(), wait)
             except TimeoutError:
-                self.ctx.wake_pipeline()  # the poll: every checkpoint (retries whose backoff ended)
+                self._poll()
+
+    def _poll(self) -> None:
+        """The poll's pass: every checkpoint, by the leader (one pass queues jobs for the fleet).
+
+        Another daemon of a fleet only claims, and looks at every checkpoint itself every
+        ``BACKSTOP_POLLS`` polls, in case the leader is stuck. A daemon alone always leads.
+        """
+        self._polls += 1
+        if self.ctx.leader or self._polls % BACKSTOP_POLLS == 0:
+            self.ctx.wake_pipeline()
+        else:
+            self.ctx.wake_claims()
 
     async def _schedule(self, only: set[int] | None, *, fill_missing: bool) -> None:
         """A scheduler pass over ``only`` (None: every checkpoint); none when ``only`` is empty."""
@@ -159,6 +175,7 @@ class PipelineService:
             fill_missing=fill_missing,
             node_local=[t.name for t in self.tiers if not t.shared],
             only=only,
+            locate=lambda tier, path: self.backends[tier].location(path),
         )
         if added:
             log.info("hops_scheduled", jobs=added)
