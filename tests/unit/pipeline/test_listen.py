@@ -15,6 +15,7 @@ from tests.fixtures.postgres import PostgresServer
 from tests.unit.catalog.helpers import TIERS, add_checkpoint
 from tierd.config import Config
 from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.dialect import notify_jobs
 from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.context import Context
 from tierd.daemon.pipeline.listen import JobListener, libpq_url
@@ -39,10 +40,10 @@ def _cut_listeners(url: str) -> int:
     return len(rows)
 
 
-async def test_a_pass_that_queues_jobs_wakes_every_listener(pg_db: Database) -> None:
+async def test_a_pass_that_queues_jobs_wakes_every_daemon_that_may_claim_them(pg_db: Database) -> None:
     heard = [asyncio.Event(), asyncio.Event()]
     back = asyncio.Event()
-    listeners = [JobListener(pg_db.url, event.set, back.set) for event in heard]
+    listeners = [JobListener(pg_db.url, f"n{i}", event.set, back.set) for i, event in enumerate(heard)]
     for listener in listeners:
         listener.start()
     try:
@@ -86,3 +87,23 @@ async def test_wake_ups_name_what_to_schedule(
     ctx.wake_pipeline()  # everything wins over a few
     ctx.wake_pipeline(4)
     assert ctx.take_scheduling() is None
+
+
+async def test_part_jobs_wake_only_their_own_nodes(pg_db: Database) -> None:
+    heard = {node: asyncio.Event() for node in ("n0", "n1", "n2")}
+    listeners = [JobListener(pg_db.url, node, event.set, lambda: None) for node, event in heard.items()]
+    for listener in listeners:
+        listener.start()
+    try:
+        await asyncio.wait_for(asyncio.gather(*(lis.listening.wait() for lis in listeners)), 10)
+        with pg_db.session() as session:
+            notify_jobs(session, {"n0", "n2"})  # jobs copying n0's and n2's parts
+        await asyncio.wait_for(asyncio.gather(heard["n0"].wait(), heard["n2"].wait()), 5)
+        await asyncio.sleep(0.2)
+        assert not heard["n1"].is_set(), "a node was woken for jobs only other nodes can claim"
+        with pg_db.session() as session:
+            notify_jobs(session, {f"node-{i:05d}" for i in range(2000)})  # too long for a payload
+        await asyncio.wait_for(heard["n1"].wait(), 5)  # so: everyone
+    finally:
+        for listener in listeners:
+            await listener.stop()

@@ -18,6 +18,7 @@ The engine set-up (pragmas, BEGIN IMMEDIATE, a separate read engine) lives in ``
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -33,6 +34,7 @@ __all__ = [
     "insert_ignoring_duplicates",
     "is_postgresql",
     "lease_clock",
+    "notified_nodes",
     "notify_jobs",
     "skip_locked",
 ]
@@ -76,7 +78,26 @@ def lease_clock(session: Session) -> datetime:
     return value
 
 
-def notify_jobs(session: Session) -> None:
-    """Wake every daemon listening on ``JOBS_CHANNEL`` when this transaction commits (PostgreSQL)."""
-    if is_postgresql(session):
-        session.execute(text("SELECT pg_notify(:channel, '')"), {"channel": JOBS_CHANNEL})
+#: Longest payload a notification carries (PostgreSQL's limit is 8000 bytes).
+PAYLOAD_LIMIT = 7000
+
+
+def notify_jobs(session: Session, nodes: Collection[str] | None = None) -> None:
+    """Wake the daemons listening on ``JOBS_CHANNEL`` when this transaction commits (PostgreSQL).
+
+    ``nodes``: only those may claim the jobs (each copies its own part); None, or a list
+    too long for a payload: every daemon. The payload is the names, comma-separated.
+    """
+    if not is_postgresql(session):
+        return
+    payload = ",".join(sorted(nodes)) if nodes is not None else ""
+    if len(payload.encode()) > PAYLOAD_LIMIT:
+        payload = ""
+    session.execute(
+        text("SELECT pg_notify(:channel, :payload)"), {"channel": JOBS_CHANNEL, "payload": payload}
+    )
+
+
+def notified_nodes(payload: str) -> frozenset[str] | None:
+    """The nodes a ``notify_jobs`` payload names; None when it is for every daemon."""
+    return frozenset(payload.split(",")) if payload else None

@@ -19,7 +19,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from sqlalchemy.engine import make_url
 
-from tierd.daemon.catalog.dialect import JOBS_CHANNEL
+from tierd.daemon.catalog.dialect import JOBS_CHANNEL, notified_nodes
 from tierd.daemon.pipeline.retry import Backoff
 from tierd.logs import get_logger
 
@@ -39,10 +39,17 @@ def libpq_url(url: str) -> str:
 
 
 class JobListener:
-    """Calls ``on_jobs`` at each notification; ``on_reconnect`` once a lost connection is back."""
+    """Calls ``on_jobs`` at each notification ``node`` may act on; ``on_reconnect`` after a loss.
 
-    def __init__(self, url: str, on_jobs: Callable[[], None], on_reconnect: Callable[[], None]) -> None:
+    A notification naming other nodes only (their parts' jobs) is ignored: this daemon could
+    not claim them.
+    """
+
+    def __init__(
+        self, url: str, node: str, on_jobs: Callable[[], None], on_reconnect: Callable[[], None]
+    ) -> None:
         self.conninfo = make_conninfo(libpq_url(url), **CONNECT_OPTIONS)
+        self.node = node
         self.on_jobs, self.on_reconnect = on_jobs, on_reconnect
         self.listening = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -81,5 +88,7 @@ class JobListener:
             if reconnected:
                 log.info("jobs_listener_reconnected")
                 self.on_reconnect()
-            async for _ in conn.notifies():
-                self.on_jobs()
+            async for notify in conn.notifies():
+                nodes = notified_nodes(notify.payload)
+                if nodes is None or self.node in nodes:
+                    self.on_jobs()

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.dialect import notify_jobs
 from tierd.daemon.catalog.jobs import enqueue_copy_job
-from tierd.daemon.catalog.models import Checkpoint, ReplicaState
+from tierd.daemon.catalog.models import Checkpoint, Part, ReplicaState
 from tierd.daemon.catalog.parts import settle_parts
 from tierd.daemon.catalog.replicas import GONE, NEEDS_COPY, add_pending_replica
 from tierd.daemon.catalog.replication import CheckpointReplicas, checkpoints_to_replicate, lock_scheduling
@@ -139,10 +140,18 @@ def schedule_pass(
         for checkpoint_id, src, dst, priority, part_id in plan.hops:
             enqueue_copy_job(session, checkpoint_id, src, dst, priority, part_id=part_id)
         if plan.hops:
-            notify_jobs(session)
+            notify_jobs(session, _claimers(session, plan))
     if locate is not None:
         _settle(db, plan.settle, locate)
     return len(plan.hops)
+
+
+def _claimers(session: Session, plan: _Plan) -> set[str] | None:
+    """The nodes that may claim the plan's jobs: the parts' own; None when any daemon may."""
+    if any(part_id is None for *_, part_id in plan.hops):
+        return None
+    part_ids = {part_id for *_, part_id in plan.hops}
+    return set(session.scalars(select(Part.node).where(Part.id.in_(part_ids)).distinct()))
 
 
 def _settle(db: Database, steps: Sequence[tuple[int, str]], locate: Callable[[str, str], str]) -> None:

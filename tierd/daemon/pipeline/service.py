@@ -118,7 +118,7 @@ class PipelineService:
             interval=self.options.stale_sweep_interval,
         )
         if not db.is_sqlite:  # other daemons share the catalog: hear when they queue jobs
-            self._listener = JobListener(db.url, self.ctx.wake_claims, self.ctx.wake_pipeline)
+            self._listener = JobListener(db.url, node, self.ctx.wake_claims, self.ctx.wake_pipeline)
             self._listener.start()
         self._loop = asyncio.create_task(self._run(), name="pipeline:loop")
         log.info("pipeline_started", owner=self.owner, tiers=self.tier_names)
