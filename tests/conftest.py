@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,20 +29,49 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return server.new_database()
 
 
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    """A migrated catalog (both backends)."""
-    database = Database(db_url)
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite catalog migrated once for the session; ``db`` and ``sqlite_db`` copy it."""
+    path = tmp_path_factory.mktemp("catalog-template") / "catalog.db"
+    database = Database(f"sqlite:///{path}")
     upgrade(database)
+    database.dispose()  # its last connection closed: the WAL is folded into the file
+    return path
+
+
+@pytest.fixture(scope="session")
+def migrated_postgres(postgres_server: PostgresServer) -> str:
+    """A PostgreSQL database migrated once for the session; ``db`` creates copies of it."""
+    name = f"template_{uuid.uuid4().hex[:12]}"
+    database = Database(postgres_server.create(name))
+    upgrade(database)
+    database.dispose()  # a template must have no open connection
+    return name
+
+
+def _sqlite_copy(template: Path, tmp_path: Path) -> Database:
+    path = tmp_path / "catalog.db"
+    shutil.copyfile(template, path)
+    return Database(f"sqlite:///{path}")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A migrated catalog (both backends): a copy of one migrated once per session."""
+    if request.param == "sqlite":
+        database = _sqlite_copy(request.getfixturevalue("migrated_sqlite"), tmp_path)
+    else:
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        template: str = request.getfixturevalue("migrated_postgres")
+        database = Database(server.create(f"t_{uuid.uuid4().hex[:12]}", template=template))
     yield database
     database.dispose()
 
 
 @pytest.fixture
-def sqlite_db(tmp_path: Path) -> Iterator[Database]:
+def sqlite_db(migrated_sqlite: Path, tmp_path: Path) -> Iterator[Database]:
     """A migrated SQLite catalog, for tests that need only one backend."""
-    database = Database(f"sqlite:///{tmp_path / 'catalog.db'}")
-    upgrade(database)
+    database = _sqlite_copy(migrated_sqlite, tmp_path)
     yield database
     database.dispose()
 

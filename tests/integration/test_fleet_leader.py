@@ -245,8 +245,10 @@ def test_sigstop_the_leader_another_leads_and_the_resumed_one_stands_down_withou
     paused.daemon.proc.send_signal(signal.SIGCONT)
     resumed_at = datetime.now(UTC)
     down = wait_for(lambda: paused.logged("leader_stood_down"), 30, "the resumed leader to stand down")
-    assert "held by" in down[-1]["reason"]
-    assert new in down[-1]["reason"]
+    reason = down[-1]["reason"]
+    # Stopped between two statements of its lease transaction, its session was cut by the
+    # server (idle_in_transaction_session_timeout): it then stands down on that error instead.
+    assert f"held by {new}" in reason or reason.startswith("the catalog failed"), reason
     _retention_runs_everywhere(fleet, {new: "after-resume"})
 
     # Non-overlap: every act of the old leader precedes the pause; the new leader's acts all
