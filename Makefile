@@ -28,8 +28,10 @@ run: $(STAMP)
 	$(BIN)/tierd db upgrade --config $(CONFIG)
 	exec $(BIN)/tierd run --config $(CONFIG)
 
+# Two workers for everything but the timing-sensitive tests, which then run alone.
 test: $(DEVSTAMP) lint typecheck
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not serial"
+	$(BIN)/python -m pytest -m serial
 
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check .

@@ -18,6 +18,7 @@ from tests.integration.fleet_jobs import write_step
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.serial,
     pytest.mark.skipif(
         shutil.which("faketime") is None, reason="faketime not installed (.ci/run installs it)"
     ),

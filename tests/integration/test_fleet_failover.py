@@ -15,7 +15,7 @@ from tests.fixtures.fleet import RUN, Fleet, FleetSpec, Node
 from tests.fixtures.s3proxy import CountingProxy
 from tests.integration.fleet_jobs import write_step
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 LEASE = 3.0
 FLEET = {"heartbeat_interval": 1, "lease": LEASE, "node_timeout": 10}

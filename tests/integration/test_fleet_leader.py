@@ -36,7 +36,7 @@ from tierd.config import Config
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Replica, ReplicaState, utcnow
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 LEASE = 4.0
 FLEET = {"heartbeat_interval": 0.5, "lease": LEASE, "node_timeout": LEASE}

@@ -338,6 +338,7 @@ def _make_soak(tmp_path: Path, moto: S3Server, rclone: S3Server, seed: int) -> t
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_kill_9_soak_across_four_tiers(
     tmp_path: Path, moto_server: S3Server, rclone_server: S3Server
 ) -> None:
