@@ -20,6 +20,7 @@ from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.context import Context
 from tierd.daemon.pipeline.listen import JobListener, libpq_url
 from tierd.daemon.pipeline.scheduler import schedule_pass
+from tierd.daemon.pipeline.service import BACKSTOP_POLLS, PipelineService
 
 
 @pytest.fixture
@@ -107,3 +108,20 @@ async def test_part_jobs_wake_only_their_own_nodes(pg_db: Database) -> None:
     finally:
         for listener in listeners:
             await listener.stop()
+
+
+async def test_only_the_leader_reads_every_checkpoint_at_each_poll(
+    make_config: Callable[..., Config], sqlite_db: Database
+) -> None:
+    ctx = Context(config=make_config(), db=sqlite_db)
+    service = PipelineService(ctx)
+    ctx.take_scheduling()
+    ctx.leader = False  # another daemon of the fleet leads: its full pass queues the jobs
+    taken = []
+    for _ in range(BACKSTOP_POLLS):
+        service._poll()
+        taken.append(ctx.take_scheduling())
+    assert taken == [set()] * (BACKSTOP_POLLS - 1) + [None]  # claims; a full pass as a backstop
+    ctx.leader = True
+    service._poll()
+    assert ctx.take_scheduling() is None

@@ -231,11 +231,9 @@ class HopRunner:
         """
         relpaths = [spec.relpath for spec in plan.files]
         try:
-            keep = (
-                set()
-                if finished
-                else await blocking(hop_upload_ids, self.db, self.claim.checkpoint_id, self.claim.dst_tier)
-            )
+            keep: set[str] = set()
+            if dst.features.multipart and not finished:  # only uploads are kept to resume
+                keep = await blocking(hop_upload_ids, self.db, self.claim.checkpoint_id, self.claim.dst_tier)
             removed = await dst.remove_leftovers(relpaths, keep=keep)
         except TierdError as exc:  # the periodic sweep gets them later
             log.warning("leftovers_not_removed", hop=self.description, error=str(exc))
