@@ -2,7 +2,8 @@
 
 ``nodes: N`` says the step spans nodes; the expected set comes from the format (the world
 sizes its rank-0 files record), as DCP's comes from ``.metadata``, and is exact where a
-count of parts is not: a node whose part lacks a rank's file does not complete the step.
+count of parts is not: a node whose part lacks a rank's file does not complete the step, and
+the file written there late is added to the part.
 """
 
 from __future__ import annotations
@@ -10,13 +11,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sqlalchemy import select
+
 from tests.unit.detect.fleet import age, node_context, reconcile, step_missing, step_row
 from tests.unit.detect.layouts import write_torch
 from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import AuditEvent
 from tierd.daemon.context import Context
 from tierd.daemon.detect.deepspeed import deepspeed_expected
+from tierd.daemon.detect.known import load_known
 from tierd.daemon.detect.layout import walk_files
 from tierd.daemon.detect.megatron import megatron_expected
+from tierd.daemon.detect.service import DetectService
 
 
 def _watch(ctx: Context) -> Path:
@@ -62,6 +68,19 @@ async def test_deepspeed_zero_shards_of_every_dp_rank_are_expected(db: Database,
     assert len(row.parts) == 3
     assert row.state == "waiting", "three parts were counted complete without rank 3's shard"
     assert step_missing(db, 5).files == ("bf16_zero_pp_rank_3_mp_rank_00_optim_states.pt",)
+
+    _deepspeed_part(nodes[1], 5, range(3, 4), coordinator=False, dp=6)  # the late rank's shard lands
+    running = DetectService(nodes[1])  # as a running daemon has it: the step's part is known,
+    running.known = load_known(db, "n1")  # so scans pass its directory by
+    await running.reconcile()  # the scan, then the waiting sweep, which grows parts
+    row = step_row(db, 5)
+    assert row is not None
+    assert row.state == "complete", "the late shard was not added to its node's part"
+    assert {p.node: p.file_count for p in row.parts} == {"n0": 3, "n1": 2, "n2": 2}
+    assert sum(p.total_bytes for p in row.parts) == row.total_bytes
+    with db.read_session() as session:
+        grown = session.scalars(select(AuditEvent).where(AuditEvent.action == "part_grown")).all()
+    assert [(e.detail["node"], e.detail["files"]) for e in grown] == [("n1", 1)]
 
 
 def test_deepspeed_layouts_whose_other_files_cannot_be_named_expect_nothing(tmp_path: Path) -> None:

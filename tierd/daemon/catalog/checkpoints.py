@@ -41,6 +41,7 @@ __all__ = [
     "recorded_steps",
     "step_id_and_state",
     "steps_awaiting_part",
+    "steps_to_grow",
     "update_file_mtimes",
     "waiting_steps",
 ]
@@ -239,6 +240,26 @@ def steps_awaiting_part(db: Database, node: str) -> list[tuple[int, str, int, st
             .where(Checkpoint.state == CheckpointState.WAITING.value, Checkpoint.id.not_in(mine))
         ).all()
     return [(cid, run, step, path, fmt, bool(wide), bool(un)) for cid, run, step, path, fmt, wide, un in rows]
+
+
+def steps_to_grow(db: Database, node: str) -> list[tuple[int, str, int, str, str]]:
+    """(id, run, step, path, format) of the waiting steps with an expected file list ``node`` has a part of.
+
+    A file the list names may appear on the node after its part was recorded (a rank that
+    wrote late): the part grows by it (``detect.service``).
+    """
+    mine = select(Part.checkpoint_id).where(Part.node == node)
+    with db.read_session() as session:
+        rows = session.execute(
+            select(Checkpoint.id, Run.name, Checkpoint.step, Checkpoint.path, Checkpoint.format)
+            .join(Checkpoint.run)
+            .where(
+                Checkpoint.state == CheckpointState.WAITING.value,
+                Checkpoint.expected_files.is_not(None),
+                Checkpoint.id.in_(mine),
+            )
+        ).all()
+    return [(checkpoint_id, run, step, path, fmt) for checkpoint_id, run, step, path, fmt in rows]
 
 
 def waiting_steps(db: Database, node: str) -> list[tuple[int, str, int, str, str]]:

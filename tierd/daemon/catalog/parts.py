@@ -53,6 +53,7 @@ __all__ = [
     "extend_part",
     "files_of_part",
     "find_part",
+    "lacking_files",
     "set_part_copies",
     "settle_parts",
     "lock_checkpoint",
@@ -202,17 +203,18 @@ def add_part(
 
 
 def extend_part(
-    session: Session, row: Checkpoint, part: Part, files: Sequence[FileFields], tier0: str
+    session: Session, row: Checkpoint, part: Part, files: Sequence[FileFields], tier0: str, *, marked: bool
 ) -> int:
-    """Add to an unmarked part of a waiting step the files its node's marker now completes.
+    """Add to a part of a waiting step the files it did not hold when it was recorded.
 
-    The node had recorded its shards before the format's completion marker landed beside
-    them (it cannot know it is the coordinator until then); the part becomes marked and its
-    tier-0 replica counts the new bytes. Nothing is copied before the step completes, so no
-    other tier holds the part yet. Returns how many files were added.
+    Either the format's completion marker landed beside shards the node had recorded (it
+    cannot know it is the coordinator until then: ``marked``, and the part becomes marked), or
+    a file the step expects appeared on the node after its part was recorded (a rank that
+    wrote late). The tier-0 replica counts the new bytes. Nothing is copied before the step
+    completes, so no other tier holds the part yet. Returns how many files were added.
     """
     added = _add_files(session, row, part, files)
-    part.marked = True
+    part.marked = part.marked or marked
     if (local := part_replica(session, part.id, tier0)) is not None:
         local.bytes_done = part.total_bytes
     return added
@@ -297,6 +299,15 @@ def missing_of(session: Session, row: Checkpoint) -> Missing:
         parts_to_come = max(0, row.expected_nodes - len(nodes))
         return Missing(nodes=parts_to_come, nodes_heard=nodes, marker=not marked)
     return Missing(nodes_heard=nodes)
+
+
+def lacking_files(session: Session, checkpoint_id: int) -> list[str]:
+    """The files a waiting step's expected list names that no part holds (relative to the step)."""
+    row = session.get(Checkpoint, checkpoint_id)
+    if row is None or row.state != CheckpointState.WAITING.value or row.expected_files is None:
+        return []
+    recorded = set(session.scalars(select(File.relpath).where(File.checkpoint_id == row.id)))
+    return [f for f in row.expected_files if f"{row.path}/{f}" not in recorded]
 
 
 def _has_expectation(row: Checkpoint) -> bool:

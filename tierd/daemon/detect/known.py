@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tierd.daemon.catalog.checkpoints import recorded_steps, steps_awaiting_part
+from tierd.daemon.catalog.checkpoints import recorded_steps, steps_awaiting_part, steps_to_grow
 from tierd.daemon.catalog.db import Database
 
-__all__ = ["KnownSteps", "Waiting", "load_known", "load_waiting"]
+__all__ = ["KnownSteps", "Waiting", "load_growing", "load_known", "load_waiting"]
 
 
 class KnownSteps:
@@ -67,3 +67,8 @@ def load_known(db: Database, node: str | None = None) -> KnownSteps:
 def load_waiting(db: Database, node: str) -> list[Waiting]:
     """The waiting steps ``node`` has no part of (blocking)."""
     return [Waiting(*row) for row in steps_awaiting_part(db, node)]
+
+
+def load_growing(db: Database, node: str) -> list[Waiting]:
+    """The waiting steps with an expected file list that ``node`` recorded a part of (blocking)."""
+    return [Waiting(*row) for row in steps_to_grow(db, node)]

@@ -11,6 +11,7 @@ Neither is ever complete on its own: the catalog decides completeness over every
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from tierd.daemon.detect.layout import (
@@ -24,7 +25,7 @@ from tierd.daemon.detect.layout import (
     walk_files,
 )
 
-__all__ = ["inspect_part", "part_verdict"]
+__all__ = ["inspect_part", "late_files_verdict", "part_verdict"]
 
 
 def part_verdict(path: Path, verdict: Verdict, settings: Settings, now_ns: int | None = None) -> Verdict:
@@ -56,3 +57,24 @@ def part_verdict(path: Path, verdict: Verdict, settings: Settings, now_ns: int |
 def inspect_part(detector: Detector, candidate: Candidate, settings: Settings) -> Verdict:
     """The detector's verdict on ``candidate`` taken as this node's part (``part_verdict``)."""
     return part_verdict(candidate.path, detector.inspect(candidate, settings), settings)
+
+
+def late_files_verdict(
+    path: Path, names: Sequence[str], settings: Settings, now_ns: int | None = None
+) -> Verdict:
+    """The files ``names`` (relative to ``path``) present here, as a partial verdict once stable.
+
+    They are files a step expects that appeared on this node after its part was recorded.
+    Blocking.
+    """
+    files = tuple(f for name in names if (f := stat_file(path / name)) is not None)
+    if not files:
+        return incomplete("none of the step's missing files is here")
+    if any(is_temp_name(f.path.name) for f in files):
+        return incomplete("a late file is still under a temporary name", settings.settle_seconds)
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    age = (now_ns - max(f.mtime_ns for f in files)) / 1e9
+    if age < settings.settle_seconds:
+        return incomplete("a late file is still being written", settings.settle_seconds - age + 0.05)
+    reason = f"{len(files)} file(s) the step expects, written here after this node's part was recorded"
+    return Verdict(False, reason, files, partial=True)

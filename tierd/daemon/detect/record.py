@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tierd.config import Config
@@ -26,7 +27,7 @@ from tierd.daemon.aio import blocking
 from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.checkpoints import find_step, get_or_create_run, insert_checkpoint
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import CheckpointState, utcnow
+from tierd.daemon.catalog.models import Checkpoint, CheckpointState, File, utcnow
 from tierd.daemon.catalog.parts import (
     Expectation,
     add_part,
@@ -171,7 +172,7 @@ def write_complete(
             return Outcome.EXISTING, row.id
         marked = whole if marked is None else marked
         part = find_part(session, row.id, config.node)
-        if part is not None and (part.marked or not marked):
+        if part is not None and (part.marked or not marked) and not _new_files(session, row, det.files):
             return Outcome.EXISTING, row.id
         if row.waiting_since is None:
             row.waiting_since = now
@@ -182,8 +183,8 @@ def write_complete(
         tiers = [t.name for t in config.tiers]
         if part is None:
             add_part(session, row, config.node, det.files, tiers, now=now, marked=marked)
-        else:  # the marker landed beside shards this node had recorded as its part
-            extend_part(session, row, part, det.files, tiers[0])
+        else:  # the marker, or a late rank's file, landed beside shards recorded as its part
+            extend_part(session, row, part, det.files, tiers[0], marked=marked)
         location = str(config.tier0.path.resolve() / det.relpath)
         if not settle_step(session, row, tiers, whole=whole, location=location, now=now):
             outcome = Outcome.PART
@@ -196,6 +197,12 @@ def write_complete(
             detail={**_audit_detail(det, outcome), "node": config.node},
         )
         return outcome, row.id
+
+
+def _new_files(session: Session, row: Checkpoint, files: Sequence[HashedFile]) -> bool:
+    """Whether any of ``files`` is one the step does not hold yet."""
+    recorded = set(session.scalars(select(File.relpath).where(File.checkpoint_id == row.id)))
+    return any(f.relpath not in recorded for f in files)
 
 
 def _audit_detail(det: Detection, outcome: Outcome) -> dict[str, Any]:

@@ -35,13 +35,13 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
 from tierd.daemon.aio import blocking
-from tierd.daemon.catalog.parts import Expectation
+from tierd.daemon.catalog.parts import Expectation, lacking_files
 from tierd.daemon.context import Context
 from tierd.daemon.detect.changes import apply_change, compare, load_recorded
 from tierd.daemon.detect.hostile import printable
-from tierd.daemon.detect.known import KnownSteps, Waiting, load_known, load_waiting
+from tierd.daemon.detect.known import KnownSteps, Waiting, load_growing, load_known, load_waiting
 from tierd.daemon.detect.layout import Settings, Verdict, incomplete
-from tierd.daemon.detect.parts import inspect_part, part_verdict
+from tierd.daemon.detect.parts import inspect_part, late_files_verdict, part_verdict
 from tierd.daemon.detect.record import Outcome, record_checkpoint, write_refused
 from tierd.daemon.detect.registry import BY_NAME, detectors_for
 from tierd.daemon.detect.scan import Found, RootSpec, detect_path, scan_chain, scan_root
@@ -61,6 +61,8 @@ DEBOUNCE_SECONDS = 0.01
 RETRY_SECONDS = 1.0
 #: How often waiting (notified) steps are looked at again.
 WAITING_POLL_SECONDS = 2.0
+#: One waiting sweep in this many also looks for expected files written after a part was recorded.
+GROW_EVERY = 5
 #: Between retries of held steps while the catalog answers pings but refuses writes.
 HELD_RETRY = Backoff(base=5.0, cap=60.0)
 #: Refused checkpoints remembered (so each refusal is audited once, not at every scan).
@@ -104,6 +106,7 @@ class DetectService:
         self._again: set[DirKey] = set()
         self._recording: set[str] = set()
         self._refusals: dict[str, str] = {}  # relpath -> reason of the refusal audited last
+        self._sweeps = 0
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
         self.outage = CatalogOutage(self.name)
@@ -382,9 +385,59 @@ class DetectService:
                 log.exception("waiting_sweep_failed")
 
     async def sweep_waiting(self) -> None:
-        """Record each waiting (notified) step whose detector now agrees it is complete."""
+        """Record each waiting (notified) step whose detector now agrees it is complete.
+
+        Every ``GROW_EVERY`` sweeps (the first included), also grow this node's recorded parts
+        by the expected files that appeared here since (``grow_parts``).
+        """
         for waiting in await blocking(load_waiting, self.ctx.db, self.ctx.config.node):
             await self._complete_waiting(waiting)
+        if self._sweeps % GROW_EVERY == 0:
+            await self.grow_parts()
+        self._sweeps += 1
+
+    async def grow_parts(self) -> None:
+        """Add to this node's parts of waiting steps the expected files written here since.
+
+        A rank that wrote its file after its node's part was recorded (its files had looked
+        settled) would otherwise leave the step waiting for a file the node holds.
+        """
+        tier0 = self.ctx.config.tier0.path.resolve()
+        for waiting in await blocking(load_growing, self.ctx.db, self.ctx.config.node):
+            lacking = await blocking(self._lacking, waiting.id)
+            if lacking:
+                await self._grow(waiting, tier0 / waiting.relpath, lacking)
+
+    def _lacking(self, checkpoint_id: int) -> list[str]:
+        with self.ctx.db.read_session() as session:
+            return lacking_files(session, checkpoint_id)
+
+    async def _grow(self, waiting: Waiting, path: Path, lacking: list[str]) -> None:
+        spec = next((s for s in self.roots if path.is_relative_to(s.path)), None)
+        settings = spec.settings if spec is not None else Settings()
+        recheck = functools.partial(late_files_verdict, path, lacking, settings)
+        verdict = await blocking(recheck)
+        if not verdict.partial:
+            return  # not here, or still being written: a later sweep looks again
+        name = waiting.format if waiting.format in BY_NAME else "unknown"
+        try:
+            outcome, _ = await record_checkpoint(
+                self.ctx,
+                verdict,
+                run=waiting.run,
+                step=waiting.step,
+                fmt=name,
+                relpath=waiting.relpath,
+                actor=f"detector:{name}",
+                action="part_grown",
+                recheck=recheck,
+            )
+        except CatalogError:
+            raise
+        except (TierdError, OSError) as exc:
+            log.info("part_not_grown", path=waiting.relpath, reason=str(exc))
+            return
+        log.info("part_grown", id=waiting.id, files=len(verdict.files), outcome=outcome.value)
 
     async def _complete_waiting(self, waiting: Waiting) -> None:
         path = self.ctx.config.tier0.path.resolve() / waiting.relpath
