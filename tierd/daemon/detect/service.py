@@ -61,8 +61,10 @@ DEBOUNCE_SECONDS = 0.01
 RETRY_SECONDS = 1.0
 #: How often waiting (notified) steps are looked at again.
 WAITING_POLL_SECONDS = 2.0
-#: One waiting sweep in this many also looks for expected files written after a part was recorded.
-GROW_EVERY = 5
+#: One waiting sweep in this many (a minute) also looks for expected files written after a part
+#: was recorded: a rare late rank, checked rarely, so a fleet's backlog of waiting steps does not
+#: multiply the catalog's reads.
+GROW_EVERY = 30
 #: Between retries of held steps while the catalog answers pings but refuses writes.
 HELD_RETRY = Backoff(base=5.0, cap=60.0)
 #: Refused checkpoints remembered (so each refusal is audited once, not at every scan).
