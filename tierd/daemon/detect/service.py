@@ -415,8 +415,7 @@ class DetectService:
             return lacking_files(session, checkpoint_id)
 
     async def _grow(self, waiting: Waiting, path: Path, lacking: list[str]) -> None:
-        spec = next((s for s in self.roots if path.is_relative_to(s.path)), None)
-        settings = spec.settings if spec is not None else Settings()
+        settings = self._settings_for(path)
         recheck = functools.partial(late_files_verdict, path, lacking, settings)
         verdict = await blocking(recheck)
         if not verdict.partial:
@@ -441,10 +440,14 @@ class DetectService:
             return
         log.info("part_grown", id=waiting.id, files=len(verdict.files), outcome=outcome.value)
 
+    def _settings_for(self, path: Path) -> Settings:
+        """The settings of the watch whose root holds ``path`` (the defaults outside every root)."""
+        spec = next((s for s in self.roots if path.is_relative_to(s.path)), None)
+        return spec.settings if spec is not None else Settings()
+
     async def _complete_waiting(self, waiting: Waiting) -> None:
         path = self.ctx.config.tier0.path.resolve() / waiting.relpath
-        spec = next((s for s in self.roots if path.is_relative_to(s.path)), None)
-        settings = spec.settings if spec is not None else Settings()
+        settings = self._settings_for(path)
         found = await self._waiting_verdict(waiting, path, settings)
         if found is None:
             return
