@@ -33,6 +33,20 @@ def test_dcp_overwrite_in_progress_is_not_complete(tmp_path: Path) -> None:
     assert complete(make_spec(root, tmp_path)) == []
 
 
+def test_dcp_metadata_still_being_written_is_not_complete(tmp_path: Path) -> None:
+    """A writer that opens ``.metadata`` in place leaves it empty, then half-written, for a while."""
+    root = tmp_path / "job"
+    save_dcp(root / "step_5", 5)
+    meta = root / "step_5" / ".metadata"
+    data = meta.read_bytes()
+    meta.write_bytes(b"")
+    assert complete(make_spec(root, tmp_path)) == []
+    meta.write_bytes(data[: len(data) // 2])
+    assert complete(make_spec(root, tmp_path)) == []
+    meta.write_bytes(data)
+    assert len(complete(make_spec(root, tmp_path))) == 1
+
+
 def test_dcp_shard_named_by_metadata_must_exist_and_be_long_enough(tmp_path: Path) -> None:
     root = tmp_path / "job"
     save_dcp(root / "step_5", 5)

@@ -17,6 +17,7 @@ verdict is *partial*: this node's files, and every file the metadata names as ex
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 from tierd.daemon.detect.integrity import MAX_PICKLE_BYTES, Stub, stub_load
@@ -44,6 +45,8 @@ _RANK_METADATA = re.compile(r"^__(\d+)\.metadata$")
 _SHARD = re.compile(r"^__(\d+)_\d+\.distcp$")
 #: Clock skew allowed between the node that wrote a shard and the one that wrote .metadata.
 MTIME_TOLERANCE_NS = 2_000_000_000
+#: An unreadable metadata file this recent (or empty) is taken for one still being written.
+METADATA_SETTLE_NS = 10_000_000_000
 
 
 def looks_like_dcp(listing: Listing) -> bool:
@@ -106,6 +109,10 @@ def dcp_check(directory: Path, files: list[FileStat]) -> tuple[str | None, tuple
     for meta in metas:
         sizes = _storage_sizes(directory / meta)
         if sizes is None:
+            found = by_name.get(meta)
+            if found is None or found.size == 0 or time.time_ns() - found.mtime_ns < METADATA_SETTLE_NS:
+                return f"{meta} is not readable yet (still being written)", None
+            # Stable and still unreadable (a format this reader does not know): it names nothing.
             log.warning("dcp_metadata_unreadable", path=str(directory / meta))
             sizes = {}
         expected.update(sizes)
