@@ -61,11 +61,23 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
     if request.param == "sqlite":
         database = _sqlite_copy(request.getfixturevalue("migrated_sqlite"), tmp_path)
     else:
-        server: PostgresServer = request.getfixturevalue("postgres_server")
-        template: str = request.getfixturevalue("migrated_postgres")
-        database = Database(server.create(f"t_{uuid.uuid4().hex[:12]}", template=template))
+        database = _postgres_copy(request)
     yield database
     database.dispose()
+
+
+@pytest.fixture
+def pg_db(request: pytest.FixtureRequest) -> Iterator[Database]:
+    """A migrated PostgreSQL catalog, for tests of what only PostgreSQL does (locks, NOTIFY)."""
+    database = _postgres_copy(request)
+    yield database
+    database.dispose()
+
+
+def _postgres_copy(request: pytest.FixtureRequest) -> Database:
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    template: str = request.getfixturevalue("migrated_postgres")
+    return Database(server.create(f"t_{uuid.uuid4().hex[:12]}", template=template))
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -14,7 +13,6 @@ from tests.fixtures.postgres import PostgresServer
 from tests.integration.daemon_helpers import wait_for
 from tierd.daemon.catalog import fleet
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.fleet.election import LOCAL_FRACTION, Elector
 from tierd.errors import CatalogError
@@ -33,14 +31,6 @@ class FakeClock:
         return self.now
 
 
-@pytest.fixture
-def pg(postgres_server: PostgresServer) -> Iterator[Database]:
-    db = Database(postgres_server.new_database())
-    upgrade(db)
-    yield db
-    db.dispose()
-
-
 def electors(db: Database, n: int, lease: float = LEASE) -> list[Elector]:
     return [Elector(db, f"node{i}:{100 + i}", lease, clock=FakeClock()) for i in range(n)]
 
@@ -50,8 +40,8 @@ def holder(db: Database) -> fleet.LeaseState:
         return fleet.lease_state(s, fleet.SHARED_TIERS_LEASE)
 
 
-def test_exactly_one_of_several_electors_leads_and_renewing_keeps_its_term(pg: Database) -> None:
-    group = electors(pg, 3)
+def test_exactly_one_of_several_electors_leads_and_renewing_keeps_its_term(pg_db: Database) -> None:
+    group = electors(pg_db, 3)
     changes = [e.elect() for e in group]
     assert [e.leads() for e in group] == [True, False, False]
     assert changes[0] is not None
@@ -61,16 +51,16 @@ def test_exactly_one_of_several_electors_leads_and_renewing_keeps_its_term(pg: D
     for _ in range(3):
         assert [e.elect() for e in group] == [None, None, None]
     assert [e.leads() for e in group] == [True, False, False]
-    assert holder(pg).holder == "node0:100"
-    assert holder(pg).term == 1
+    assert holder(pg_db).holder == "node0:100"
+    assert holder(pg_db).term == 1
 
 
-def test_the_fence_falls_before_the_lease_expires_without_asking_the_database(pg: Database) -> None:
-    (leader,) = electors(pg, 1)
+def test_the_fence_falls_before_the_lease_expires_without_asking_the_database(pg_db: Database) -> None:
+    (leader,) = electors(pg_db, 1)
     clock = leader._clock
     assert isinstance(clock, FakeClock)
     leader.elect()
-    state = holder(pg)
+    state = holder(pg_db)
     assert state.expires_at is not None
     # The lease runs LEASE seconds on the database's clock; this daemon stops acting earlier.
     assert timedelta(0) < state.expires_at - state.db_now <= timedelta(seconds=LEASE)
@@ -84,8 +74,8 @@ def test_the_fence_falls_before_the_lease_expires_without_asking_the_database(pg
     assert leader.term == 1
 
 
-def test_a_dead_leader_is_replaced_once_its_lease_expires_on_the_database_clock(pg: Database) -> None:
-    first, second = electors(pg, 2, lease=SHORT)
+def test_a_dead_leader_is_replaced_once_its_lease_expires_on_the_database_clock(pg_db: Database) -> None:
+    first, second = electors(pg_db, 2, lease=SHORT)
     first.elect()
     assert second.elect() is None
     assert not second.leads()
@@ -106,8 +96,8 @@ def test_a_dead_leader_is_replaced_once_its_lease_expires_on_the_database_clock(
     assert second.leads()
 
 
-def test_a_released_lease_is_taken_at_once_by_the_next_elector(pg: Database) -> None:
-    first, second = electors(pg, 2)
+def test_a_released_lease_is_taken_at_once_by_the_next_elector(pg_db: Database) -> None:
+    first, second = electors(pg_db, 2)
     first.elect()
     change = first.release()
     assert change is not None
@@ -119,11 +109,11 @@ def test_a_released_lease_is_taken_at_once_by_the_next_elector(pg: Database) -> 
     assert taken.term == 2
 
 
-def test_a_holder_stopped_inside_its_renewal_neither_blocks_nor_keeps_the_lease(pg: Database) -> None:
+def test_a_holder_stopped_inside_its_renewal_neither_blocks_nor_keeps_the_lease(pg_db: Database) -> None:
     """A leader paused between its UPDATE and COMMIT holds the row's lock: the server cuts it off."""
-    first, second = electors(pg, 2, lease=SHORT)
+    first, second = electors(pg_db, 2, lease=SHORT)
     first.elect()
-    with Session(pg.engine) as paused:
+    with Session(pg_db.engine) as paused:
         fleet.claim_lease(paused, fleet.SHARED_TIERS_LEASE, "node0:100", SHORT)  # no commit: "stopped"
         # The other elector waits a quarter of the lease at most for the row, then gives up.
         assert second.elect() is None
@@ -133,28 +123,28 @@ def test_a_holder_stopped_inside_its_renewal_neither_blocks_nor_keeps_the_lease(
         assert change.term == 2
         with pytest.raises(DBAPIError, match="idle-in-transaction timeout"):
             paused.commit()  # the server ended the paused transaction; its renewal never happened
-    assert holder(pg).holder == "node1:101"
+    assert holder(pg_db).holder == "node1:101"
 
 
 def test_a_leader_cut_off_from_the_catalog_stands_down_at_once_and_leads_again_after(
-    pg: Database, postgres_server: PostgresServer
+    pg_db: Database, postgres_server: PostgresServer
 ) -> None:
-    (leader,) = electors(pg, 1)
+    (leader,) = electors(pg_db, 1)
     leader.elect()
     admin = Database(postgres_server.url("postgres"))
     try:
-        allow_connections(admin, pg, allow=False)
+        allow_connections(admin, pg_db, allow=False)
         change = leader.elect()
         assert change is not None
         assert not change.elected
         assert "catalog failed" in change.reason
         assert not leader.leads()
-        allow_connections(admin, pg, allow=True)
+        allow_connections(admin, pg_db, allow=True)
         again = wait_for(lambda: leader.elect(), 10, "the leader to lead again after reconnecting")
         assert again.elected
         assert leader.leads()
     finally:
-        allow_connections(admin, pg, allow=True)
+        allow_connections(admin, pg_db, allow=True)
         admin.dispose()
 
 
@@ -169,11 +159,11 @@ def allow_connections(admin: Database, db: Database, *, allow: bool) -> None:
             )
 
 
-def test_skewed_node_clocks_change_nothing(pg: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_skewed_node_clocks_change_nothing(pg_db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
     """Leases run on the database's clock: a node's wall clock an hour off, or its monotonic
     clock far off, neither takes a live lease nor shortens its own."""
     ahead = [
-        Elector(pg, f"skewed{i}:1", LEASE, clock=FakeClock(offset=o)) for i, o in enumerate((-3600, 3600))
+        Elector(pg_db, f"skewed{i}:1", LEASE, clock=FakeClock(offset=o)) for i, o in enumerate((-3600, 3600))
     ]
     real = utcnow
     monkeypatch.setattr("tierd.daemon.catalog.models.utcnow", lambda: real() + timedelta(hours=1))
@@ -181,7 +171,7 @@ def test_skewed_node_clocks_change_nothing(pg: Database, monkeypatch: pytest.Mon
     for _ in range(3):
         assert [e.elect() for e in ahead] == [None, None]
         assert [e.leads() for e in ahead] == [True, False]
-    state = holder(pg)
+    state = holder(pg_db)
     assert state.expires_at is not None
     assert state.holder == "skewed0:1"
     assert state.term == 1
@@ -189,16 +179,16 @@ def test_skewed_node_clocks_change_nothing(pg: Database, monkeypatch: pytest.Mon
 
 
 def test_a_failed_release_raises_a_catalog_error_and_still_stands_down(
-    pg: Database, postgres_server: PostgresServer
+    pg_db: Database, postgres_server: PostgresServer
 ) -> None:
-    (leader,) = electors(pg, 1)
+    (leader,) = electors(pg_db, 1)
     leader.elect()
     admin = Database(postgres_server.url("postgres"))
     try:
-        allow_connections(admin, pg, allow=False)
+        allow_connections(admin, pg_db, allow=False)
         with pytest.raises(CatalogError):
             leader.release()
         assert not leader.leads()
     finally:
-        allow_connections(admin, pg, allow=True)
+        allow_connections(admin, pg_db, allow=True)
         admin.dispose()

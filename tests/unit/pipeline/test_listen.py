@@ -6,29 +6,18 @@ On a real PostgreSQL: the listener is a second connection, as each daemon of a f
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import psycopg
-import pytest
 
-from tests.fixtures.postgres import PostgresServer
 from tests.unit.catalog.helpers import TIERS, add_checkpoint
 from tierd.config import Config
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.dialect import notify_jobs
-from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.context import Context
 from tierd.daemon.pipeline.listen import JobListener, libpq_url
 from tierd.daemon.pipeline.scheduler import schedule_pass
 from tierd.daemon.pipeline.service import BACKSTOP_POLLS, PipelineService
-
-
-@pytest.fixture
-def pg_db(postgres_server: PostgresServer) -> Iterator[Database]:
-    database = Database(postgres_server.new_database())
-    upgrade(database)
-    yield database
-    database.dispose()
 
 
 def _cut_listeners(url: str) -> int:
