@@ -20,7 +20,9 @@ coordinator's real DCP ``.metadata`` (a pickled ``Metadata`` naming all 32 shard
 - ``busy_daemon_cpu_*``: the daemons' CPU (all of them) while steps arrive, per step and
   in cores;
 - ``busy_top_statements``: the statements that took PostgreSQL the most time while steps
-  arrived (``pg_stat_statements``): where the catalog's load comes from.
+  arrived (``pg_stat_statements``): where the catalog's load comes from;
+  ``busy_most_run_statements`` those run most often, ``busy_statements_per_shard`` how many
+  statements the fleet ran per shard, and ``idle_top_statements`` what the idle fleet runs.
 
 ``TIERD_BENCH_FLEET_NODES`` (32) and ``TIERD_BENCH_FLEET_STEPS`` (200) shrink it;
 ``TIERD_BENCH_QUICK`` runs 4 nodes and 5 steps; ``TIERD_BENCH_FLEET_PARTS`` (``scale,api``)
@@ -93,18 +95,27 @@ class Catalog:
             self.conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         self.query("SELECT pg_stat_statements_reset()")
 
-    def top_statements(self, count: int = 8) -> list[dict[str, Any]]:
-        """The statements that took the most time since the reset: calls, ms, rows, text."""
+    def top_statements(self, count: int = 8, *, by: str = "total_exec_time") -> list[dict[str, Any]]:
+        """The statements that took the most time (or ``by="calls"``: ran most) since the reset."""
         rows = self.query(
             "SELECT calls, total_exec_time, rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 200) "
             "FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
-            "WHERE d.datname = current_database() ORDER BY total_exec_time DESC LIMIT %s",
+            f"WHERE d.datname = current_database() ORDER BY {by} DESC LIMIT %s",
             count,
         )
         return [
             {"calls": int(c), "total_ms": round(float(t)), "rows": int(r), "query": str(q)}
             for c, t, r, q in rows
         ]
+
+    def statement_calls(self) -> int:
+        """Statements the database ran since the reset (the bench's own included)."""
+        return int(
+            self.query(
+                "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s JOIN pg_database d "
+                "ON d.oid = s.dbid WHERE d.datname = current_database()"
+            )[0][0]
+        )
 
     def connections(self) -> int:
         return int(
@@ -206,6 +217,10 @@ def run_steps(
         "unverified_steps": sorted(set(written) - set(watcher.verified_at))[:20],
         "busy": _rates(before, after, seconds, catalog.own_queries - own),
         "busy_top_statements": catalog.top_statements(),
+        "busy_most_run_statements": catalog.top_statements(by="calls"),
+        "busy_statements_per_shard": round(
+            (catalog.statement_calls() - catalog.own_queries + own) / (steps * len(fleet.nodes)), 1
+        ),
         "busy_daemon_cpu_seconds_per_step": round(cpu / steps, 3),
         "busy_daemon_cpu_share_of_cores": round(cpu / seconds, 2),
         "max_connections": watcher.max_connections,
@@ -216,11 +231,13 @@ def measure_idle(fleet: Fleet, catalog: Catalog, seconds: float) -> dict[str, An
     """Each daemon's CPU over ``seconds`` with nothing to do, its RSS, and the catalog's rates."""
     pids = [n.pid for n in fleet.nodes]
     cpu_before = [sum(daemon_cpu(pid)) for pid in pids]
+    catalog.reset_statements()
     before, own, started = catalog.stats(), catalog.own_queries, time.monotonic()
     connections = catalog.connections()
     time.sleep(seconds)
     window = time.monotonic() - started
     rates = _rates(before, catalog.stats(), window, catalog.own_queries - own)
+    top = catalog.top_statements(5)
     shares = [(sum(daemon_cpu(pid)) - b) / window for pid, b in zip(pids, cpu_before, strict=True)]
     rss = [_rss(pid) for pid in pids]
     return {
@@ -230,6 +247,7 @@ def measure_idle(fleet: Fleet, catalog: Catalog, seconds: float) -> dict[str, An
         "rss_bytes_median": int(statistics.median(rss)),
         "rss_bytes_max": max(rss),
         "idle_catalog": rates,
+        "idle_top_statements": top,
         "idle_connections": connections,
         "window_seconds": round(window, 1),
     }

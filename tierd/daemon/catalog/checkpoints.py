@@ -107,13 +107,23 @@ def find_step(session: Session, run: Run, step: int, relpath: str, node: str) ->
 
 
 def insert_checkpoint(
-    session: Session, run: Run, step: int, relpath: str, fmt: str, node: str, *, state: str | None = None
+    session: Session,
+    run: Run,
+    step: int,
+    relpath: str,
+    fmt: str,
+    node: str,
+    *,
+    state: str | None = None,
+    waiting_since: datetime | None = None,
 ) -> Checkpoint | None:
     """Add a checkpoint row (in ``state``, else the default).
 
     Returns None when a concurrent writer recorded the step first.
     """
-    row = Checkpoint(run_id=run.id, step=step, path=relpath, format=fmt, node=node)
+    row = Checkpoint(
+        run_id=run.id, step=step, path=relpath, format=fmt, node=node, waiting_since=waiting_since
+    )
     if state is not None:
         row.state = state
     try:
@@ -222,14 +232,15 @@ def steps_awaiting_part(db: Database, node: str) -> list[tuple[int, str, int, st
     completion marker could have landed beside it. ``spans``: the step is known to span
     nodes (it has an expectation, or another node's part).
     """
-    mine = select(Part.checkpoint_id).where(Part.node == node, Part.marked)
-    unmarked = Checkpoint.id.in_(select(Part.checkpoint_id).where(Part.node == node, ~Part.marked))
-    others = select(Part.checkpoint_id).where(Part.node != node)
+    of_step = Part.checkpoint_id == Checkpoint.id  # each subquery reads only the step's own parts
+    mine = select(Part.id).where(of_step, Part.node == node, Part.marked).exists()
+    unmarked = select(Part.id).where(of_step, Part.node == node, ~Part.marked).exists()
+    others = select(Part.id).where(of_step, Part.node != node).exists()
     spans = (
         Checkpoint.expected_files.is_not(None)
         | Checkpoint.expected_ranks.is_not(None)
         | Checkpoint.expected_nodes.is_not(None)
-        | Checkpoint.id.in_(others)
+        | others
     )
     with db.read_session() as session:
         rows = session.execute(
@@ -237,27 +248,24 @@ def steps_awaiting_part(db: Database, node: str) -> list[tuple[int, str, int, st
                 Checkpoint.id, Run.name, Checkpoint.step, Checkpoint.path, Checkpoint.format, spans, unmarked
             )
             .join(Checkpoint.run)
-            .where(Checkpoint.state == CheckpointState.WAITING.value, Checkpoint.id.not_in(mine))
+            .where(Checkpoint.state == CheckpointState.WAITING.value, ~mine)
         ).all()
     return [(cid, run, step, path, fmt, bool(wide), bool(un)) for cid, run, step, path, fmt, wide, un in rows]
 
 
 def steps_to_grow(db: Database, node: str) -> list[tuple[int, str, int, str, str]]:
-    """(id, run, step, path, format) of the waiting steps with an expected file list ``node`` has a part of.
+    """(id, run, step, path, format) of the waiting steps ``node`` has a part of.
 
-    A file the list names may appear on the node after its part was recorded (a rank that
-    wrote late): the part grows by it (``detect.service``).
+    A file the step's list names may appear on the node after its part was recorded (a rank
+    that wrote late): the part grows by it (``detect.service``). A step whose parts hold all
+    it expects, though its last recorder died before completing it, is completed there too.
     """
-    mine = select(Part.checkpoint_id).where(Part.node == node)
+    mine = select(Part.id).where(Part.checkpoint_id == Checkpoint.id, Part.node == node).exists()
     with db.read_session() as session:
         rows = session.execute(
             select(Checkpoint.id, Run.name, Checkpoint.step, Checkpoint.path, Checkpoint.format)
             .join(Checkpoint.run)
-            .where(
-                Checkpoint.state == CheckpointState.WAITING.value,
-                Checkpoint.expected_files.is_not(None),
-                Checkpoint.id.in_(mine),
-            )
+            .where(Checkpoint.state == CheckpointState.WAITING.value, mine)
         ).all()
     return [(checkpoint_id, run, step, path, fmt) for checkpoint_id, run, step, path, fmt in rows]
 

@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
@@ -137,11 +138,19 @@ class Run(Base):
     checkpoints: Mapped[list[Checkpoint]] = relationship(back_populates="run")
 
 
+_WAITING = text("state = 'waiting'")
+
+
 class Checkpoint(Base):
     """One checkpoint step of one run; ``path`` is relative to every tier's root."""
 
     __tablename__ = "checkpoints"
-    __table_args__ = (UniqueConstraint("run_id", "step"), Index("ix_checkpoints_created", "created_at"))
+    __table_args__ = (
+        UniqueConstraint("run_id", "step"),
+        Index("ix_checkpoints_created", "created_at"),
+        # Every daemon looks for the few waiting steps every two seconds.
+        Index("ix_checkpoints_waiting", "id", postgresql_where=_WAITING, sqlite_where=_WAITING),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))

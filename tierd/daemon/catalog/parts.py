@@ -14,9 +14,10 @@ it lacks. The expectation, strongest first:
   cannot tell a coordinator's shards recorded before its marker landed from a whole step).
 
 With no expectation at all, a step is complete when a node's detector says its part is the
-whole checkpoint (the single-node case). Every change to a step's parts runs with the
-checkpoint's row locked (``lock_checkpoint``), so two nodes recording their parts at once
-cannot both miss that, together, they complete it.
+whole checkpoint (the single-node case). Nodes record their parts without locking the
+step's row (32 nodes' parts would queue on it); the step is completed afterwards, with the
+row locked, by ``complete_parts``, which each recorder calls once its part is committed: the
+part that commits last sees all the others.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from tierd.daemon import checksum
 from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.checkpoints import FileFields
 from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.dialect import insert_ignoring_duplicates
 from tierd.daemon.catalog.models import (
     Checkpoint,
     CheckpointState,
@@ -50,9 +52,11 @@ __all__ = [
     "Expectation",
     "Missing",
     "add_part",
+    "complete_parts",
     "extend_part",
     "files_of_part",
     "find_part",
+    "has_expectation",
     "lacking_files",
     "set_part_copies",
     "settle_parts",
@@ -75,6 +79,7 @@ __all__ = [
 #: At most this many missing files or ranks are listed (the counts are always exact).
 MISSING_LIMIT = 1000
 DCP_METADATA = ".metadata"
+_FILES = File.metadata.tables[File.__tablename__]
 _RANK_SHARD = re.compile(r"(?:^|/)__(\d+)_\d+\.distcp$")
 _STRENGTH = {"config": 1, "notify": 2, "format": 3}
 
@@ -110,11 +115,15 @@ class Missing:
 
 
 def lock_checkpoint(session: Session, checkpoint_id: int) -> Checkpoint | None:
-    """The checkpoint row, locked until the transaction ends (PostgreSQL; SQLite locks all)."""
+    """The checkpoint row, locked until the transaction ends (PostgreSQL; SQLite locks all).
+
+    ``FOR NO KEY UPDATE``: rows that refer to the checkpoint (parts, files, audit events)
+    are still inserted meanwhile; their foreign keys only share-lock its key.
+    """
     return session.scalars(
         select(Checkpoint)
         .where(Checkpoint.id == checkpoint_id)
-        .with_for_update()
+        .with_for_update(key_share=True)
         .execution_options(populate_existing=True)
     ).one_or_none()
 
@@ -184,21 +193,28 @@ def add_part(
     A file another part already holds stays in that part (the first recorder keeps it).
     ``marked``: the node's detector saw the checkpoint complete (its completion marker).
     """
-    part = Part(checkpoint_id=row.id, node=node, file_count=0, total_bytes=0, recorded_at=now, marked=marked)
+    kept = _unheld(session, row, files)
+    part = Part(
+        checkpoint_id=row.id,
+        node=node,
+        file_count=len(kept),
+        total_bytes=sum(f.size for f in kept),
+        recorded_at=now,
+        marked=marked,
+    )
     session.add(part)
     session.flush()
-    _add_files(session, row, part, files)
-    for index, tier in enumerate(tiers):
-        state = ReplicaState.VERIFIED if index == 0 else ReplicaState.PENDING
-        session.add(
-            PartReplica(
-                part_id=part.id,
-                tier=tier,
-                state=state.value,
-                bytes_done=part.total_bytes if index == 0 else 0,
-                verified_at=now if index == 0 else None,
-            )
+    _insert_files(session, row, part, kept)
+    session.add_all(
+        PartReplica(
+            part_id=part.id,
+            tier=tier,
+            state=(ReplicaState.VERIFIED if index == 0 else ReplicaState.PENDING).value,
+            bytes_done=part.total_bytes if index == 0 else 0,
+            verified_at=now if index == 0 else None,
         )
+        for index, tier in enumerate(tiers)
+    )
     return part
 
 
@@ -213,32 +229,50 @@ def extend_part(
     wrote late). The tier-0 replica counts the new bytes. Nothing is copied before the step
     completes, so no other tier holds the part yet. Returns how many files were added.
     """
-    added = _add_files(session, row, part, files)
+    kept = _unheld(session, row, files)
+    part.file_count += len(kept)
+    part.total_bytes += sum(f.size for f in kept)
+    _insert_files(session, row, part, kept)
     part.marked = part.marked or marked
     if (local := part_replica(session, part.id, tier0)) is not None:
         local.bytes_done = part.total_bytes
-    return added
-
-
-def _add_files(session: Session, row: Checkpoint, part: Part, files: Sequence[FileFields]) -> int:
-    """Add to ``part`` the ``files`` no part of the step holds yet; returns how many."""
-    taken = set(session.scalars(select(File.relpath).where(File.checkpoint_id == row.id)))
-    kept = [f for f in files if f.relpath not in taken]
-    for f in kept:
-        session.add(
-            File(
-                checkpoint_id=row.id,
-                part_id=part.id,
-                relpath=f.relpath,
-                size=f.size,
-                mtime_ns=f.mtime_ns,
-                checksum_algo=checksum.ALGORITHM,
-                checksum=f.checksum,
-            )
-        )
-    part.file_count += len(kept)
-    part.total_bytes += sum(f.size for f in kept)
     return len(kept)
+
+
+def _unheld(session: Session, row: Checkpoint, files: Sequence[FileFields]) -> list[FileFields]:
+    """The ``files`` no part of the step holds yet."""
+    taken = set(session.scalars(select(File.relpath).where(File.checkpoint_id == row.id)))
+    return [f for f in files if f.relpath not in taken]
+
+
+def _insert_files(session: Session, row: Checkpoint, part: Part, files: Sequence[FileFields]) -> None:
+    """Insert ``files`` into ``part`` (counted in it already), skipping any another part took since.
+
+    Parts are recorded without the step's row locked: two nodes holding the same path (a
+    layout that repeats a file on every node) may both try to add it. The first keeps it,
+    and the other part's counts drop it.
+    """
+    if not files:
+        return
+    values = [
+        {
+            "checkpoint_id": row.id,
+            "part_id": part.id,
+            "relpath": f.relpath,
+            "size": f.size,
+            "mtime_ns": f.mtime_ns,
+            "checksum_algo": checksum.ALGORITHM,
+            "checksum": f.checksum,
+        }
+        for f in files
+    ]
+    statement = insert_ignoring_duplicates(session, _FILES).returning(_FILES.c.relpath)
+    stored = set(session.scalars(statement, values))
+    if len(stored) == len(files):
+        return
+    lost = [f for f in files if f.relpath not in stored]
+    part.file_count -= len(lost)
+    part.total_bytes -= sum(f.size for f in lost)
 
 
 def part_replica(session: Session, part_id: int, tier: str) -> PartReplica | None:
@@ -310,7 +344,8 @@ def lacking_files(session: Session, checkpoint_id: int) -> list[str]:
     return [f for f in row.expected_files if f"{row.path}/{f}" not in recorded]
 
 
-def _has_expectation(row: Checkpoint) -> bool:
+def has_expectation(row: Checkpoint) -> bool:
+    """Whether the step says what it holds (files, DCP ranks, or a count of parts)."""
     ranks = row.expected_ranks is not None and row.format == "dcp"
     return row.expected_files is not None or ranks or row.expected_nodes is not None
 
@@ -332,7 +367,7 @@ def settle_step(
     """
     if row.state != CheckpointState.WAITING.value:
         return False
-    if _has_expectation(row):
+    if has_expectation(row):
         if missing_of(session, row):
             return False
     elif not whole:
@@ -442,5 +477,36 @@ def settle_parts(db: Database, checkpoint_id: int, tier: str, location: str, *, 
             tier=tier,
             reason="every part verified on the tier",
             detail={},
+        )
+        return True
+
+
+def complete_parts(
+    db: Database, checkpoint_id: int, tiers: Sequence[str], location: str, *, actor: str
+) -> bool:
+    """Complete a waiting step whose parts hold all it expects; whether this call did.
+
+    Called after a part's own transaction committed, so the part that commits last sees
+    every other; only a step that looks complete is then locked and checked again. The
+    waiting sweep calls it too, for a step whose last recorder died in between. ``location``
+    is the step's directory on this node's tier 0. Raises CatalogError.
+    """
+    with db.read_session() as session:
+        row = session.get(Checkpoint, checkpoint_id)
+        if row is None or row.state != CheckpointState.WAITING.value or not has_expectation(row):
+            return False
+        if missing_of(session, row):
+            return False
+    with db.session() as session:
+        row = lock_checkpoint(session, checkpoint_id)
+        if row is None or not settle_step(session, row, tiers, whole=False, location=location):
+            return False
+        append_event(
+            session,
+            actor=actor,
+            action="completed",
+            checkpoint_id=checkpoint_id,
+            reason="every part the step expects is recorded",
+            detail={"files": row.file_count, "bytes": row.total_bytes},
         )
         return True

@@ -70,5 +70,5 @@ def load_waiting(db: Database, node: str) -> list[Waiting]:
 
 
 def load_growing(db: Database, node: str) -> list[Waiting]:
-    """The waiting steps with an expected file list that ``node`` recorded a part of (blocking)."""
+    """The waiting steps ``node`` recorded a part of (blocking)."""
     return [Waiting(*row) for row in steps_to_grow(db, node)]

@@ -14,6 +14,7 @@ import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -27,13 +28,16 @@ from tierd.daemon.aio import blocking
 from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.checkpoints import find_step, get_or_create_run, insert_checkpoint
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import Checkpoint, CheckpointState, File, utcnow
+from tierd.daemon.catalog.models import Checkpoint, CheckpointState, File, Run, utcnow
 from tierd.daemon.catalog.parts import (
     Expectation,
     add_part,
+    complete_parts,
     extend_part,
     find_part,
+    has_expectation,
     lock_checkpoint,
+    missing_of,
     set_expectation,
     settle_step,
 )
@@ -142,61 +146,116 @@ def write_complete(
     marked: bool | None = None,
     expect: Expectation | None = None,
 ) -> tuple[Outcome, int]:
-    """Record ``det`` as this node's part of its step, in one transaction (blocking).
+    """Record ``det`` as this node's part of its step (blocking).
 
     ``whole``: the detector says the part is the whole checkpoint (it completes a step with
     no expectation). ``marked`` (default: ``whole``): the part holds the format's completion
     marker. ``expect`` is what the part says the step holds. A node's unmarked part of a
     waiting step is extended by a marked recording (the marker landed after the node's
-    shards were recorded). Returns what happened and the row id. Raises CatalogError when
-    the catalog fails.
+    shards were recorded).
+
+    The part is recorded without locking the step's row (every node's part would queue on
+    it). A part that sees the step complete (the single node's, or the last of many) locks
+    it and completes it in the same transaction; any other looks again once committed
+    (``complete_parts``), since two last parts committing together each miss the other.
+    Returns what happened and the row
+    id. Raises CatalogError when the catalog fails.
     """
+    marked = whole if marked is None else marked
     with db.session() as session:
-        run = get_or_create_run(session, det.run)
-        now = utcnow()
-        found = find_step(session, run, det.step, det.relpath, config.node)
-        outcome = Outcome.COMPLETED
-        if found is None:
-            outcome = Outcome.CREATED
-            waiting = CheckpointState.WAITING.value
-            found = insert_checkpoint(
-                session, run, det.step, det.relpath, det.format, config.node, state=waiting
-            )
-            if found is None:  # another writer recorded the step since we looked
-                found = find_step(session, run, det.step, det.relpath, config.node)
-                assert found is not None
-                outcome = Outcome.COMPLETED
-        row = lock_checkpoint(session, found.id)
-        assert row is not None
-        if row.state != CheckpointState.WAITING.value:
-            return Outcome.EXISTING, row.id
-        marked = whole if marked is None else marked
-        part = find_part(session, row.id, config.node)
-        if part is not None and (part.marked or not marked) and not _new_files(session, row, det.files):
-            return Outcome.EXISTING, row.id
-        if row.waiting_since is None:
-            row.waiting_since = now
-        if expect:
-            set_expectation(row, expect)
-        if det.metrics:
-            row.metrics = {**det.metrics, **(row.metrics or {})}
-        tiers = [t.name for t in config.tiers]
-        if part is None:
-            add_part(session, row, config.node, det.files, tiers, now=now, marked=marked)
-        else:  # the marker, or a late rank's file, landed beside shards recorded as its part
-            extend_part(session, row, part, det.files, tiers[0], marked=marked)
-        location = str(config.tier0.path.resolve() / det.relpath)
-        if not settle_step(session, row, tiers, whole=whole, location=location, now=now):
-            outcome = Outcome.PART
-        append_event(
-            session,
-            actor=det.actor,
-            action=det.action,
-            checkpoint_id=row.id,
-            reason=det.reason,
-            detail={**_audit_detail(det, outcome), "node": config.node},
-        )
-        return outcome, row.id
+        outcome, row, created = _record_part(session, config, det, whole=whole, marked=marked, expect=expect)
+        checkpoint_id = row.id
+    if outcome is not Outcome.PART:
+        return outcome, checkpoint_id
+    location = str(config.tier0.path.resolve() / det.relpath)
+    tiers = [t.name for t in config.tiers]
+    if complete_parts(db, checkpoint_id, tiers, location, actor=det.actor):
+        return (Outcome.CREATED if created else Outcome.COMPLETED), checkpoint_id
+    return Outcome.PART, checkpoint_id
+
+
+def _record_part(
+    session: Session,
+    config: Config,
+    det: Detection,
+    *,
+    whole: bool,
+    marked: bool,
+    expect: Expectation | None,
+) -> tuple[Outcome, Checkpoint, bool]:
+    """Record the part (and complete a step that expects nothing).
+
+    Returns what happened, the row, and whether this call inserted it.
+    """
+    run = get_or_create_run(session, det.run)
+    now = utcnow()
+    row, created = _step_row(session, config, det, run, now)
+    if row.state != CheckpointState.WAITING.value:
+        return Outcome.EXISTING, row, created
+    if row.waiting_since is None:
+        row.waiting_since = now
+    part = find_part(session, row.id, config.node)
+    if part is not None and (part.marked or not marked) and not _new_files(session, row, det.files):
+        return Outcome.EXISTING, row, created
+    if expect:
+        set_expectation(row, expect)
+    if det.metrics:
+        row.metrics = {**det.metrics, **(row.metrics or {})}
+    tiers = [t.name for t in config.tiers]
+    if part is None:
+        add_part(session, row, config.node, det.files, tiers, now=now, marked=marked)
+    else:  # the marker, or a late rank's file, landed beside shards recorded as its part
+        extend_part(session, row, part, det.files, tiers[0], marked=marked)
+    outcome = Outcome.PART
+    if _settle_here(session, row, config, det, whole=whole, now=now):
+        outcome = Outcome.CREATED if created else Outcome.COMPLETED
+    append_event(
+        session,
+        actor=det.actor,
+        action=det.action,
+        checkpoint_id=row.id,
+        reason=det.reason,
+        detail={**_audit_detail(det, outcome), "node": config.node},
+    )
+    return outcome, row, created
+
+
+def _step_row(
+    session: Session, config: Config, det: Detection, run: Run, now: datetime
+) -> tuple[Checkpoint, bool]:
+    """The step's row, inserted as waiting if there is none yet; and whether this call inserted it."""
+    found = find_step(session, run, det.step, det.relpath, config.node)
+    if found is not None:
+        return found, False
+    waiting = CheckpointState.WAITING.value
+    row = insert_checkpoint(
+        session, run, det.step, det.relpath, det.format, config.node, state=waiting, waiting_since=now
+    )
+    if row is not None:
+        return row, True
+    found = find_step(session, run, det.step, det.relpath, config.node)  # another writer was first
+    assert found is not None
+    return found, False
+
+
+def _settle_here(
+    session: Session, row: Checkpoint, config: Config, det: Detection, *, whole: bool, now: datetime
+) -> bool:
+    """Complete the step in the recording's transaction when it looks complete from here.
+
+    Only then is its row locked (and the step checked again under the lock): the single
+    node's step, or the part that finds every other committed. Parts that do not see the
+    step complete take no lock; ``complete_parts`` looks again once they committed.
+    """
+    session.flush()
+    if missing_of(session, row) if has_expectation(row) else not whole:
+        return False
+    locked = lock_checkpoint(session, row.id)
+    if locked is None:
+        return False
+    location = str(config.tier0.path.resolve() / det.relpath)
+    tiers = [t.name for t in config.tiers]
+    return settle_step(session, locked, tiers, whole=whole, location=location, now=now)
 
 
 def _new_files(session: Session, row: Checkpoint, files: Sequence[HashedFile]) -> bool:

@@ -35,7 +35,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
 from tierd.daemon.aio import blocking
-from tierd.daemon.catalog.parts import Expectation, lacking_files
+from tierd.daemon.catalog.parts import Expectation, complete_parts, lacking_files
 from tierd.daemon.context import Context
 from tierd.daemon.detect.changes import apply_change, compare, load_recorded
 from tierd.daemon.detect.hostile import printable
@@ -402,13 +402,21 @@ class DetectService:
         """Add to this node's parts of waiting steps the expected files written here since.
 
         A rank that wrote its file after its node's part was recorded (its files had looked
-        settled) would otherwise leave the step waiting for a file the node holds.
+        settled) would otherwise leave the step waiting for a file the node holds. A step
+        lacking nothing is completed: its last recorder died before it could.
         """
         tier0 = self.ctx.config.tier0.path.resolve()
         for waiting in await blocking(load_growing, self.ctx.db, self.ctx.config.node):
             lacking = await blocking(self._lacking, waiting.id)
             if lacking:
                 await self._grow(waiting, tier0 / waiting.relpath, lacking)
+            elif await blocking(self._complete, waiting, str(tier0 / waiting.relpath)):
+                log.warning("step_completed_late", id=waiting.id, run=waiting.run, step=waiting.step)
+                self.ctx.wake_pipeline(waiting.id)
+
+    def _complete(self, waiting: Waiting, location: str) -> bool:
+        tiers = [t.name for t in self.ctx.config.tiers]
+        return complete_parts(self.ctx.db, waiting.id, tiers, location, actor="detector")
 
     def _lacking(self, checkpoint_id: int) -> list[str]:
         with self.ctx.db.read_session() as session:
