@@ -77,6 +77,10 @@ class CatalogError(TierdError):
     retryable = True
 
 
+class CatalogConflict(CatalogError):
+    """A write lost to a concurrent one on a unique key (the catalog itself is fine)."""
+
+
 class SchemaError(CatalogError):
     """The catalog schema does not match this build; the message says what to run."""
 

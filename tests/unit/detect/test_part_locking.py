@@ -8,10 +8,12 @@ the step, and if its daemon died first, the waiting sweep does.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import psycopg
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from tests.unit.detect.fleet import node_context, step_row
 from tierd.daemon.catalog.db import Database
@@ -20,6 +22,7 @@ from tierd.daemon.catalog.parts import Expectation
 from tierd.daemon.context import Context
 from tierd.daemon.detect.record import Detection, HashedFile, Outcome, _record_part, write_complete
 from tierd.daemon.detect.service import DetectService
+from tierd.errors import Unstable
 
 STEP = 7
 
@@ -35,6 +38,11 @@ def _record(ctx: Context, rank: int, *, marker: bool = False) -> tuple[Outcome, 
     det = _part(ctx, rank, marker=marker)
     expect = Expectation(nodes=3, source="config")
     return write_complete(ctx.db, ctx.config, det, whole=marker, marked=marker, expect=expect)
+
+
+def _record_in(session: Session, ctx: Context, rank: int) -> Outcome:
+    """Record an unmarked part in the caller's open transaction; what happened."""
+    return _record_part(session, ctx.config, _part(ctx, rank), whole=False, marked=False, expect=None)[0]
 
 
 def _actions(db: Database, checkpoint_id: int) -> list[str]:
@@ -114,3 +122,44 @@ def test_the_last_part_completes_the_step_once_it_committed(pg_db: Database, tmp
     row = step_row(pg_db, STEP)
     assert row is not None
     assert (row.state, row.file_count, len(row.parts)) == ("complete", 4, 3)
+
+
+def test_a_part_recorded_twice_at_once_is_unstable_for_the_second(pg_db: Database, tmp_path: Path) -> None:
+    """The detector and the waiting sweep of one node record its part together: one wins."""
+    nodes = [node_context(pg_db, tmp_path, f"n{i}", nodes=3, format="dcp") for i in range(3)]
+    _record(nodes[0], 0, marker=True)
+    errors: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            _record(nodes[1], 1)
+        except Unstable as exc:
+            errors.append(exc)
+
+    with pg_db.session() as first:
+        seen = _record_part(
+            first, nodes[1].config, _part(nodes[1], 1), whole=False, marked=False, expect=None
+        )
+        assert seen[0] is Outcome.PART
+        thread = threading.Thread(target=second)
+        thread.start()
+        _wait_for_a_lock_wait(pg_db)  # the second insert of the part waits on the first's key
+    thread.join(timeout=20)
+    assert [str(e) for e in errors] == [f"this node's part of demo/step_{STEP} was being recorded meanwhile"]
+    row = step_row(pg_db, STEP)
+    assert row is not None
+    assert sorted(p.node for p in row.parts) == ["n0", "n1"]
+
+
+def _wait_for_a_lock_wait(db: Database, timeout: float = 20.0) -> None:
+    with psycopg.connect(db.url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as conn:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            waiting = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            ).fetchone()
+            if waiting is not None and waiting[0]:
+                return
+            time.sleep(0.05)
+    raise AssertionError("no statement came to wait on the first recording")

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from tierd.errors import CatalogError
+from tierd.errors import CatalogConflict, CatalogError
 
 __all__ = ["CONNECT_TIMEOUT_SECONDS", "Database", "catalog_error"]
 
@@ -83,7 +84,8 @@ def catalog_error(exc: SQLAlchemyError) -> CatalogError:
     text_ = " ".join(str(orig if orig is not None else exc).split())
     if len(text_) > _MESSAGE_CHARS:
         text_ = text_[: _MESSAGE_CHARS - 3] + "..."
-    return CatalogError(f"catalog error: {exc.__class__.__name__}: {text_}")
+    kind = CatalogConflict if isinstance(exc, sa_exc.IntegrityError) else CatalogError
+    return kind(f"catalog error: {exc.__class__.__name__}: {text_}")
 
 
 def _make_engine(url: str, busy_timeout_ms: int, *, immediate: bool) -> Engine:

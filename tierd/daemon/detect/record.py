@@ -46,7 +46,7 @@ from tierd.daemon.context import Context
 from tierd.daemon.detect.hostile import check_checkpoint, printable
 from tierd.daemon.detect.layout import FileStat, Verdict
 from tierd.daemon.nofollow import open_regular
-from tierd.errors import Refused, Unstable
+from tierd.errors import CatalogConflict, Refused, Unstable
 
 __all__ = [
     "Detection",
@@ -159,12 +159,16 @@ def write_complete(
     it and completes it in the same transaction; any other looks again once committed
     (``complete_parts``), since two last parts committing together each miss the other.
     Returns what happened and the row
-    id. Raises CatalogError when the catalog fails.
+    id. Raises Unstable when the node's part was recorded meanwhile by another pass (the
+    caller looks again later), CatalogError when the catalog fails.
     """
     marked = whole if marked is None else marked
-    with db.session() as session:
-        outcome, row, created = _record_part(session, config, det, whole=whole, marked=marked, expect=expect)
-        checkpoint_id = row.id
+    try:
+        with db.session() as session:
+            recorded = _record_part(session, config, det, whole=whole, marked=marked, expect=expect)
+            outcome, checkpoint_id, created = recorded[0], recorded[1].id, recorded[2]
+    except CatalogConflict as exc:  # the detector and the waiting sweep recorded this part at once
+        raise Unstable(f"this node's part of {det.relpath} was being recorded meanwhile") from exc
     if outcome is not Outcome.PART:
         return outcome, checkpoint_id
     location = str(config.tier0.path.resolve() / det.relpath)
