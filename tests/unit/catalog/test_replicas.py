@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from sqlalchemy import text
+
 from tests.unit.catalog.helpers import BASE, TIERS, add_checkpoint, replica
 from tierd.daemon.catalog import replicas as rp
 from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.parts import mark_step_copying
 
 
 def test_first_replicas_are_verified_on_tier0_and_pending_below(db: Database) -> None:
@@ -71,3 +74,31 @@ def test_a_vanished_replica_is_deleted(db: Database) -> None:
         assert first is not None
         rp.mark_replica_deleted(first)
     assert replica(db, cid, "nvme").state == "deleted"
+
+
+def test_a_parts_hop_marks_the_steps_replica_copying_once(db: Database) -> None:
+    cid = add_checkpoint(db, 1, ("verified", "failed", "verified", "deleting"))
+    for tier in ("pfs", "s3", "dr"):
+        with db.session() as s:
+            row = rp.find_replica(s, cid, tier)
+            assert row is not None
+            mark_step_copying(s, row)
+    states = {t: replica(db, cid, t).state for t in ("pfs", "s3", "dr")}
+    assert states == {"pfs": "copying", "s3": "verified", "dr": "deleting"}
+    assert replica(db, cid, "pfs").error is None
+
+
+def test_a_parts_hop_skips_the_steps_replica_another_part_is_marking(pg_db: Database) -> None:
+    """Parts starting on many nodes at once: one marks the step's replica, none waits on it."""
+    cid = add_checkpoint(pg_db, 1)
+    with pg_db.session() as first:
+        row = rp.find_replica(first, cid, "pfs")
+        assert row is not None
+        mark_step_copying(first, row)  # not committed yet: the row stays locked
+        with pg_db.session() as second:
+            second.execute(text("SET LOCAL lock_timeout = '5s'"))  # a wait would fail the test
+            other = rp.find_replica(second, cid, "pfs")
+            assert other is not None
+            assert other.state == "pending"
+            mark_step_copying(second, other)
+    assert replica(pg_db, cid, "pfs").state == "copying"

@@ -27,14 +27,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from tierd.daemon import checksum
 from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.checkpoints import FileFields
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.dialect import insert_ignoring_duplicates
+from tierd.daemon.catalog.dialect import insert_ignoring_duplicates, skip_locked
 from tierd.daemon.catalog.models import (
     Checkpoint,
     CheckpointState,
@@ -64,6 +64,7 @@ __all__ = [
     "lock_replica",
     "share_replica",
     "mark_part_copying",
+    "mark_step_copying",
     "mark_part_failed",
     "mark_part_verified",
     "missing_of",
@@ -400,6 +401,31 @@ def files_of_part(session: Session, part_id: int) -> list[File]:
 def mark_part_copying(row: PartReplica) -> None:
     """A hop of the part into the replica's tier has started."""
     row.state, row.error = ReplicaState.COPYING.value, None
+
+
+def mark_step_copying(session: Session, replica: Replica) -> None:
+    """A part's hop into the replica's tier started: the step's replica is ``copying`` too.
+
+    The parts of a step start on many nodes at once, each seeing the replica not yet
+    ``copying``: only one marks it, the others skip the row while it is locked (PostgreSQL)
+    rather than queue on it to write the same value.
+    """
+    if replica.state == ReplicaState.COPYING.value:
+        return
+    free = skip_locked(
+        select(Replica.id).where(
+            Replica.id == replica.id,
+            Replica.state.not_in([ReplicaState.COPYING.value, ReplicaState.VERIFIED.value, *GONE]),
+        ),
+        session,
+        of=Replica,
+    )
+    session.execute(
+        update(Replica)
+        .where(Replica.id.in_(free.scalar_subquery()))
+        .values(state=ReplicaState.COPYING.value, error=None)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def mark_part_verified(row: PartReplica, total_bytes: int) -> None:

@@ -33,6 +33,7 @@ from tierd.daemon.catalog.parts import (
     mark_part_copying,
     mark_part_failed,
     mark_part_verified,
+    mark_step_copying,
     part_replica,
     record_part_bytes,
     set_part_copies,
@@ -135,8 +136,7 @@ def _start_part(session: Session, job: Job, claim: Claim, path: str, dst: Replic
         end_job_run(session, job, JobState.CANCELLED, "the part is already there, or gone")
         return None
     mark_part_copying(row)
-    if dst.state != ReplicaState.COPYING.value:
-        mark_replica_copying(dst)
+    mark_step_copying(session, dst)
     files = files_of_part(session, claim.part_id)
     specs = tuple(FileSpec(f.relpath, f.size, f.checksum, f.mtime_ns) for f in files)
     ids = {f.relpath: f.id for f in files}
