@@ -101,8 +101,10 @@ class _Plan:
     #: (checkpoint, tier) whose parts are all verified there, the step's replica not yet.
     settle: list[tuple[int, str]] = field(default_factory=list)
 
-    def __bool__(self) -> bool:
-        return bool(self.hops or self.missing or self.settle)
+    @property
+    def writes(self) -> bool:
+        """Whether the pass has rows to add (under the scheduling lock)."""
+        return bool(self.hops or self.missing)
 
 
 def schedule_pass(
@@ -129,8 +131,11 @@ def schedule_pass(
     local = frozenset(node_local)
     with db.read_session() as session:
         found = checkpoints_to_replicate(session, tiers, include_missing=fill_missing, only=only)
-        if not _plan(found, tiers, local):
-            return 0
+        plan = _plan(found, tiers, local)
+    if not plan.writes:  # nothing to queue: no scheduling lock (parts finishing at once all look)
+        if locate is not None:
+            _settle(db, plan.settle, locate)
+        return 0
     with db.session() as session:
         lock_scheduling(session)
         found = checkpoints_to_replicate(session, tiers, include_missing=fill_missing, only=only)
