@@ -18,7 +18,7 @@ from sqlalchemy import select
 from tests.unit.detect.fleet import dcp_across, node_context, reconcile, step_row
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import AuditEvent, Checkpoint, Job, Part, Replica
-from tierd.daemon.catalog.parts import mark_part_verified, part_replica
+from tierd.daemon.catalog.parts import Settled, mark_part_verified, part_replica, settle_parts
 from tierd.daemon.catalog.retention import load_retention_rows
 from tierd.daemon.catalog.runs import latest_checkpoint, run_summaries
 from tierd.daemon.context import Context
@@ -164,3 +164,21 @@ async def test_a_step_whose_last_part_daemon_died_before_settling_is_verified_by
         events = session.scalars(select(AuditEvent).where(AuditEvent.action == "replica_verified")).all()
     assert (replica.state, replica.location) == ("verified", "/pfs/demo/step_7")
     assert [(e.checkpoint_id, e.tier) for e in events] == [(cid, "pfs")]
+
+
+async def test_each_parts_verification_counts_the_parts_left_to_verify(
+    db: Database, three: tuple[list[Context], list[str]]
+) -> None:
+    """Two or more left: nothing new to schedule (the pipeline only claims); the last settles the step."""
+    with db.read_session() as session:
+        cid = session.scalars(select(Checkpoint.id).where(Checkpoint.step == 7)).one()
+        part_ids = list(session.scalars(select(Part.id).where(Part.checkpoint_id == cid).order_by(Part.id)))
+    seen = []
+    for part_id in part_ids:
+        with db.session() as session:
+            mark_part_verified(part_replica(session, part_id, "pfs"), 1)  # type: ignore[arg-type]
+        seen.append(settle_parts(db, cid, "pfs", "/pfs/demo/step_7", actor="test"))
+    assert seen == [Settled(2), Settled(1), Settled(0, settled=True)]
+    assert settle_parts(db, cid, "pfs", "/pfs/demo/step_7", actor="test") == Settled(0)  # already
+    assert settle_parts(db, cid, "object", "/object/demo/step_7", actor="test") == Settled(3)
+    assert _tier_states(db, 7)[0]["pfs"] == "verified"

@@ -49,6 +49,7 @@ from tierd.daemon.catalog.replicas import GONE, add_first_replicas
 
 __all__ = [
     "MISSING_LIMIT",
+    "Settled",
     "Expectation",
     "Missing",
     "add_part",
@@ -70,6 +71,7 @@ __all__ = [
     "missing_of",
     "part_replica",
     "parts_gone_from",
+    "parts_left_on",
     "parts_verified_on",
     "record_part_bytes",
     "set_expectation",
@@ -285,19 +287,21 @@ def part_replica(session: Session, part_id: int, tier: str) -> PartReplica | Non
 
 def parts_verified_on(session: Session, checkpoint_id: int, tier: str) -> bool:
     """Whether the checkpoint has parts and every one is verified on ``tier``."""
-    part_ids = list(session.scalars(select(Part.id).where(Part.checkpoint_id == checkpoint_id)))
-    if not part_ids:
-        return False
-    verified = session.scalar(
-        select(func.count())
-        .select_from(PartReplica)
-        .where(
-            PartReplica.part_id.in_(part_ids),
-            PartReplica.tier == tier,
-            PartReplica.state == ReplicaState.VERIFIED.value,
+    return parts_left_on(session, checkpoint_id, tier) == 0
+
+
+def parts_left_on(session: Session, checkpoint_id: int, tier: str) -> int | None:
+    """How many of the checkpoint's parts are not verified on ``tier``; None when it has no parts."""
+    total, verified = session.execute(
+        select(
+            func.count(),
+            func.count().filter(PartReplica.state == ReplicaState.VERIFIED.value),
         )
-    )
-    return verified == len(part_ids)
+        .select_from(Part)
+        .outerjoin(PartReplica, (PartReplica.part_id == Part.id) & (PartReplica.tier == tier))
+        .where(Part.checkpoint_id == checkpoint_id)
+    ).one()
+    return None if not total else int(total) - int(verified)
 
 
 def parts_gone_from(session: Session, checkpoint_id: int, tier: str) -> bool:
@@ -478,8 +482,16 @@ def settle_replica(session: Session, replica: Replica, location: str) -> bool:
     return True
 
 
-def settle_parts(db: Database, checkpoint_id: int, tier: str, location: str, *, actor: str) -> bool:
-    """Verify the step's replica on ``tier`` once every part is verified there; whether it did.
+@dataclass(frozen=True)
+class Settled:
+    """What ``settle_parts`` saw: parts not yet verified on the tier, and whether it settled the step."""
+
+    left: int | None
+    settled: bool = False
+
+
+def settle_parts(db: Database, checkpoint_id: int, tier: str, location: str, *, actor: str) -> Settled:
+    """Verify the step's replica on ``tier`` once every part is verified there.
 
     Called after a part's own transaction committed: whichever part commits last sees every
     other part verified, so the step is never left unverified, and only then is the replica
@@ -487,14 +499,15 @@ def settle_parts(db: Database, checkpoint_id: int, tier: str, location: str, *, 
     Raises CatalogError.
     """
     with db.read_session() as session:
-        if not parts_verified_on(session, checkpoint_id, tier):
-            return False
+        left = parts_left_on(session, checkpoint_id, tier)
+    if left != 0:
+        return Settled(left)
     with db.session() as session:
         replica = lock_replica(session, checkpoint_id, tier)
         if replica is None or replica.state in GONE or replica.state == ReplicaState.VERIFIED.value:
-            return False
+            return Settled(0)
         if not settle_replica(session, replica, location):
-            return False
+            return Settled(0)
         append_event(
             session,
             actor=actor,
@@ -504,7 +517,7 @@ def settle_parts(db: Database, checkpoint_id: int, tier: str, location: str, *, 
             reason="every part verified on the tier",
             detail={},
         )
-        return True
+        return Settled(0, settled=True)
 
 
 def complete_parts(

@@ -50,6 +50,10 @@ def files_done(session: Session, job: Job, ids: Mapping[str, int]) -> frozenset[
 
 def forget_files_done(session: Session, job: Job) -> None:
     """Drop the job's record of finished files (it will not run again)."""
-    session.execute(delete(JobFileDone).where(JobFileDone.job_id == job.id))
+    # No JobFileDone object is held in a session: no search of the session for them.
+    session.execute(
+        delete(JobFileDone).where(JobFileDone.job_id == job.id),
+        execution_options={"synchronize_session": False},
+    )
     if "done" in (job.detail or {}):
         job.detail = {k: v for k, v in job.detail.items() if k != "done"}

@@ -75,6 +75,10 @@ class UploadFields(Protocol):
         """The parts finished so far."""
 
 
+#: Bulk deletes of rows no caller holds as objects: no search of the session for them.
+_UNSYNCED = {"synchronize_session": False}
+
+
 def _find(session: Session, checkpoint_id: int, tier: str, relpath: str) -> Upload | None:
     return session.scalars(
         select(Upload).where(
@@ -158,8 +162,11 @@ def clear_upload(db: Database, checkpoint_id: int, tier: str, relpath: str) -> N
 def forget_uploads(session: Session, checkpoint_id: int, tier: str) -> None:
     """Drop every upload record of a hop (inside the caller's transaction, once it is over)."""
     ids = select(Upload.id).where(Upload.checkpoint_id == checkpoint_id, Upload.tier == tier)
-    session.execute(delete(UploadPart).where(UploadPart.upload_pk.in_(ids)))
-    session.execute(delete(Upload).where(Upload.checkpoint_id == checkpoint_id, Upload.tier == tier))
+    session.execute(delete(UploadPart).where(UploadPart.upload_pk.in_(ids)), execution_options=_UNSYNCED)
+    session.execute(
+        delete(Upload).where(Upload.checkpoint_id == checkpoint_id, Upload.tier == tier),
+        execution_options=_UNSYNCED,
+    )
 
 
 def forget_part_uploads(session: Session, checkpoint_id: int, tier: str, relpaths: Sequence[str]) -> None:
@@ -167,11 +174,12 @@ def forget_part_uploads(session: Session, checkpoint_id: int, tier: str, relpath
     ids = select(Upload.id).where(
         Upload.checkpoint_id == checkpoint_id, Upload.tier == tier, Upload.relpath.in_(list(relpaths))
     )
-    session.execute(delete(UploadPart).where(UploadPart.upload_pk.in_(ids)))
+    session.execute(delete(UploadPart).where(UploadPart.upload_pk.in_(ids)), execution_options=_UNSYNCED)
     session.execute(
         delete(Upload).where(
             Upload.checkpoint_id == checkpoint_id, Upload.tier == tier, Upload.relpath.in_(list(relpaths))
-        )
+        ),
+        execution_options=_UNSYNCED,
     )
 
 

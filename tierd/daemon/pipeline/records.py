@@ -58,6 +58,7 @@ __all__ = [
     "ACTOR",
     "FileSpec",
     "HopPlan",
+    "Verified",
     "cancel",
     "mark_failed",
     "mark_verified",
@@ -170,7 +171,20 @@ def save_progress(
         return True
 
 
-def mark_verified(db: Database, plan: HopPlan, owner: str, location: str, seconds: float) -> bool:
+@dataclass(frozen=True)
+class Verified:
+    """How ``mark_verified`` ended: recorded (else the lease was lost), and whether hops may be ready.
+
+    ``unlocks`` is False for a part whose step still has two or more parts to verify on the
+    tier: nothing new can be scheduled (the marker's part waits for every other part), so
+    the pipeline need not look at the step again.
+    """
+
+    recorded: bool
+    unlocks: bool = True
+
+
+def mark_verified(db: Database, plan: HopPlan, owner: str, location: str, seconds: float) -> Verified:
     """Every file matched: replica verified, job done, audit event, upload records dropped."""
     claim = plan.claim
     if claim.part_id is not None:
@@ -180,7 +194,7 @@ def mark_verified(db: Database, plan: HopPlan, owner: str, location: str, second
         replica = find_replica(session, claim.checkpoint_id, claim.dst_tier)
         # A replica deleted meanwhile (by an operator) is not brought back by a copy that finished.
         if job is None or replica is None or replica.state != ReplicaState.COPYING.value:
-            return False
+            return Verified(recorded=False)
         mark_replica_verified(replica, location, plan.total_bytes)
         set_part_copies(session, claim.checkpoint_id, claim.dst_tier, ReplicaState.VERIFIED)
         end_job_run(session, job, JobState.DONE, None)
@@ -201,10 +215,10 @@ def mark_verified(db: Database, plan: HopPlan, owner: str, location: str, second
             reason=reason,
             detail=detail,
         )
-        return True
+        return Verified(recorded=True)
 
 
-def _part_verified(db: Database, plan: HopPlan, owner: str, location: str, seconds: float) -> bool:
+def _part_verified(db: Database, plan: HopPlan, owner: str, location: str, seconds: float) -> Verified:
     """A part matched on its destination; the step's replica there is verified once every part is.
 
     The part is recorded with the step's replica share-locked: parts finishing on many nodes
@@ -219,7 +233,7 @@ def _part_verified(db: Database, plan: HopPlan, owner: str, location: str, secon
         replica = share_replica(session, cid, tier)
         row = part_replica(session, claim.part_id, tier)
         if job is None or replica is None or row is None or replica.state in GONE:
-            return False
+            return Verified(recorded=False)
         mark_part_verified(row, plan.total_bytes)
         end_job_run(session, job, JobState.DONE, None)
         forget_part_uploads(session, cid, tier, [f.relpath for f in plan.files])
@@ -235,10 +249,11 @@ def _part_verified(db: Database, plan: HopPlan, owner: str, location: str, secon
             detail=detail,
         )
     try:
-        settle_parts(db, cid, tier, location, actor=ACTOR)
+        left = settle_parts(db, cid, tier, location, actor=ACTOR).left
     except CatalogError as exc:  # the part is recorded; the scheduler's next pass settles the step
         log.warning("replica_not_settled", checkpoint=cid, tier=tier, error=str(exc))
-    return True
+        return Verified(recorded=True)
+    return Verified(recorded=True, unlocks=left is None or left <= 1)
 
 
 def mark_failed(

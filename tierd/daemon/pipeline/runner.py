@@ -132,6 +132,8 @@ class HopRunner:
         self.progress = _Progress()
         self.file_ids: Mapping[str, int] = {}
         self.lost = False
+        #: Whether the hop's end may have made other hops ready (see ``records.Verified``).
+        self.unlocks = True
         self.renewed_at = claimed_at if claimed_at is not None else time.monotonic()
 
     @property
@@ -343,7 +345,9 @@ class HopRunner:
         location = dst.location(plan.path)
 
         async def record() -> bool:
-            return await blocking(records.mark_verified, self.db, plan, self.owner, location, seconds)
+            verified = await blocking(records.mark_verified, self.db, plan, self.owner, location, seconds)
+            self.unlocks = verified.unlocks
+            return verified.recorded
 
         if not await self._until_fenced("verified", record):
             return "lost"

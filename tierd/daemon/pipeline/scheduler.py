@@ -163,7 +163,9 @@ def _settle(db: Database, steps: Sequence[tuple[int, str]], locate: Callable[[st
     for checkpoint_id, tier in steps:
         with db.read_session() as session:
             path = session.scalar(select(Checkpoint.path).where(Checkpoint.id == checkpoint_id))
-        if path is not None and settle_parts(db, checkpoint_id, tier, locate(tier, path), actor=ACTOR):
+        if path is None:
+            continue
+        if settle_parts(db, checkpoint_id, tier, locate(tier, path), actor=ACTOR).settled:
             log.warning("replica_settled_late", checkpoint=checkpoint_id, tier=tier)
 
 

@@ -236,14 +236,20 @@ class PipelineService:
 
     def _finished(self, job_id: int, checkpoint_id: int, task: asyncio.Task[Outcome]) -> None:
         entry = self._running.get(job_id)
+        unlocks = True
         if entry is not None and entry.task is task:  # not a newer runner of the same job
             del self._running[job_id]
+            unlocks = entry.runner.unlocks
         if not self._running and self._budget is not None:
             self._budget.drop_idle()  # an idle daemon keeps no transfer buffers
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("job_crashed", job=job_id, error=repr(exc))
-        if not self._stopping:
+        if self._stopping:
+            return
+        if unlocks:
             self.ctx.wake_pipeline(checkpoint_id)  # room for another job; maybe its next hop
+        else:
+            self.ctx.wake_claims()  # room for another job; the step has nothing new to schedule
 
     async def stop(self, timeout: float) -> None:
         """Claim nothing more; let the newest checkpoint's jobs finish within ``timeout``."""
