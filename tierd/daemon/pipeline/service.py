@@ -91,6 +91,8 @@ class PipelineService:
         self._janitor: Janitor | None = None
         self._listener: JobListener | None = None
         self._polls = 0
+        #: The last claim found nothing for this node while a tier had room (see ``_claim_all``).
+        self._queue_empty = False
         self._budget = budget  # the backends' shared one, dropped while the pipeline is idle
         self.outage = CatalogOutage(self.name)
         ctx.outages[self.name] = self.outage
@@ -196,7 +198,12 @@ class PipelineService:
                 local_tier=None if self.tiers[0].shared else self.tier_names[0],
             )
             if claim is None:
+                # Nothing left for this node in any tier: a job ending here need not look again
+                # (a NOTIFY wakes it when another node queues one; the poll finds retries and
+                # lapsed leases). A tier left out for being busy may still have jobs queued.
+                self._queue_empty = len(free) == len(self.tiers) - 1
                 return
+            self._queue_empty = False
             if self._stopping:  # stop() began while we were claiming
                 await blocking(release_job, self.ctx.db, claim.job_id, self.owner)
                 return
@@ -248,8 +255,8 @@ class PipelineService:
             return
         if unlocks:
             self.ctx.wake_pipeline(checkpoint_id)  # room for another job; maybe its next hop
-        else:
-            self.ctx.wake_claims()  # room for another job; the step has nothing new to schedule
+        elif not self._queue_empty:
+            self.ctx.wake_claims()  # room for a job left queued; the step has nothing new to schedule
 
     async def stop(self, timeout: float) -> None:
         """Claim nothing more; let the newest checkpoint's jobs finish within ``timeout``."""
