@@ -143,10 +143,16 @@ def _claimable(dst_tiers: Collection[str], now: datetime, node: str | None, loca
         .order_by(Job.priority.desc(), Job.checkpoint_id.desc(), Job.id)
     )
     if node is not None:
-        mine = Job.part_id.in_(select(Part.id).where(Part.node == node))
+        # Looked up by key for each queued job: a scan of every part (or checkpoint) ever
+        # recorded for each claim grew with the catalog.
+        mine = select(Part.id).where(Part.id == Job.part_id, Part.node == node).exists()
         whole: Any = Job.part_id.is_(None)
         if local_tier is not None:
-            own = Job.checkpoint_id.in_(select(Checkpoint.id).where(Checkpoint.node.in_([node, ""])))
+            own = (
+                select(Checkpoint.id)
+                .where(Checkpoint.id == Job.checkpoint_id, Checkpoint.node.in_([node, ""]))
+                .exists()
+            )
             whole = and_(whole, or_(Job.src_tier != local_tier, own))
         query = query.where(or_(whole, mine))
     return query
