@@ -2,7 +2,9 @@
 
 Issue 17's scale run. Each daemon (``python -m tierd run``, ``tests.fixtures.fleet``) has its own
 node-local tier 0 and they share a POSIX ``pfs`` tier; all use one PostgreSQL started for the run
-(initdb, ``fsync`` on). Every ``TIERD_BENCH_FLEET_INTERVAL`` seconds the "job" writes one step:
+(initdb, ``fsync`` on). Every ``TIERD_BENCH_FLEET_INTERVAL`` seconds (2: the cadence this
+2-core machine sustains with 32 daemons, which need about 2.4 CPU-seconds a step, PostgreSQL
+and the writer besides; at 1 s the backlog grows by every step) the "job" writes one step:
 rank r's shard (``__r_0.distcp``, ``TIERD_BENCH_FLEET_SHARD_BYTES``) on node r, then the
 coordinator's real DCP ``.metadata`` (a pickled ``Metadata`` naming all 32 shards, written to
 ``.metadata.tmp`` and renamed) on node 0. Reported:
@@ -263,7 +265,7 @@ def _rss(pid: int) -> int:
 def _scale(server: PostgresServer, root: Path) -> None:
     nodes = 4 if quick() else env_int("TIERD_BENCH_FLEET_NODES", 32)
     steps = 5 if quick() else env_int("TIERD_BENCH_FLEET_STEPS", 200)
-    interval = env_float("TIERD_BENCH_FLEET_INTERVAL", 1.0)
+    interval = env_float("TIERD_BENCH_FLEET_INTERVAL", 2.0)
     shard_bytes = env_int("TIERD_BENCH_FLEET_SHARD_BYTES", 64 * 1024)
     idle = env_float("TIERD_BENCH_FLEET_IDLE_SECONDS", 10.0 if quick() else 30.0)
     url = server.new_database()
