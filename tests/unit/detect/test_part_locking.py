@@ -12,16 +12,16 @@ import time
 from pathlib import Path
 
 import psycopg
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from tests.unit.detect.fleet import node_context, step_row
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import AuditEvent
+from tierd.daemon.catalog.models import AuditEvent, Part, utcnow
 from tierd.daemon.catalog.parts import Expectation
 from tierd.daemon.context import Context
 from tierd.daemon.detect.record import Detection, HashedFile, Outcome, _record_part, write_complete
-from tierd.daemon.detect.service import DetectService
+from tierd.daemon.detect.service import LATE, DetectService
 from tierd.errors import Unstable
 
 STEP = 7
@@ -49,6 +49,12 @@ def _actions(db: Database, checkpoint_id: int) -> list[str]:
     with db.read_session() as session:
         query = select(AuditEvent.action).where(AuditEvent.checkpoint_id == checkpoint_id)
         return list(session.scalars(query.order_by(AuditEvent.id)))
+
+
+def _state(db: Database) -> str:
+    row = step_row(db, STEP)
+    assert row is not None
+    return row.state
 
 
 def _lock_row(db: Database, checkpoint_id: int) -> psycopg.Connection:
@@ -92,7 +98,12 @@ async def test_two_last_parts_committing_together_complete_the_step(pg_db: Datab
     row = step_row(pg_db, STEP)
     assert row is not None
     assert row.state == "waiting"
-    # Both daemons died before looking again: n1's waiting sweep completes the step.
+    # Both daemons died before looking again. A sweep right away leaves the step to them
+    # (it would race a live last recorder); once no part came for LATE, n1's sweep completes it.
+    await DetectService(nodes[1]).grow_parts()
+    assert _state(pg_db) == "waiting"
+    with pg_db.session() as session:
+        session.execute(update(Part).values(recorded_at=utcnow() - LATE))
     await DetectService(nodes[1]).grow_parts()
     row = step_row(pg_db, STEP)
     assert row is not None

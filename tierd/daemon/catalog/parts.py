@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
@@ -521,18 +521,28 @@ def settle_parts(db: Database, checkpoint_id: int, tier: str, location: str, *, 
 
 
 def complete_parts(
-    db: Database, checkpoint_id: int, tiers: Sequence[str], location: str, *, actor: str
+    db: Database,
+    checkpoint_id: int,
+    tiers: Sequence[str],
+    location: str,
+    *,
+    actor: str,
+    quiet_for: timedelta | None = None,
 ) -> bool:
     """Complete a waiting step whose parts hold all it expects; whether this call did.
 
     Called after a part's own transaction committed, so the part that commits last sees
     every other; only a step that looks complete is then locked and checked again. The
-    waiting sweep calls it too, for a step whose last recorder died in between. ``location``
-    is the step's directory on this node's tier 0. Raises CatalogError.
+    waiting sweep calls it too, for a step whose last recorder died in between, with
+    ``quiet_for``: only once no part was recorded for that long (else the sweep would race
+    the last recorder for a step that is not late). ``location`` is the step's directory on
+    this node's tier 0. Raises CatalogError.
     """
     with db.read_session() as session:
         row = session.get(Checkpoint, checkpoint_id)
         if row is None or row.state != CheckpointState.WAITING.value or not has_expectation(row):
+            return False
+        if quiet_for is not None and _newest_part(session, checkpoint_id) > utcnow() - quiet_for:
             return False
         if missing_of(session, row):
             return False
@@ -549,3 +559,9 @@ def complete_parts(
             detail={"files": row.file_count, "bytes": row.total_bytes},
         )
         return True
+
+
+def _newest_part(session: Session, checkpoint_id: int) -> datetime:
+    """When the step's newest part was recorded (its recorder's clock)."""
+    newest = session.scalar(select(func.max(Part.recorded_at)).where(Part.checkpoint_id == checkpoint_id))
+    return newest if newest is not None else datetime.min.replace(tzinfo=UTC)

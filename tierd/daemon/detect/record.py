@@ -187,7 +187,7 @@ def _record_part(
     marked: bool,
     expect: Expectation | None,
 ) -> tuple[Outcome, Checkpoint, bool]:
-    """Record the part (and complete a step that expects nothing).
+    """Record the part, and complete the step if it looks complete from here (``_settle_here``).
 
     Returns what happened, the row, and whether this call inserted it.
     """

@@ -27,6 +27,7 @@ import contextlib
 import functools
 import os
 from collections.abc import Callable, Coroutine
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,9 @@ WAITING_POLL_SECONDS = 2.0
 #: was recorded: a rare late rank, checked rarely, so a fleet's backlog of waiting steps does not
 #: multiply the catalog's reads.
 GROW_EVERY = 30
+#: A step whose parts are all in is completed by the waiting sweep once none came for this long:
+#: its last recorder died before completing it (a live one does so at once).
+LATE = timedelta(seconds=30)
 #: Between retries of held steps while the catalog answers pings but refuses writes.
 HELD_RETRY = Backoff(base=5.0, cap=60.0)
 #: Refused checkpoints remembered (so each refusal is audited once, not at every scan).
@@ -416,7 +420,7 @@ class DetectService:
 
     def _complete(self, waiting: Waiting, location: str) -> bool:
         tiers = [t.name for t in self.ctx.config.tiers]
-        return complete_parts(self.ctx.db, waiting.id, tiers, location, actor="detector")
+        return complete_parts(self.ctx.db, waiting.id, tiers, location, actor="detector", quiet_for=LATE)
 
     def _lacking(self, checkpoint_id: int) -> list[str]:
         with self.ctx.db.read_session() as session:
