@@ -28,7 +28,7 @@ coordinator's real DCP ``.metadata`` (a pickled ``Metadata`` naming all 32 shard
 
 ``TIERD_BENCH_FLEET_NODES`` (32) and ``TIERD_BENCH_FLEET_STEPS`` (200) shrink it;
 ``TIERD_BENCH_QUICK`` runs 4 nodes and 5 steps; ``TIERD_BENCH_FLEET_PARTS`` (``scale,api``)
-runs one half. About 8 minutes in all.
+runs one half. About 9 minutes in all.
 """
 
 from __future__ import annotations
