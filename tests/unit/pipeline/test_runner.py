@@ -144,14 +144,13 @@ async def test_exhausted_retries_fail_the_replica_then_a_later_pass_retries(
     ctx = await _run(config, db, dst, record)
     labels = {"tier": "pfs", "result": "retry"}
     assert ctx.metrics.registry.get_sample_value("tierd_transfers_total", labels) == 1
-    states = [state for state, _ in seen]
-    assert "failed" in states
-    assert states[-1] == "verified"
-    failed_error = next(error for state, error in seen if state == "failed")
-    assert failed_error is not None
-    assert "TransientBackendError: 503" in failed_error
-    assert [e.action for e in audit(db)] == ["replica_failed", "replica_verified"]
-    assert audit(db)[0].detail["retry_at"] is not None
+    assert seen[-1] == ("verified", None)
+    # The replica is failed only until the job's backoff (50 ms) ends: the audit trail says
+    # so whatever a poll of the state happened to catch on a loaded machine.
+    failed, verified = audit(db)
+    assert (failed.action, verified.action) == ("replica_failed", "replica_verified")
+    assert "TransientBackendError: 503" in failed.reason
+    assert failed.detail["retry_at"] is not None
     assert replicas(db, cid)["pfs"].error is None
     [job] = all_jobs(db)  # the same job, retried on a later pass after its not_before
     assert (job.state, job.attempts, job.last_error) == ("done", 1, None)
