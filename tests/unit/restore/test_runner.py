@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,8 +18,10 @@ from tests.unit.retention.world import posix_tier
 from tierd.daemon.backends import close_backends
 from tierd.daemon.catalog import restores
 from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.jobs import owner_id
+from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.catalog.retention import load_retention_rows
-from tierd.errors import Conflict, NotFound, RestoreRefused
+from tierd.errors import CatalogError, Conflict, NotFound, RestoreRefused
 
 STEP = {"__0_0.distcp": os.urandom(300_000), "__1_0.distcp": os.urandom(2_500_000), ".metadata": b"meta" * 50}
 GONE_FROM_NVME = {"nvme": "deleted", "pfs": "verified", "s3": "verified"}
@@ -195,3 +199,36 @@ async def test_source_tier_is_read_first(lab: RestoreWorld) -> None:
     row = await lab.run(checkpoint_id=cid, target=str(lab.root / "restores" / "s"), source_tier="s3")
     assert (row.job.state, row.job.src_tier) == ("done", "s3")
     await asyncio.sleep(0)
+
+
+async def test_a_restore_that_cannot_renew_its_lease_stops_and_is_resumed_later(
+    lab: RestoreWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalog goes away mid-restore: the runner stops before its lease could run out (two
+    workers never write the same files); once the lease has expired, the next claim resumes it.
+    """
+    cid = await lab.add(11, GONE_FROM_NVME, STEP)
+    gate = Gate(lab.world.backends["pfs"])
+    target = lab.root / "restores" / "fenced"
+    job_id = lab.ask(checkpoint_id=cid, target=str(target))
+    runner = lab.runner({**lab.world.backends, "pfs": gate})
+    runner.options = replace(runner.options, lease_seconds=2.0, renew_interval=0.5)
+
+    def away(*args: object, **kwargs: object) -> bool:
+        raise CatalogError("catalog error: OperationalError: the server closed the connection")
+
+    monkeypatch.setattr(restores, "save_restore_progress", away)
+    task = asyncio.create_task(runner.run())
+    await gate.reached.wait()  # the gate stays shut: only the fence ends the run
+    assert await asyncio.wait_for(task, 30) == "lost"
+    assert runner.fenced
+    monkeypatch.undo()
+    assert lab.row(job_id).job.state == "running"  # its lease runs out; nothing marks it meanwhile
+    gate.opened.set()
+    later = utcnow() + timedelta(seconds=120)
+    owner = owner_id(lab.world.config.node)
+    claim = restores.claim_next_restore(lab.db, owner, lab.world.config.node, lease_seconds=60, now=later)
+    assert claim is not None
+    assert claim.job_id == job_id
+    assert await lab.runner(claim=claim).run() == "done"
+    assert files_under(target) == STEP

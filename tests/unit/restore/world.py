@@ -78,12 +78,15 @@ class RestoreWorld:
         """Queue a restore as the API would; returns its id."""
         return request_restore(self.db, self.world.config, RestoreRequest(**fields), actor="test")
 
-    def runner(self, backends: Mapping[str, Backend] | None = None) -> RestoreRunner:
-        """A runner holding the next queued restore."""
+    def runner(
+        self, backends: Mapping[str, Backend] | None = None, claim: restores.RestoreClaim | None = None
+    ) -> RestoreRunner:
+        """A runner holding ``claim``, by default the next queued restore's."""
         owner = owner_id(self.world.config.node)
-        claim = restores.claim_next_restore(
-            self.db, owner, self.world.config.node, lease_seconds=60, now=utcnow()
-        )
+        if claim is None:
+            claim = restores.claim_next_restore(
+                self.db, owner, self.world.config.node, lease_seconds=60, now=utcnow()
+            )
         assert claim is not None
         return RestoreRunner(
             config=self.world.config,

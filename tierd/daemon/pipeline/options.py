@@ -56,5 +56,9 @@ class PipelineOptions:
         of it): the job stops before another worker, or this one, may claim it again, so a job
         never runs twice at once. 45 s of the default 60 s lease.
         """
-        lease = self.lease_seconds
-        return max(min(lease - self.renew_interval, lease * 0.75), lease / 2)
+        return lease_fence(self.lease_seconds, self.renew_interval)
+
+
+def lease_fence(lease_seconds: float, renew_interval: float) -> float:
+    """Seconds a job holding a lease goes on without renewing it (see ``fence_seconds``)."""
+    return max(min(lease_seconds - renew_interval, lease_seconds * 0.75), lease_seconds / 2)

@@ -35,6 +35,7 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.restores import RestoreClaim, RestorePlan
 from tierd.daemon.detect.markers import split_markers
 from tierd.daemon.pipeline.copyset import copy_checkpoint_files
+from tierd.daemon.pipeline.options import lease_fence
 from tierd.daemon.pipeline.records import FileSpec
 from tierd.daemon.pipeline.retry import FILE_ATTEMPTS, FILE_BACKOFF, Backoff
 from tierd.daemon.pipeline.throttle import PriorityPool, TokenBucket
@@ -67,6 +68,11 @@ class RestoreOptions:
     parallel: int = 2
     file_attempts: int = FILE_ATTEMPTS
     file_backoff: Backoff = FILE_BACKOFF
+
+    @property
+    def fence_seconds(self) -> float:
+        """How long a restore goes on while its lease cannot be renewed (as a copy job's)."""
+        return lease_fence(self.lease_seconds, self.renew_interval)
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,10 @@ class RestoreRunner:
         )
         self.cancel_requested = False  # set by the service before it cancels the task (DELETE)
         self.lost = False
+        #: Stopped because the lease could not be renewed for ``fence_seconds`` (catalog away).
+        self.fenced = False
+        #: When the last lease renewal that worked was sent (the claim's, at first).
+        self.renewed_at = time.monotonic()
         self.source: str | None = None
 
     async def run(self) -> Outcome:
@@ -254,22 +264,41 @@ class RestoreRunner:
             )
 
     async def _heartbeat(self, main: asyncio.Task[object]) -> None:
-        """Save progress every ``progress_interval``, renewing the lease every ``renew_interval``."""
-        last_renew = time.monotonic()
+        """Save progress every ``progress_interval``, renewing the lease every ``renew_interval``.
+
+        Stops the restore (``lost``) when the lease was lost, or could not be renewed for
+        ``fence_seconds`` while the catalog failed: another worker may claim it once the lease
+        runs out, and two must never write the same files.
+        """
+        failing = False
         while True:
             await asyncio.sleep(self.options.progress_interval)
-            renew = time.monotonic() - last_renew >= self.options.renew_interval
+            sent = time.monotonic()
+            renew = sent - self.renewed_at >= self.options.renew_interval
             try:
-                ok = await self._save(renew=renew)
-            except CatalogError as exc:
-                log.warning("restore_progress_not_saved", restore=self.claim.job_id, error=str(exc))
+                ok = await asyncio.wait_for(self._save(renew=renew), timeout=max(self._fence_left(), 0.01))
+            except (CatalogError, TimeoutError) as exc:
+                if not failing:
+                    log.warning("restore_progress_not_saved", restore=self.claim.job_id, error=str(exc))
+                    failing = True
+                if self._fence_left() <= 0:
+                    self.lost = self.fenced = True
+                    main.cancel()
+                    return
                 continue
+            if failing:
+                log.info("restore_progress_saved_again", restore=self.claim.job_id)
+                failing = False
             if not ok:
                 self.lost = True  # cancelled (DELETE) or taken by another worker
                 main.cancel()
                 return
             if renew:
-                last_renew = time.monotonic()
+                self.renewed_at = sent
+
+    def _fence_left(self) -> float:
+        """Seconds this restore may go on before its lease could run out unrenewed."""
+        return self.renewed_at + self.options.fence_seconds - time.monotonic()
 
     async def _save(self, *, renew: bool) -> bool:
         placed, upto = self.meter.placed_since_saved()
@@ -293,6 +322,11 @@ class RestoreRunner:
 
     async def _interrupted(self, work: _Work, main: asyncio.Task[object]) -> Outcome:
         """Cancelled: by DELETE (clean up), by a lost lease (stop), or by shutdown (release, re-raise)."""
+        if self.fenced:  # the catalog is away: whoever claims it next resumes from what was saved
+            main.uncancel()
+            lease = self.options.lease_seconds
+            log.warning("restore_lease_not_renewed", restore=self.claim.job_id, lease=lease)
+            return "lost"
         if self.cancel_requested or (self.lost and await blocking(self._was_cancelled)):
             main.uncancel()
             removed = await blocking(self._clean, work)
