@@ -15,9 +15,9 @@ it lacks. The expectation, strongest first:
 
 With no expectation at all, a step is complete when a node's detector says its part is the
 whole checkpoint (the single-node case). Nodes record their parts without locking the
-step's row (32 nodes' parts would queue on it); the step is completed afterwards, with the
-row locked, by ``complete_parts``, which each recorder calls once its part is committed: the
-part that commits last sees all the others.
+step's row (32 nodes' parts would queue on it). A part that sees the step complete locks the
+row and completes it in its own transaction; every other part looks again once committed
+(``complete_parts``), so of parts committing together, the last to commit sees them all.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ from tierd.daemon.catalog.replicas import GONE, add_first_replicas
 
 __all__ = [
     "MISSING_LIMIT",
-    "Settled",
     "Expectation",
     "Missing",
+    "Settled",
     "add_part",
     "complete_parts",
     "extend_part",

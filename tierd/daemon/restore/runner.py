@@ -279,7 +279,8 @@ class RestoreRunner:
                 ok = await asyncio.wait_for(self._save(renew=renew), timeout=max(self._fence_left(), 0.01))
             except (CatalogError, TimeoutError) as exc:
                 if not failing:
-                    log.warning("restore_progress_not_saved", restore=self.claim.job_id, error=str(exc))
+                    error = str(exc) or "timed out"
+                    log.warning("restore_progress_not_saved", restore=self.claim.job_id, error=error)
                     failing = True
                 if self._fence_left() <= 0:
                     self.lost = self.fenced = True
