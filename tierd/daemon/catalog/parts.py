@@ -60,6 +60,7 @@ __all__ = [
     "has_expectation",
     "lacking_files",
     "set_part_copies",
+    "unheld_files",
     "settle_parts",
     "lock_checkpoint",
     "lock_replica",
@@ -196,7 +197,7 @@ def add_part(
     A file another part already holds stays in that part (the first recorder keeps it).
     ``marked``: the node's detector saw the checkpoint complete (its completion marker).
     """
-    kept = _unheld(session, row, files)
+    kept = unheld_files(session, row, files)
     part = Part(
         checkpoint_id=row.id,
         node=node,
@@ -232,7 +233,7 @@ def extend_part(
     wrote late). The tier-0 replica counts the new bytes. Nothing is copied before the step
     completes, so no other tier holds the part yet. Returns how many files were added.
     """
-    kept = _unheld(session, row, files)
+    kept = unheld_files(session, row, files)
     part.file_count += len(kept)
     part.total_bytes += sum(f.size for f in kept)
     _insert_files(session, row, part, kept)
@@ -242,7 +243,7 @@ def extend_part(
     return len(kept)
 
 
-def _unheld(session: Session, row: Checkpoint, files: Sequence[FileFields]) -> list[FileFields]:
+def unheld_files(session: Session, row: Checkpoint, files: Sequence[FileFields]) -> list[FileFields]:
     """The ``files`` no part of the step holds yet."""
     taken = set(session.scalars(select(File.relpath).where(File.checkpoint_id == row.id)))
     return [f for f in files if f.relpath not in taken]

@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tierd.config import Config
@@ -28,7 +27,7 @@ from tierd.daemon.aio import blocking
 from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.checkpoints import find_step, get_or_create_run, insert_checkpoint
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import Checkpoint, CheckpointState, File, Run, utcnow
+from tierd.daemon.catalog.models import Checkpoint, CheckpointState, Run, utcnow
 from tierd.daemon.catalog.parts import (
     Expectation,
     add_part,
@@ -40,6 +39,7 @@ from tierd.daemon.catalog.parts import (
     missing_of,
     set_expectation,
     settle_step,
+    unheld_files,
 )
 from tierd.daemon.catalog.recording import Claimed, claim_recording
 from tierd.daemon.context import Context
@@ -199,7 +199,7 @@ def _record_part(
     if row.waiting_since is None:
         row.waiting_since = now
     part = find_part(session, row.id, config.node)
-    if part is not None and (part.marked or not marked) and not _new_files(session, row, det.files):
+    if part is not None and (part.marked or not marked) and not unheld_files(session, row, det.files):
         return Outcome.EXISTING, row, created
     if expect:
         set_expectation(row, expect)
@@ -260,12 +260,6 @@ def _settle_here(
     location = str(config.tier0.path.resolve() / det.relpath)
     tiers = [t.name for t in config.tiers]
     return settle_step(session, locked, tiers, whole=whole, location=location, now=now)
-
-
-def _new_files(session: Session, row: Checkpoint, files: Sequence[HashedFile]) -> bool:
-    """Whether any of ``files`` is one the step does not hold yet."""
-    recorded = set(session.scalars(select(File.relpath).where(File.checkpoint_id == row.id)))
-    return any(f.relpath not in recorded for f in files)
 
 
 def _audit_detail(det: Detection, outcome: Outcome) -> dict[str, Any]:
