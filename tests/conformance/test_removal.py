@@ -52,9 +52,9 @@ async def test_posix_keeps_unrecorded_files_and_removes_markers_first(
     removed: list[str] = []
     real_unlink = os.unlink
 
-    def spy(path: str | os.PathLike[str], *args: object, **kwargs: object) -> None:
+    def spy(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> None:
         removed.append(os.fspath(path))
-        real_unlink(path)
+        real_unlink(path, dir_fd=dir_fd)
 
     monkeypatch.setattr(os, "unlink", spy)
     await backend.remove_checkpoint("run/step1", ["run/step1/.metadata"], ["run/step1/shard"])

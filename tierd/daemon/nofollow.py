@@ -8,7 +8,8 @@ recorded. ``open_regular`` walks from the tier's root one component at a time
 only what ``lstat`` says is a regular file is opened (a FIFO, socket or device never is),
 ``O_NONBLOCK`` (a FIFO swapped in at that instant opens at once instead of blocking a
 worker forever), and it must be the same regular file once open. The root itself is
-the operator's configuration and may be reached through symlinks.
+the operator's configuration and may be reached through symlinks; a ``beneath.Root`` is
+walked from its anchor, its own components below it included.
 
 Directories on the way are opened ``O_PATH`` (no read permission checked, nothing read):
 a file three levels down costs four ``openat`` and four ``close`` more than a plain open
@@ -26,6 +27,8 @@ import os
 import stat
 from pathlib import Path
 
+from tierd.daemon.beneath import Root
+
 __all__ = ["READ_FLAGS", "Opener", "open_regular", "read_regular"]
 
 #: How a file itself is opened: read-only, no symlink, no wait for a FIFO's writer.
@@ -33,9 +36,16 @@ READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 _DIR_FLAGS = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_PATH", os.O_RDONLY)
 
 
-def _components(path: Path, root: Path) -> tuple[str, ...]:
+Base = Path | Root  # a trusted directory, or a Root (its components below the anchor walked too)
+
+
+def _top(root: Base) -> Path:
+    return root.top if isinstance(root, Root) else root
+
+
+def _components(path: Path, root: Base) -> tuple[str, ...]:
     """``path``'s names below ``root`` (string work: ``Path.relative_to`` costs 8 us a call here)."""
-    text, base = os.fspath(path), os.fspath(root).rstrip("/")
+    text, base = os.fspath(path), os.fspath(_top(root)).rstrip("/")
     if not text.startswith(base + "/"):
         raise OSError(errno.EXDEV, f"not under {root}", text)
     parts = tuple(text[len(base) + 1 :].split("/"))
@@ -44,11 +54,12 @@ def _components(path: Path, root: Path) -> tuple[str, ...]:
     return parts
 
 
-def _directory(root: Path, parts: tuple[str, ...]) -> int:
+def _directory(root: Base, parts: tuple[str, ...]) -> int:
     """An ``O_PATH`` fd of ``root/parts...``, each component opened without following a symlink."""
-    directory = os.open(root, os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_PATH", os.O_RDONLY))
+    anchor, above = (root.anchor, root.below) if isinstance(root, Root) else (root, ())
+    directory = os.open(anchor, os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_PATH", os.O_RDONLY))
     try:
-        for part in parts:
+        for part in (*above, *parts):
             below = os.open(part, _DIR_FLAGS, dir_fd=directory)
             os.close(directory)
             directory = below
@@ -82,7 +93,7 @@ def _open_in(directory: int, name: str, path: Path, single_link: bool) -> int:
     return fd
 
 
-def open_regular(path: Path, root: Path | None = None, *, single_link: bool = False) -> int:
+def open_regular(path: Path, root: Base | None = None, *, single_link: bool = False) -> int:
     """An fd reading the regular file ``path``, reached from ``root`` without following symlinks.
 
     ``root`` defaults to ``path``'s directory (only the file itself is then checked).
@@ -106,7 +117,7 @@ class Opener:
     plain open does. A context manager: the directory is closed at exit.
     """
 
-    def __init__(self, root: Path, *, single_link: bool = False) -> None:
+    def __init__(self, root: Base, *, single_link: bool = False) -> None:
         self.root = root
         self.single_link = single_link
         self._parts: tuple[str, ...] | None = None
@@ -134,7 +145,7 @@ class Opener:
         self.close()
 
 
-def read_regular(path: Path, limit: int, root: Path | None = None) -> bytes:
+def read_regular(path: Path, limit: int, root: Base | None = None) -> bytes:
     """The first ``limit`` bytes of the regular file ``path`` (``open_regular``'s rules).
 
     Raises OSError like ``open_regular``, or EFBIG when the file is longer than ``limit``.

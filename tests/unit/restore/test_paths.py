@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tierd.daemon.beneath import Root
 from tierd.daemon.restore.paths import check_target, is_fresh, local_names
 from tierd.errors import RestoreRefused
 
@@ -21,8 +22,8 @@ def test_a_missing_or_empty_directory_inside_a_root_is_taken(root: Path) -> None
     assert check_target(str(root / "new" / "dir"), [root], overwrite=False) == root / "new" / "dir"
     (root / "empty").mkdir()
     assert check_target(str(root / "empty"), [root], overwrite=False) == root / "empty"
-    assert is_fresh(root / "empty")
-    assert is_fresh(root / "missing")
+    assert is_fresh(Root(root, ("empty",)))
+    assert is_fresh(Root(root, ("missing",)))
 
 
 @pytest.mark.parametrize(
@@ -33,7 +34,7 @@ def test_a_missing_or_empty_directory_inside_a_root_is_taken(root: Path) -> None
         ("{outside}/x", "outside the allowed roots"),
         ("{root}/link/x", "through a symlink"),
         ("{root}/full", "not an empty directory"),
-        ("{root}/file", "not an empty directory"),
+        ("{root}/file", "exists and is not a directory"),
         ("{root}/" + "n" * 300, "cannot inspect"),
     ],
 )

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from tierd.daemon import checksum
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import Checkpoint, CheckpointState, File, Part, Run
+from tierd.daemon.catalog.models import Checkpoint, CheckpointState, File, Part, Replica, ReplicaState, Run
 from tierd.errors import NotFound
 
 __all__ = [
@@ -177,6 +177,21 @@ def update_file_mtimes(session: Session, mtimes: Mapping[int, int]) -> None:
     for file_id, mtime_ns in mtimes.items():
         if (f := session.get(File, file_id)) is not None:
             f.mtime_ns = mtime_ns
+
+
+def checkpoints_at(session: Session, paths: Sequence[str]) -> list[int]:
+    """The ids of the checkpoints at any of ``paths`` (relative to tier 0) not deleted there."""
+    if not paths:
+        return []
+    found = session.scalars(
+        select(Checkpoint.id)
+        .join(Replica, Replica.checkpoint_id == Checkpoint.id)
+        .where(Checkpoint.path.in_(list(paths)), Replica.tier_index == 0)
+        .where(Replica.state != ReplicaState.DELETED.value)
+        .distinct()
+        .limit(16)
+    )
+    return [int(i) for i in found]
 
 
 def files_of(session: Session, checkpoint_id: int) -> list[File]:

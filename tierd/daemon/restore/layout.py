@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from tierd.config import Config
-from tierd.daemon.restore.paths import local_names
+from tierd.daemon.beneath import Root
+from tierd.daemon.restore.paths import anchored, local_names
 from tierd.daemon.restore.select import select_names
 
-__all__ = ["Layout", "layout_of"]
+__all__ = ["Layout", "layout_of", "roots_of"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,19 @@ class Layout:
     def name_of(self, relpath: str) -> str:
         """The file's name under ``root``."""
         return self.names[relpath]
+
+    def tree(self, roots: Sequence[Path]) -> Root:
+        """``root`` as a ``Root`` anchored at the allowed root it lies in. Raises RestoreRefused."""
+        return anchored(self.root, roots)
+
+    def target_parts(self) -> tuple[str, ...]:
+        """The target's components below ``root`` (``()`` when the target is the root)."""
+        return self.target.relative_to(self.root).parts
+
+
+def roots_of(config: Config, detail: Mapping[str, Any]) -> list[Path]:
+    """Where the restore ``detail`` describes may write: tier 0's root, or the allowed roots."""
+    return [config.tier0.path] if detail.get("to_tier0") else list(config.restore_roots)
 
 
 def layout_of(config: Config, path: str, relpaths: Sequence[str], detail: Mapping[str, Any]) -> Layout:

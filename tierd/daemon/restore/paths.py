@@ -2,7 +2,9 @@
 
 A target must be an absolute path without ``..``, inside one of ``restore.allowed_roots``
 once every symlink on its way is resolved, and (unless the request says ``overwrite``)
-either missing or an empty directory. Every file name the catalog holds must be a clean
+either missing or an empty directory. Once checked, it is only ever reached through
+descriptors from the allowed root it lies in (``anchored``: a ``beneath.Root``), so a
+component swapped for a symlink afterwards leads nowhere. Every file name the catalog holds must be a clean
 relative path under the checkpoint's path, so that no name lands outside the target.
 Each check raises RestoreRefused (422 in the API). The functions touching the file system
 block: call them through ``tierd.daemon.aio.blocking``.
@@ -16,9 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from tierd.daemon.backends.base import check_relpath
+from tierd.daemon.beneath import Root
 from tierd.errors import RestoreRefused
 
-__all__ = ["check_target", "is_fresh", "local_names"]
+__all__ = ["anchored", "check_target", "is_fresh", "local_names"]
 
 
 def check_target(target: str, roots: Sequence[Path], *, overwrite: bool) -> Path:
@@ -40,22 +43,41 @@ def check_target(target: str, roots: Sequence[Path], *, overwrite: bool) -> Path
                     f"target {target} leads through a symlink to {real}, outside {_names(roots)}"
                 )
             raise RestoreRefused(f"target {target} is outside the allowed roots {_names(roots)}")
-        if real.exists() and not overwrite and not is_fresh(real):
+        try:
+            fresh = is_fresh(anchored(real, real_roots))
+        except NotADirectoryError:
+            raise RestoreRefused(f"target {target} exists and is not a directory") from None
+        if not overwrite and not fresh:
             raise RestoreRefused(f"target {target} exists and is not an empty directory (set overwrite)")
-        if real.exists() and not real.is_dir():
-            raise RestoreRefused(f"target {target} exists and is not a directory")
     except OSError as exc:
         raise RestoreRefused(f"target {target}: cannot inspect it: {exc.strerror or exc}") from None
     return real
 
 
-def is_fresh(path: Path) -> bool:
-    """Whether ``path`` is missing or an empty directory (blocking)."""
-    if not path.exists():
+def anchored(path: Path, roots: Sequence[Path]) -> Root:
+    """``path`` as a ``Root`` anchored at the allowed root it lies in (its own components walked).
+
+    ``path`` is a checked target (``check_target``), or a tier's root. Raises RestoreRefused
+    when it lies in none of ``roots`` (as given, or with their symlinks resolved).
+    """
+    for root in roots:
+        for anchor in (root, Path(os.path.realpath(root))):
+            if _within(path, anchor):
+                return Root(anchor, path.relative_to(anchor).parts)
+    raise RestoreRefused(f"target {path} is outside the allowed roots {_names(roots)}")
+
+
+def is_fresh(tree: Root) -> bool:
+    """Whether the tree's top is missing or an empty directory (blocking).
+
+    Raises OSError(ENOTDIR) when it, or a component below the anchor, is not a directory
+    (a file, or a symlink: never followed).
+    """
+    try:
+        top = tree.open()
+    except FileNotFoundError:
         return True
-    if not path.is_dir():
-        return False
-    with os.scandir(path) as entries:
+    with top, os.scandir(top.fd) as entries:
         return next(entries, None) is None
 
 

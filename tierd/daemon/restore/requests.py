@@ -5,6 +5,7 @@ Both block (catalog and file system): call them through ``tierd.daemon.aio.block
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,13 +14,13 @@ from sqlalchemy.orm import Session
 
 from tierd.config import Config
 from tierd.daemon.catalog import restores
-from tierd.daemon.catalog.checkpoints import files_of
+from tierd.daemon.catalog.checkpoints import checkpoints_at, files_of
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import ReplicaState
 from tierd.daemon.catalog.replicas import replicas_by_tier
 from tierd.daemon.restore.cleanup import remove_restored
-from tierd.daemon.restore.layout import layout_of
-from tierd.daemon.restore.paths import check_target, is_fresh
+from tierd.daemon.restore.layout import layout_of, roots_of
+from tierd.daemon.restore.paths import anchored, check_target, is_fresh
 from tierd.errors import Conflict, RestoreRefused
 
 __all__ = ["RestoreRequest", "cancel_restore", "clean_up", "request_restore"]
@@ -60,6 +61,7 @@ def request_restore(db: Database, config: Config, request: RestoreRequest, *, ac
         else:
             roots, wanted = config.restore_roots, request.target or ""
         target = check_target(wanted, roots, overwrite=request.overwrite)
+        _check_not_in_checkpoint(session, config, target, checkpoint.id if request.to_tier0 else None)
         _check_source(session, config, checkpoint.id, request.source_tier)
         files = files_of(session, checkpoint.id)
         detail = {
@@ -70,7 +72,7 @@ def request_restore(db: Database, config: Config, request: RestoreRequest, *, ac
             "ranks": sorted(set(request.ranks)) if request.ranks is not None else None,
             "source_tier": request.source_tier,
             "overwrite": request.overwrite,
-            "fresh": is_fresh(target),
+            "fresh": is_fresh(anchored(target, roots)),
         }
         layout = layout_of(config, checkpoint.path, [f.relpath for f in files], detail)
         chosen = [f for f in files if f.relpath in layout.names]
@@ -86,6 +88,24 @@ def request_restore(db: Database, config: Config, request: RestoreRequest, *, ac
             "fallbacks": [],
         }
         return restores.create_restore(session, checkpoint, detail, actor=actor).id
+
+
+def _check_not_in_checkpoint(session: Session, config: Config, target: Path, own: int | None) -> None:
+    """Refuse a target that is, or lies inside, a checkpoint recorded on tier 0 (but ``own``).
+
+    Writing there would replace a recorded step's bytes while the catalog still shows them
+    verified. Raises RestoreRefused.
+    """
+    tier0 = Path(os.path.realpath(config.tier0.path))
+    if target != tier0 and tier0 not in target.parents:
+        return
+    parts = target.relative_to(tier0).parts
+    found = [i for i in checkpoints_at(session, ["/".join(parts[:n]) for n in range(1, len(parts) + 1)])]
+    others = [i for i in found if i != own]
+    if others:
+        raise RestoreRefused(
+            f"target {target} is, or lies inside, checkpoint {others[0]} recorded on tier {config.tier0.name}"
+        )
 
 
 def _check_source(session: Session, config: Config, checkpoint_id: int, tier: str | None) -> None:
@@ -124,9 +144,13 @@ def clean_up(db: Database, config: Config, job_id: int) -> int:
     except RestoreRefused:
         return 0  # names that could never have been written
     names = [layout.name_of(r) for r in layout.names]
+    try:
+        tree = layout.tree(roots_of(config, detail))
+    except RestoreRefused:
+        return 0  # the allowed roots changed since: nothing there is the restore's any more
     return remove_restored(
-        layout.root,
-        Path(detail["target"]),
+        tree,
+        layout.target_parts(),
         names,
         fresh=bool(detail.get("fresh")),
         placed={layout.name_of(r) for r in placed if r in layout.names},

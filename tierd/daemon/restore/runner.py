@@ -22,7 +22,6 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from tierd.config import Config, PosixTier
@@ -30,6 +29,7 @@ from tierd.daemon.aio import blocking
 from tierd.daemon.backends.base import Backend, WriteBatch
 from tierd.daemon.backends.budget import ByteBudget
 from tierd.daemon.backends.posix.backend import PosixBackend
+from tierd.daemon.backends.posix.errors import os_errors
 from tierd.daemon.catalog import restores
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.restores import RestoreClaim, RestorePlan
@@ -43,7 +43,7 @@ from tierd.daemon.pipeline.transfer import FileCopier
 from tierd.daemon.restore.cleanup import remove_restored, remove_temps
 from tierd.daemon.restore.copier import FallbackCopier
 from tierd.daemon.restore.fallback import Fallbacks
-from tierd.daemon.restore.layout import Layout, layout_of
+from tierd.daemon.restore.layout import Layout, layout_of, roots_of
 from tierd.daemon.restore.paths import check_target, is_fresh
 from tierd.daemon.restore.progress import Meter
 from tierd.daemon.restore.source import Rebased
@@ -152,8 +152,9 @@ class RestoreRunner:
         """The layout, destination and sources (blocking). Raises RestoreRefused, Conflict."""
         detail = self.claim.detail
         layout = layout_of(self.config, plan.path, [f.relpath for f in plan.files], detail)
-        roots = [self.config.tier0.path] if detail.get("to_tier0") else self.config.restore_roots
+        roots = roots_of(self.config, detail)
         check_target(str(layout.target), roots, overwrite=True)  # the roots may have changed since
+        tree = layout.tree(roots)
         tiers = [t for t in self.config.tiers if t.name in plan.verified_tiers]
         if detail.get("to_tier0"):
             tiers = [t for t in tiers if t.name != self.config.tier0.name]  # never read what is rewritten
@@ -165,12 +166,14 @@ class RestoreRunner:
             )
         self.source = tiers[0].name
         partial = self._partial(plan, layout, [t.name for t in tiers])  # before anything is written
-        layout.root.mkdir(parents=True, exist_ok=True)
+        with os_errors("create", str(layout.root)):
+            tree.open(create_top=True).close()  # below its allowed root, never through a symlink
         dst = PosixBackend(
             PosixTier(
                 name="restore", kind="posix", path=layout.root, concurrency=self.config.tier0.concurrency
             ),
             budget=self.budget,
+            tree=tree,
         )
         specs = [
             FileSpec(layout.name_of(f.relpath), f.size, f.checksum, f.mtime_ns)
@@ -182,7 +185,7 @@ class RestoreRunner:
         )
         chosen = set(markers)
         data, last = [s for s in specs if s.relpath not in chosen], [s for s in specs if s.relpath in chosen]
-        self.meter.resuming = not is_fresh(layout.target)
+        self.meter.resuming = not is_fresh(tree)
         self.meter.file_ids = {
             layout.name_of(f.relpath): f.id for f in plan.files if f.relpath in layout.names
         }
@@ -354,8 +357,8 @@ class RestoreRunner:
             return 0
         names = [work.layout.name_of(r) for r in work.layout.names]
         return remove_restored(
-            work.layout.root,
-            work.layout.target,
+            work.dst.tree,
+            work.layout.target_parts(),
             names,
             fresh=bool(self.claim.detail.get("fresh")),
             placed=self.meter.placed_all,
@@ -381,7 +384,7 @@ class RestoreRunner:
     async def _done(self, work: _Work) -> Outcome:
         whole = self.claim.detail.get("files") is None and self.claim.detail.get("ranks") is None
         location = None
-        await blocking(remove_temps, work.layout.root, list(work.mtimes))  # a shutdown's cut writes
+        await blocking(remove_temps, work.dst.tree, list(work.mtimes))  # a shutdown's cut writes
         if self.claim.detail.get("to_tier0") and whole:
             await blocking(_keep_mtimes, work)
             location = str(self.config.tier0.path.resolve() / work.path)
@@ -419,10 +422,15 @@ async def _in_place(dst: Backend, spec: FileSpec) -> bool:
 
 
 def _keep_mtimes(work: _Work) -> None:
-    """Give tier 0's restored files their recorded mtimes, so detection sees them unchanged."""
+    """Give tier 0's restored files their recorded mtimes, so detection sees them unchanged.
+
+    Each file is reached by descriptors, and a symlink in its place is never followed.
+    """
+    tree = work.dst.tree
     for name, mtime_ns in work.mtimes.items():
-        path: Path = work.layout.root / name
-        os.utime(path, ns=(mtime_ns, mtime_ns))
+        place = tree.place(name)
+        with tree.open(place.parts) as directory:
+            os.utime(place.name, ns=(mtime_ns, mtime_ns), dir_fd=directory.fd, follow_symlinks=False)
 
 
 def copy_passes(data: list[FileSpec], markers: list[FileSpec]) -> list[list[FileSpec]]:

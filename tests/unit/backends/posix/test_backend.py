@@ -30,6 +30,7 @@ from tierd.daemon.backends import (
 from tierd.daemon.backends.posix import backend as posix
 from tierd.daemon.backends.posix import temp
 from tierd.daemon.backends.posix.backend import HASH_BUFFER, TEMP_MARK, is_temp_name
+from tierd.daemon.beneath import Dir
 from tierd.errors import NotFound, TransientBackendError
 
 MIB = 1024 * 1024
@@ -326,8 +327,8 @@ async def test_writes_after_a_hops_clean_up_reuse_its_listing(
     listings: list[Path] = []
     real = temp.temp_names_in
 
-    def counting(directory: Path) -> set[str]:
-        listings.append(directory)
+    def counting(directory: Dir) -> set[str]:
+        listings.append(directory.path)
         return real(directory)
 
     monkeypatch.setattr(posix, "temp_names_in", counting)

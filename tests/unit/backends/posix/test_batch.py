@@ -100,10 +100,10 @@ async def test_files_are_held_until_their_commit_returns(
     syncing, may_finish = threading.Event(), threading.Event()
     real_commit = posixcopy.commit_staged
 
-    def slow_commit(root: Path, staged: list[Any]) -> None:
+    def slow_commit(staged: list[Any]) -> None:
         syncing.set()
         assert may_finish.wait(10)
-        real_commit(root, staged)
+        real_commit(staged)
 
     monkeypatch.setattr(posixcopy, "commit_staged", slow_commit)
     commit = asyncio.create_task(batch.commit())
@@ -141,7 +141,7 @@ async def test_a_batch_is_full_at_its_limits(tmp_path: Path, monkeypatch: pytest
 
 
 async def test_a_failed_sync_drops_the_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def failing(path: Path) -> bool:
+    def failing(fd: int, where: str) -> bool:
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(posixcopy, "sync_filesystem", failing)
@@ -163,7 +163,7 @@ async def test_without_syncfs_each_file_is_fsynced(tmp_path: Path, monkeypatch: 
         synced.append(fd)
         real_fsync(fd)
 
-    monkeypatch.setattr(posixcopy, "sync_filesystem", lambda path: False)
+    monkeypatch.setattr(posixcopy, "sync_filesystem", lambda fd, where: False)
     monkeypatch.setattr(os, "fsync", counting)
     backend = backend_at(tmp_path / "pfs")
     batch = backend.batch()
@@ -178,4 +178,8 @@ def test_sync_filesystem_syncs(tmp_path: Path) -> None:
     from tierd.daemon.backends.posix import writeback
 
     (tmp_path / "f").write_bytes(b"x")
-    assert writeback.sync_filesystem(tmp_path) is (writeback._syncfs is not None)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert writeback.sync_filesystem(fd, str(tmp_path)) is (writeback._syncfs is not None)
+    finally:
+        os.close(fd)

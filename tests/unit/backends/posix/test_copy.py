@@ -16,6 +16,7 @@ from tierd.daemon.backends import BytesReader, PosixBackend, copy_object
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix import writeback
 from tierd.daemon.backends.posix.backend import WHOLE_READ_LIMIT, PosixReader, is_temp_name
+from tierd.daemon.backends.posix.temp import TempFile
 from tierd.errors import IntegrityError, TransientBackendError
 
 MIB = 1024 * 1024
@@ -48,7 +49,7 @@ def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 @pytest.fixture
 def no_direct_io(monkeypatch: pytest.MonkeyPatch) -> None:
     """A destination file system that takes no O_DIRECT (tmpfs before Linux 6.6, some FUSE)."""
-    monkeypatch.setattr(posixcopy, "open_direct", lambda path: -1)
+    monkeypatch.setattr(posixcopy, "open_direct", lambda temp: -1)
 
 
 @pytest.mark.usefixtures("no_direct_io")
@@ -126,7 +127,7 @@ async def test_a_source_changed_since_first_sight_is_refused(
     tmp_path: Path, kernel_calls: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch, direct: bool
 ) -> None:
     if not direct:
-        monkeypatch.setattr(posixcopy, "open_direct", lambda path: -1)
+        monkeypatch.setattr(posixcopy, "open_direct", lambda temp: -1)
     src, dst = backend_at(tmp_path / "src"), backend_at(tmp_path / "dst")
     data = bytearray(os.urandom(40 * MIB))
     expected = crc(bytes(data))
@@ -234,8 +235,8 @@ def direct_fds(monkeypatch: pytest.MonkeyPatch) -> set[int]:
     fds: set[int] = set()
     real_open = posixcopy.open_direct
 
-    def open_direct(path: Path) -> int:
-        fd = real_open(path)
+    def open_direct(temp: TempFile) -> int:
+        fd = real_open(temp)
         fds.add(fd)
         return fd
 
@@ -290,12 +291,12 @@ async def test_a_file_system_refusing_direct_io_is_written_through_the_cache(
     opened_direct = 0
     real_open = os.open
 
-    def no_direct_open(path: str, flags: int, *args: int) -> int:
+    def no_direct_open(path: str, flags: int, *args: int, **kwargs: int) -> int:
         nonlocal opened_direct
         if flags & os.O_DIRECT:
             opened_direct += 1
             raise OSError(errno.EINVAL, "Invalid argument")  # as tmpfs before Linux 6.6
-        return real_open(path, flags, *args)
+        return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", no_direct_open)
     dst = backend_at(tmp_path / "dst")

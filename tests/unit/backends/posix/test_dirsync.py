@@ -12,6 +12,11 @@ from pathlib import Path
 import pytest
 
 from tierd.daemon.backends.posix import dirsync
+from tierd.daemon.beneath import Dir, Root
+
+
+def opened(path: Path) -> Dir:
+    return Root(path).open()
 
 
 def test_concurrent_requests_share_fsyncs_that_began_after_them(
@@ -19,19 +24,20 @@ def test_concurrent_requests_share_fsyncs_that_began_after_them(
 ) -> None:
     runs: list[tuple[float, float]] = []
 
-    def slow_fsync(path: Path) -> None:
+    def slow_fsync(directory: Dir) -> None:
         start = time.monotonic()
         time.sleep(0.02)
         runs.append((start, time.monotonic()))
 
-    monkeypatch.setattr(dirsync, "fsync_dir", slow_fsync)
+    monkeypatch.setattr(Dir, "fsync", slow_fsync)
     syncer = dirsync.DirectorySyncer()
+    directory = opened(tmp_path)
     calls: list[tuple[float, float]] = []
     lock = threading.Lock()
 
     def caller() -> None:
         asked = time.monotonic()
-        syncer.sync(tmp_path)
+        syncer.sync(directory)
         with lock:
             calls.append((asked, time.monotonic()))
 
@@ -53,7 +59,7 @@ def test_a_failed_fsync_fails_its_leader_and_the_others_try_again(
     first_started = threading.Event()
     release = threading.Event()
 
-    def failing_once(path: Path) -> None:
+    def failing_once(directory: Dir) -> None:
         nonlocal attempts
         attempts += 1
         if attempts == 1:
@@ -61,13 +67,14 @@ def test_a_failed_fsync_fails_its_leader_and_the_others_try_again(
             release.wait(5)
             raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(dirsync, "fsync_dir", failing_once)
+    monkeypatch.setattr(Dir, "fsync", failing_once)
     syncer = dirsync.DirectorySyncer()
     errors: list[BaseException] = []
+    directory = opened(tmp_path)
 
     def caller() -> None:
         try:
-            syncer.sync(tmp_path)
+            syncer.sync(directory)
         except OSError as exc:
             errors.append(exc)
 
@@ -78,7 +85,7 @@ def test_a_failed_fsync_fails_its_leader_and_the_others_try_again(
     for thread in followers:
         thread.start()
     deadline = time.monotonic() + 5
-    while syncer._dirs[tmp_path].users < 4 and time.monotonic() < deadline:
+    while syncer._dirs[directory.path].users < 4 and time.monotonic() < deadline:
         time.sleep(0.005)  # until the followers wait on the leader's fsync
     release.set()
     for thread in (leader, *followers):
@@ -100,7 +107,9 @@ def test_a_real_directory_fsync_syncs_that_directory_once(
 
     monkeypatch.setattr(os, "fsync", recording_fsync)
     (tmp_path / "f").write_bytes(b"x")
-    dirsync.sync_directory(tmp_path)
+    with opened(tmp_path) as directory:
+        synced.clear()
+        dirsync.sync_directory(directory)
     assert len(synced) == 1
     assert stat.S_ISDIR(synced[0].st_mode)
     assert (synced[0].st_dev, synced[0].st_ino) == (tmp_path.stat().st_dev, tmp_path.stat().st_ino)
@@ -113,15 +122,11 @@ def test_a_refused_directory_fsync_is_tolerated_only_as_einval(
     def refusing_fsync(fd: int) -> None:
         raise OSError(code, os.strerror(code))
 
+    directory = opened(tmp_path)
     monkeypatch.setattr(os, "fsync", refusing_fsync)
     if raised:
         with pytest.raises(OSError, match=os.strerror(code)) as caught:
-            dirsync.fsync_dir(tmp_path)
+            directory.fsync()
         assert caught.value.errno == code
     else:
-        dirsync.fsync_dir(tmp_path)  # some network file systems refuse directory fsync
-
-
-def test_a_missing_directory_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError):
-        dirsync.sync_directory(tmp_path / "gone")
+        directory.fsync()  # some network file systems refuse directory fsync

@@ -118,7 +118,7 @@ async def test_a_file_under_the_threshold_starts_over_and_loses_the_leftover(bac
 async def test_a_write_from_a_local_file_resumes_in_the_kernel(
     backend: PosixBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(posixcopy, "open_direct", lambda path: -1)
+    monkeypatch.setattr(posixcopy, "open_direct", lambda temp: -1)
     source = PosixBackend(PosixTier(name="nvme", kind="posix", path=backend.root.parent), chunk_size=MIB)
     (backend.root.parent / "x.bin").write_bytes(DATA)
     killed_write(backend, [(0, DATA[: 3 * MIB])])
@@ -147,11 +147,11 @@ def test_kept_prefix_refuses_a_longer_file_and_one_starting_with_a_hole(backend:
 
 
 def test_a_temp_file_this_process_writes_is_never_adopted(backend: PosixBackend) -> None:
-    live = TempFile.create(backend.root, backend.root / "run" / "x.bin")
+    live = TempFile.create(backend.tree.place("run/x.bin"))
     try:
         os.pwrite(live.fd, DATA[: 2 * MIB], 0)
-        assert TempFile.adopt(live.path) is None
-        assert resume.open_resumable(live.path, SIZE, MIB) is None
+        assert TempFile.adopt(live.dir, live.name) is None
+        assert resume.open_resumable(live.dir, live.name, SIZE, MIB) is None
         assert live.path.exists()
     finally:
         live.discard()

@@ -87,6 +87,7 @@ from tierd.daemon.backends.posix.temp import (
     temp_names_in,
     temp_stem,
 )
+from tierd.daemon.beneath import Dir, Place, Root
 from tierd.daemon.nofollow import open_regular
 from tierd.errors import (
     IntegrityError,
@@ -168,34 +169,44 @@ class PosixBackend(Backend):
         budget: ByteBudget | None = None,
         chunk_size: int = CHUNK_SIZE,
         single_links: bool = False,
+        tree: Root | None = None,
     ) -> None:
-        """``single_links``: refuse to read hard-linked files (tier 0, which training jobs write)."""
+        """``single_links``: refuse to read hard-linked files (tier 0, which training jobs write).
+
+        ``tree``: how the root is reached (a restore target's, anchored at its allowed root);
+        by default the tier's path, opened as configured.
+        """
         self.name = tier.name
         self.single_links = single_links
-        self.root = Path(tier.path)
+        self.tree = tree or Root(Path(tier.path))
+        self.root = self.tree.top
         self.concurrency = tier.concurrency
         self.chunks_per_file = min(tier.concurrency, CHUNKS_PER_FILE)
         self.chunk_size = chunk_size
         self.budget = budget or default_budget()
         self.readback = tier.verify == "readback"
         # Temporary names found at a directory's first write: the leftovers a write may remove.
-        self._leftovers: OrderedDict[Path, set[str]] = OrderedDict()
+        self._leftovers: OrderedDict[tuple[str, ...], set[str]] = OrderedDict()
         # Devices of sources whose files copy_file_range could not copy here.
         self._no_kernel_copy: set[int] = set()
         self._direct = True  # until the tier's file system refuses O_DIRECT
         self.resume_min_size = RESUME_MIN_SIZE
         # Killed writes' temporary files a hop starting kept for their writes to resume.
-        self._resumable: OrderedDict[Path, Path] = OrderedDict()
+        self._resumable: OrderedDict[Place, tuple[Dir, str]] = OrderedDict()
 
     def _path(self, relpath: str) -> Path:
         return self.root / check_relpath(relpath)
+
+    def _place(self, relpath: str) -> Place:
+        """Where ``relpath`` lives, reached by directory descriptors (never a whole path)."""
+        return self.tree.place(check_relpath(relpath))
 
     def location(self, relpath: str) -> str:
         """The file's absolute path."""
         return str(self._path(relpath))
 
     async def _require_root(self) -> None:
-        if not await blocking(os.path.isdir, self.root):
+        if not await blocking(self.tree.exists):
             raise self._root_missing()
 
     def _root_missing(self) -> TransientBackendError:
@@ -203,10 +214,11 @@ class PosixBackend(Backend):
 
     async def stat(self, relpath: str) -> ObjectInfo:
         """Size and mtime (checksum None). Raises NotFound when missing or not a regular file (a symlink)."""
-        path = self._path(relpath)
+        place = self._place(relpath)
+        path = place.path
         with os_errors("stat", str(path)):
-            st = await blocking(functools.partial(os.stat, path, follow_symlinks=False))
-        if not stat_mod.S_ISREG(st.st_mode):
+            st = await blocking(_lstat, place)
+        if st is None or not stat_mod.S_ISREG(st.st_mode):
             raise NotFound(f"stat {path}: not a regular file")
         return ObjectInfo(relpath, st.st_size, None, st.st_mtime)
 
@@ -221,7 +233,7 @@ class PosixBackend(Backend):
         while pending:
             rel_dir = pending.pop()
             with os_errors("list", str(self.root / rel_dir)):
-                files, subdirs = await blocking(_scan_dir, self.root / rel_dir)
+                files, subdirs = await blocking(_scan_dir, self.tree, rel_dir)
             for name, size, mtime in files:
                 yield ObjectInfo(rel_dir + name, size, None, mtime)
             pending.extend(f"{rel_dir}{name}/" for name in subdirs)
@@ -230,7 +242,7 @@ class PosixBackend(Backend):
         """A PosixReader. Raises NotFound when missing, PermanentBackendError if unreadable."""
         path = self._path(relpath)
         with os_errors("open", str(path)):
-            fd, size, device, contents = await blocking(_open_regular, self.root, path, self.single_links)
+            fd, size, device, contents = await blocking(_open_regular, self.tree, path, self.single_links)
         return PosixReader(fd, size, str(path), device, contents)
 
     async def read_whole(
@@ -239,7 +251,7 @@ class PosixBackend(Backend):
         """Each file whole into its view, all in one trip to the I/O pool (see ``Backend``)."""
         paths = [self._path(relpath) for relpath in relpaths]
         sizes = await uninterrupted(
-            blocking(posixcopy.read_files, self.root, paths, views, single_link=self.single_links)
+            blocking(posixcopy.read_files, self.tree, paths, views, single_link=self.single_links)
         )
         return [
             _read_error(str(path), size, len(view))
@@ -268,7 +280,8 @@ class PosixBackend(Backend):
         untouched), TransientBackendError (ENOSPC, EIO, missing root, ...) or
         PermanentBackendError (EACCES, EROFS, ...).
         """
-        final = self._path(relpath)
+        final = self._place(relpath)
+        where = str(final.path)
         resumable = await self._resumable_temp(final, reader.size)
         await self._remove_leftovers(final)
         if reader.size <= self.chunk_size:
@@ -276,16 +289,16 @@ class PosixBackend(Backend):
         temp, kept = resumable or (await self._create_temp(final), 0)
         try:
             try:
-                await self._fill(temp, reader, str(final), expected_checksum, progress, kept)
+                await self._fill(temp, reader, where, expected_checksum, progress, kept)
             except IntegrityError:
                 if not kept:
                     raise
-                log.warning("copy_resume_mismatch", tier=self.name, path=str(final), bytes_kept=kept)
+                log.warning("copy_resume_mismatch", tier=self.name, path=where, bytes_kept=kept)
                 await asyncio.shield(blocking(temp.discard))
                 temp = await self._create_temp(final)
-                await self._fill(temp, reader, str(final), expected_checksum, progress)
-            await self._make_durable(temp, str(final), expected_checksum)
-            with os_errors("rename into", str(final)):
+                await self._fill(temp, reader, where, expected_checksum, progress)
+            await self._make_durable(temp, where, expected_checksum)
+            with os_errors("rename into", where):
                 mtime = await blocking(temp.commit, final)
         except BaseException:
             await asyncio.shield(blocking(temp.discard))
@@ -293,38 +306,40 @@ class PosixBackend(Backend):
         by: Verification = "readback" if self.readback else "stream"
         return ObjectInfo(relpath, reader.size, expected_checksum, mtime, by)
 
-    async def _create_temp(self, final: Path) -> TempFile:
+    async def _create_temp(self, final: Place) -> TempFile:
         """A fresh temporary file for ``final``; TransientBackendError when the root is missing."""
-        with os_errors("create temporary file for", str(final)):
-            temp = await blocking(posixcopy.create_temp, self.root, final)
+        with os_errors("create temporary file for", str(final.path)):
+            temp = await blocking(posixcopy.create_temp, final)
         if temp is None:
             raise self._root_missing()
         return temp
 
-    async def _resumable_temp(self, final: Path, size: int) -> tuple[TempFile, int] | None:
+    async def _resumable_temp(self, final: Place, size: int) -> tuple[TempFile, int] | None:
         """The temporary file kept for ``final`` and how many of its first bytes to keep, or None.
 
         Only for a file of ``resume_min_size`` or more; never raises (None: start over).
         """
-        path = self._resumable.pop(final, None)
-        if path is None:
+        kept = self._resumable.pop(final, None)
+        if kept is None:
             return None
+        directory, name = kept
         if size < max(self.resume_min_size, self.chunk_size + 1):
-            await blocking(remove_owned_leftover, path)  # a hop kept it: its lease covers the name
+            await blocking(remove_owned_leftover, directory, name)  # a hop kept it: its lease covers it
             return None
         found = await uninterrupted(
-            blocking(posixresume.open_resumable, path, size, self.chunk_size), undo=_discard_resumable
+            blocking(posixresume.open_resumable, directory, name, size, self.chunk_size),
+            undo=_discard_resumable,
         )
         if found is not None:
-            log.info("copy_resumed", tier=self.name, path=str(final), bytes_kept=found[1], size=size)
+            log.info("copy_resumed", tier=self.name, path=str(final.path), bytes_kept=found[1], size=size)
         return found
 
     async def _write_whole(
-        self, relpath: str, final: Path, reader: RangeReader, expected: str, progress: Progress | None
+        self, relpath: str, final: Place, reader: RangeReader, expected: str, progress: Progress | None
     ) -> ObjectInfo:
         """A file of one chunk in one trip to the I/O pool: read, hash, place (see ``place_whole``)."""
         place = functools.partial(
-            posixcopy.place_whole, root=self.root, final=final, expected=expected, readback=self.readback
+            posixcopy.place_whole, final=final, expected=expected, readback=self.readback
         )
         mtime = await self._whole(final, reader, expected, progress, place)
         by: Verification = "readback" if self.readback else "stream"
@@ -332,45 +347,45 @@ class PosixBackend(Backend):
 
     async def stage(
         self, relpath: str, reader: RangeReader, expected: str, progress: Progress | None
-    ) -> tuple[TempFile, Path]:
+    ) -> tuple[TempFile, Place]:
         """A file of one chunk, hashed and written under its temporary name, neither durable nor visible.
 
         For ``PosixBatch``: ``posixcopy.commit_staged`` finishes it. Raises like ``write``.
         """
-        final = self._path(relpath)
+        final = self._place(relpath)
         await self._remove_leftovers(final)
-        fill = functools.partial(posixcopy.stage_whole, root=self.root, final=final, expected=expected)
+        fill = functools.partial(posixcopy.stage_whole, final=final, expected=expected)
         return await self._whole(final, reader, expected, progress, fill), final
 
-    async def stage_many(self, files: Sequence[SmallFile]) -> Sequence[tuple[TempFile, Path] | TierdError]:
+    async def stage_many(self, files: Sequence[SmallFile]) -> Sequence[tuple[TempFile, Place] | TierdError]:
         """``stage`` for each file, all in one trip to the I/O pool; each file's staging or error.
 
         A file whose bytes do not match is IntegrityError (nothing created for it).
         """
-        finals = [self._path(file.relpath) for file in files]
+        finals = [self._place(file.relpath) for file in files]
         for final in finals:
             await self._remove_leftovers(final)
         items = [(final, file.data, file.checksum) for final, file in zip(finals, files, strict=True)]
-        results = await uninterrupted(blocking(posixcopy.stage_files, self.root, items), undo=_discard_staged)
+        results = await uninterrupted(blocking(posixcopy.stage_files, items), undo=_discard_staged)
         return [
             self._staged_or_error(file, final, result)
             for file, final, result in zip(files, finals, results, strict=True)
         ]
 
     def _staged_or_error(
-        self, file: SmallFile, final: Path, result: TempFile | posixcopy.Mismatch | OSError | None
-    ) -> tuple[TempFile, Path] | TierdError:
+        self, file: SmallFile, final: Place, result: TempFile | posixcopy.Mismatch | OSError | None
+    ) -> tuple[TempFile, Place] | TierdError:
         if isinstance(result, TempFile):
             return result, final
         if result is None:
             return self._root_missing()
         if isinstance(result, posixcopy.Mismatch):
-            return mismatch(str(final), file.checksum, result.actual, result.how)
-        return translate_oserror(result, "write", str(final))
+            return mismatch(str(final.path), file.checksum, result.actual, result.how)
+        return translate_oserror(result, "write", str(final.path))
 
     async def _whole(
         self,
-        final: Path,
+        final: Place,
         reader: RangeReader,
         expected: str,
         progress: Progress | None,
@@ -380,7 +395,7 @@ class PosixBackend(Backend):
 
         ``fn`` returns None when the tier root is missing (TransientBackendError here).
         """
-        where = str(final)
+        where = str(final.path)
         fd = reader.fileno() if isinstance(reader, PosixReader) else -1
         source = fd if fd >= 0 else None  # a file read whole at open is read from memory
         async with self.budget.buffer(reader.size) as view:
@@ -410,7 +425,7 @@ class PosixBackend(Backend):
         queued, a cold cache costs one deep disk queue instead of a wait per file.
         """
         paths = [self._path(relpath) for relpath in relpaths]
-        await blocking(posixcopy.read_ahead, self.root, paths, single_link=self.single_links)
+        await blocking(posixcopy.read_ahead, self.tree, paths, single_link=self.single_links)
 
     async def local_disk(self) -> bool:
         """Whether the root is on one of this node's own file systems (``fstype``).
@@ -420,22 +435,21 @@ class PosixBackend(Backend):
         """
         return await blocking(fstype.is_local, self.root)
 
-    async def _remove_leftovers(self, final: Path) -> None:
+    async def _remove_leftovers(self, final: Place) -> None:
         """Remove abandoned temporary files of ``final``'s name (best effort, never raises)."""
-        directory = final.parent
-        if (names := self._leftovers.get(directory)) is None:
-            names = await blocking(temp_names_in, directory)
-            self._leftovers[directory] = names
+        if (names := self._leftovers.get(final.parts)) is None:
+            names = await blocking(_temp_names, final)
+            self._leftovers[final.parts] = names
             while len(self._leftovers) > _LISTED_DIRECTORIES:
                 self._leftovers.popitem(last=False)
-        stem = temp_stem(final)
+        stem = temp_stem(final.name)
         mine = {name for name in names if name.startswith(stem)}
         if not mine:
             return
         names -= mine
-        removed = await blocking(remove_abandoned, directory, mine)
+        removed = await blocking(_remove_abandoned, final, mine)
         if removed:
-            log.info("abandoned_temp_files_removed", path=str(final), count=removed)
+            log.info("abandoned_temp_files_removed", path=str(final.path), count=removed)
 
     async def _make_durable(self, temp: TempFile, where: str, expected: str) -> None:
         """Make the temp file durable; for ``verify: readback`` also re-read it and compare."""
@@ -464,7 +478,7 @@ class PosixBackend(Backend):
         in the kernel from a local file where it can, else through the page cache.
         """
         with os_errors("write", where):
-            direct = await blocking(posixcopy.open_direct, temp.path) if self._direct else -1
+            direct = await blocking(posixcopy.open_direct, temp) if self._direct else -1
         if direct < 0:
             self._direct = False
         try:
@@ -595,19 +609,19 @@ class PosixBackend(Backend):
         Raises PermanentBackendError (EACCES, a directory at that name, ...) or
         TransientBackendError.
         """
-        path = self._path(relpath)
-        with os_errors("delete", str(path)):
-            await blocking(unlink_and_prune, self.root, path)
+        place = self._place(relpath)
+        with os_errors("delete", str(place.path)):
+            await blocking(unlink_and_prune, self.tree, place)
 
     async def remove_checkpoint(self, path: str, markers: Sequence[str], rest: Sequence[str]) -> None:
         """Rename the checkpoint's directory out of sight, then remove it (see ``posix.remove``).
 
         Raises PermanentBackendError (EACCES, ...) or TransientBackendError.
         """
-        top = self._path(path)
-        ordered = [self._path(p) for p in [*markers, *rest]]
-        with os_errors("delete", str(top)):
-            await blocking(remove_checkpoint_tree, self.root, top, ordered)
+        top = self._place(path)
+        ordered = [self._place(p) for p in [*markers, *rest]]
+        with os_errors("delete", str(top.path)):
+            await blocking(remove_checkpoint_tree, self.tree, (*top.parts, top.name), ordered)
 
     async def space(self) -> Space:
         """Size and free bytes (for an unprivileged writer) of the root's file system.
@@ -629,7 +643,7 @@ class PosixBackend(Backend):
         async with self.budget.aligned(HASH_BUFFER) as view:
             with os_errors("hash", str(path)):
                 return await uninterrupted(
-                    blocking_on(view, posixcopy.hash_path, path, self.root, single_link=self.single_links)
+                    blocking_on(view, posixcopy.hash_path, path, self.tree, single_link=self.single_links)
                 )
 
     async def verify(self, relpath: str, expected_checksum: str) -> ObjectInfo:
@@ -653,7 +667,7 @@ class PosixBackend(Backend):
         """
         await self._require_root()
         with os_errors("clean up temporary files under", str(self.root)):
-            return await blocking(remove_stale_temps, self.root, older_than_seconds)
+            return await blocking(remove_stale_temps, self.tree, older_than_seconds)
 
     async def remove_leftovers(self, relpaths: Sequence[str], *, keep: Collection[str] = ()) -> int:
         """Remove the temporary files killed writes of exactly these files left; returns how many.
@@ -666,11 +680,11 @@ class PosixBackend(Backend):
         PermanentBackendError when a directory cannot be read or a file removed.
         """
         await self._require_root()
-        finals = [self._path(relpath) for relpath in relpaths]
+        finals = [self._place(relpath) for relpath in relpaths]
         with os_errors("remove leftovers under", str(self.root)):
             removed, left, kept = await blocking(remove_leftovers_of, finals, self.chunk_size + 1)
-        for final, temp_path in kept.items():
-            self._resumable[final] = temp_path
+        for final, found in kept.items():
+            self._resumable[final] = found
             self._resumable.move_to_end(final)
         while len(self._resumable) > _LISTED_DIRECTORIES:
             self._resumable.popitem(last=False)
@@ -688,24 +702,51 @@ class PosixBackend(Backend):
 # Blocking helpers: each runs on the I/O pool via ``blocking``.
 
 
-def _scan_dir(path: Path) -> tuple[list[tuple[str, int, float]], list[str]]:
+def _lstat(place: Place) -> os.stat_result | None:
+    """``lstat`` of ``place``, reached without a symlink; None when missing or behind a symlink."""
+    try:
+        with place.root.open(place.parts) as directory:
+            return os.stat(place.name, dir_fd=directory.fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _temp_names(final: Place) -> set[str]:
+    """The temporary names in ``final``'s directory; none when it is missing or unreadable."""
+    try:
+        return temp_names_in(final.dir())
+    except OSError:
+        return set()
+
+
+def _remove_abandoned(final: Place, names: set[str]) -> int:
+    try:
+        return remove_abandoned(final.dir(), names)
+    except OSError:
+        return 0
+
+
+def _scan_dir(tree: Root, rel_dir: str) -> tuple[list[tuple[str, int, float]], list[str]]:
+    """The regular files (name, size, mtime) and subdirectories of ``rel_dir``, walked by descriptors."""
     files: list[tuple[str, int, float]] = []
     subdirs: list[str] = []
+    parts = tuple(rel_dir.rstrip("/").split("/")) if rel_dir else ()
     try:
-        entries = list(os.scandir(path))
-    except FileNotFoundError:
+        directory = tree.open(parts)
+    except (FileNotFoundError, NotADirectoryError):  # missing, or behind a symlink
         return files, subdirs
-    for entry in sorted(entries, key=lambda e: e.name):
-        if entry.is_dir(follow_symlinks=False):
-            subdirs.append(entry.name)
-        elif entry.is_file(follow_symlinks=False) and not is_temp_name(entry.name):
-            st = entry.stat(follow_symlinks=False)
-            files.append((entry.name, st.st_size, st.st_mtime))
+    with directory, os.scandir(directory.fd) as listing:  # entries stat through the open directory
+        for entry in sorted(listing, key=lambda e: e.name):
+            if entry.is_dir(follow_symlinks=False):
+                subdirs.append(entry.name)
+            elif entry.is_file(follow_symlinks=False) and not is_temp_name(entry.name):
+                st = entry.stat(follow_symlinks=False)
+                files.append((entry.name, st.st_size, st.st_mtime))
     subdirs.reverse()  # popped from the end: visit in name order
     return files, subdirs
 
 
-def _open_regular(root: Path, path: Path, single_link: bool) -> tuple[int, int, int, bytes | None]:
+def _open_regular(root: Root, path: Path, single_link: bool) -> tuple[int, int, int, bytes | None]:
     """(fd, size, device, None), or for a file up to WHOLE_READ_LIMIT (-1, size, device, its bytes).
 
     Opened by ``nofollow.open_regular`` from ``root``: raises OSError (ELOOP, ENOTDIR) for a

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tierd.daemon.aio import blocking
@@ -22,6 +21,7 @@ from tierd.daemon.backends.base import ObjectInfo, Progress, RangeReader, Resume
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix.errors import os_errors
 from tierd.daemon.backends.posix.temp import TempFile, discard_all
+from tierd.daemon.beneath import Place
 from tierd.errors import TierdError
 
 if TYPE_CHECKING:
@@ -40,8 +40,8 @@ class PosixBatch(WriteBatch):
 
     def __init__(self, backend: PosixBackend) -> None:
         super().__init__(backend)
-        self._staged: dict[str, tuple[TempFile, Path]] = {}
-        self._committing: dict[str, tuple[TempFile, Path]] = {}  # taken by the commit under way
+        self._staged: dict[str, tuple[TempFile, Place]] = {}
+        self._committing: dict[str, tuple[TempFile, Place]] = {}  # taken by the commit under way
         self._bytes = 0
         self._commit_lock = asyncio.Lock()
 
@@ -111,7 +111,7 @@ class PosixBatch(WriteBatch):
             self._committing = staged
             try:
                 with os_errors("commit staged files under", str(self.backend.root)):
-                    await blocking(posixcopy.commit_staged, self.backend.root, list(staged.values()))
+                    await blocking(posixcopy.commit_staged, list(staged.values()))
             except BaseException:
                 await asyncio.shield(blocking(discard_all, [temp for temp, _ in staged.values()]))
                 raise

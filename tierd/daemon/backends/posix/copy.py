@@ -29,6 +29,7 @@ from tierd.daemon import checksum
 from tierd.daemon.backends.posix.dirsync import sync_directory
 from tierd.daemon.backends.posix.temp import TempFile
 from tierd.daemon.backends.posix.writeback import start_writeback, sync_filesystem
+from tierd.daemon.beneath import Dir, Place, Root
 from tierd.daemon.nofollow import Opener, open_regular
 
 __all__ = [
@@ -85,19 +86,17 @@ class Mismatch(Exception):
         self.how = how
 
 
-def create_temp(root: Path, final: Path) -> TempFile | None:
+def create_temp(final: Place) -> TempFile | None:
     """A fresh temporary file for ``final``; None when the tier root is missing (unmounted)."""
     try:
-        return TempFile.create(root, final)
+        return TempFile.create(final)
     except FileNotFoundError:
-        if not os.path.isdir(root):
+        if not final.root.exists():
             return None
         raise
 
 
-def fill_whole(
-    view: memoryview, source: int | None, root: Path, final: Path, expected: str
-) -> TempFile | None:
+def fill_whole(view: memoryview, source: int | None, final: Place, expected: str) -> TempFile | None:
     """A temp file for ``final`` holding ``view`` (filled from the file ``source`` first, if given).
 
     Hashes before anything is created, so a mismatch writes nothing. Returns None when the
@@ -108,7 +107,7 @@ def fill_whole(
     actual = checksum.encode(int(checksums.crc64nvme(view, 0)))
     if actual != expected:
         raise Mismatch(actual, "source")
-    temp = create_temp(root, final)
+    temp = create_temp(final)
     if temp is None:
         return None
     try:
@@ -120,14 +119,14 @@ def fill_whole(
 
 
 def place_whole(
-    view: memoryview, source: int | None, root: Path, final: Path, expected: str, readback: bool
+    view: memoryview, source: int | None, final: Place, expected: str, readback: bool
 ) -> float | None:
     """``fill_whole``, then fsync (for ``readback`` a re-read from the disk), rename, directory fsync.
 
     Returns the final mtime, or None when the tier root is missing. Raises SourceEnded,
     Mismatch, or OSError (the temp file removed).
     """
-    temp = fill_whole(view, source, root, final, expected)
+    temp = fill_whole(view, source, final, expected)
     if temp is None:
         return None
     try:
@@ -143,18 +142,16 @@ def place_whole(
         raise
 
 
-def stage_whole(
-    view: memoryview, source: int | None, root: Path, final: Path, expected: str
-) -> TempFile | None:
+def stage_whole(view: memoryview, source: int | None, final: Place, expected: str) -> TempFile | None:
     """``fill_whole``, left under its temporary name for ``commit_staged`` (its descriptor closed)."""
-    temp = fill_whole(view, source, root, final, expected)
+    temp = fill_whole(view, source, final, expected)
     if temp is not None:
         temp.park()
     return temp
 
 
 def stage_files(
-    root: Path, files: Sequence[tuple[Path, bytes | bytearray | memoryview, str]]
+    files: Sequence[tuple[Place, bytes | bytearray | memoryview, str]],
 ) -> list[TempFile | Mismatch | OSError | None]:
     """``stage_whole`` for each ``(final, bytes, expected)``, in order; each file's result or error.
 
@@ -163,14 +160,14 @@ def stage_files(
     results: list[TempFile | Mismatch | OSError | None] = []
     for final, data, expected in files:
         try:
-            results.append(stage_whole(memoryview(data), None, root, final, expected))
+            results.append(stage_whole(memoryview(data), None, final, expected))
         except (Mismatch, OSError) as exc:
             results.append(exc)
     return results
 
 
 def read_files(
-    root: Path, paths: Sequence[Path], views: Sequence[memoryview], *, single_link: bool = False
+    root: Path | Root, paths: Sequence[Path], views: Sequence[memoryview], *, single_link: bool = False
 ) -> list[int | OSError]:
     """Read each regular file under ``root`` into its view, in order; each file's size, or its OSError.
 
@@ -204,28 +201,24 @@ def _read_file(opener: Opener, path: Path, view: memoryview) -> int:
         os.close(fd)
 
 
-def commit_staged(root: Path, staged: Sequence[tuple[TempFile, Path]]) -> None:
+def commit_staged(staged: Sequence[tuple[TempFile, Place]]) -> None:
     """Make staged temp files durable, rename each to its final name, fsync each directory once.
 
-    One ``syncfs`` of the tier's file system (where there is none, an fsync per file) stands
-    for the fsyncs of every file. Raises OSError; what was not renamed stays staged.
+    One ``syncfs`` of each file system they are on (where there is none, an fsync per file)
+    stands for the fsyncs of every file. Raises OSError; what was not renamed stays staged.
     """
-    if not sync_filesystem(root):
+    directories: dict[Path, Dir] = {temp.dir.path: temp.dir for temp, _ in staged}
+    devices = {os.fstat(d.fd).st_dev: d for d in directories.values()}
+    if not all(sync_filesystem(d.fd, str(d.path)) for d in devices.values()):
         for temp, _ in staged:
-            fd = os.open(temp.path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    directories: dict[Path, None] = {}
+            temp.fsync_parked()
     for temp, final in staged:
         temp.rename_into(final)
-        directories[final.parent] = None
-    for directory in directories:
+    for directory in directories.values():
         sync_directory(directory)
 
 
-def read_ahead(root: Path, paths: Sequence[Path], *, single_link: bool = False) -> None:
+def read_ahead(root: Path | Root, paths: Sequence[Path], *, single_link: bool = False) -> None:
     """Ask the kernel to read these files under ``root`` into the page cache (best effort)."""
     if not hasattr(os, "posix_fadvise"):
         return
@@ -252,12 +245,12 @@ def _pread_full(fd: int, view: memoryview) -> None:
         filled += n
 
 
-def open_direct(path: Path) -> int:
-    """A write-only ``O_DIRECT`` descriptor on ``path``; -1 where the file system takes none."""
+def open_direct(temp: TempFile) -> int:
+    """A write-only ``O_DIRECT`` descriptor on ``temp``; -1 where the file system takes none."""
     if not _O_DIRECT:
         return -1
     try:
-        return os.open(path, os.O_WRONLY | os.O_CLOEXEC | _O_DIRECT)
+        return temp.open_direct(_O_DIRECT)
     except OSError as exc:
         if exc.errno in _NO_DIRECT:
             return -1
@@ -319,7 +312,9 @@ def kernel_copy(view: memoryview, src_fd: int, dst_fd: int, offset: int, length:
     return int(crc)
 
 
-def hash_path(view: memoryview, path: Path, root: Path | None = None, *, single_link: bool = False) -> str:
+def hash_path(
+    view: memoryview, path: Path, root: Path | Root | None = None, *, single_link: bool = False
+) -> str:
     """CRC64NVME of a whole regular file under ``root`` (``nofollow.open_regular``), read through ``view``."""
     fd = open_regular(path, root, single_link=single_link)
     try:
@@ -338,4 +333,8 @@ def fsync_and_hash(view: memoryview, temp: TempFile) -> str:
     os.fsync(temp.fd)
     if hasattr(os, "posix_fadvise"):
         os.posix_fadvise(temp.fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    return hash_path(view, temp.path)
+    crc, offset = 0, 0
+    while n := os.preadv(temp.fd, [view], offset):
+        crc = checksums.crc64nvme(view[:n], crc)
+        offset += n
+    return checksum.encode(crc)

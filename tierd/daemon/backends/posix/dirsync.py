@@ -4,29 +4,18 @@ A rename is durable once its directory has been fsynced after it. When many file
 in one directory at once (a checkpoint of thousands of small files), each writer needing
 its own directory fsync would queue them one after another; instead a writer asks for
 "an fsync that started after my rename", and one fsync serves every writer that asked
-before it began. Blocking: call through ``tierd.daemon.aio.blocking``.
+before it began. Directories are open ``Dir``s (``tierd.daemon.beneath``), never paths.
+Blocking: call through ``tierd.daemon.aio.blocking``.
 """
 
 from __future__ import annotations
 
-import errno
-import os
 import threading
 from pathlib import Path
 
-__all__ = ["DirectorySyncer", "fsync_dir", "sync_directory"]
+from tierd.daemon.beneath import Dir
 
-
-def fsync_dir(path: Path) -> None:
-    """Make a directory's entries durable (where the file system allows it)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno != errno.EINVAL:  # some network file systems refuse directory fsync
-            raise
-    finally:
-        os.close(fd)
+__all__ = ["DirectorySyncer", "sync_directory"]
 
 
 class _Directory:
@@ -47,14 +36,14 @@ class DirectorySyncer:
         self._dirs: dict[Path, _Directory] = {}
         self.fsyncs = 0  # how many directory fsyncs ran, for tests
 
-    def sync(self, path: Path) -> None:
-        """Return once an fsync of ``path`` that began after this call has succeeded.
+    def sync(self, directory: Dir) -> None:
+        """Return once an fsync of ``directory`` that began after this call has succeeded.
 
         Raises the OSError of the fsync this caller ran itself; a caller whose leader
         failed tries again.
         """
         with self._cond:
-            state = self._dirs.setdefault(path, _Directory())
+            state = self._dirs.setdefault(directory.path, _Directory())
             state.users += 1
             state.asked += 1
             ticket = state.asked
@@ -63,20 +52,20 @@ class DirectorySyncer:
                     if state.running:
                         self._cond.wait()
                     else:
-                        self._lead(path, state)
+                        self._lead(directory, state)
             finally:
                 state.users -= 1
                 if state.users == 0:
-                    del self._dirs[path]
+                    del self._dirs[directory.path]
 
-    def _lead(self, path: Path, state: _Directory) -> None:
+    def _lead(self, directory: Dir, state: _Directory) -> None:
         """Run one fsync for every request made so far (called and returning with the lock)."""
         state.running = True
         covers = state.asked
         done = False
         self._cond.release()
         try:
-            fsync_dir(path)
+            directory.fsync()
             done = True
         finally:
             self._cond.acquire()
@@ -90,6 +79,6 @@ class DirectorySyncer:
 _syncer = DirectorySyncer()
 
 
-def sync_directory(path: Path) -> None:
-    """Make every rename into ``path`` made before this call durable (see DirectorySyncer)."""
-    _syncer.sync(path)
+def sync_directory(directory: Dir) -> None:
+    """Make every rename into ``directory`` made before this call durable (see DirectorySyncer)."""
+    _syncer.sync(directory)

@@ -15,11 +15,11 @@ Every function here blocks: call them through ``tierd.daemon.aio.blocking``.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from awscrt import checksums
 
 from tierd.daemon.backends.posix.temp import TempFile
+from tierd.daemon.beneath import Dir
 
 __all__ = ["hash_span", "kept_prefix", "open_resumable"]
 
@@ -61,7 +61,7 @@ def hash_span(view: memoryview, fd: int, offset: int) -> int | None:
     return int(checksums.crc64nvme(view, 0))
 
 
-def open_resumable(path: Path, size: int, chunk: int) -> tuple[TempFile, int] | None:
+def open_resumable(directory: Dir, name: str, size: int, chunk: int) -> tuple[TempFile, int] | None:
     """Adopt a killed write's temporary file; ``(temp, bytes to keep)``, or None.
 
     The kept bytes are still to be re-hashed (``hash_span``). None when the file cannot be
@@ -69,7 +69,7 @@ def open_resumable(path: Path, size: int, chunk: int) -> tuple[TempFile, int] | 
     and the write starts over. Never raises: any failure means None.
     """
     try:
-        temp = TempFile.adopt(path)
+        temp = TempFile.adopt(directory, name)
     except OSError:
         return None
     if temp is None:

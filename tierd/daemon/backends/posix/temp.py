@@ -12,6 +12,8 @@ leftovers of its own files' names at once, whatever their age (``remove_leftover
 its job's lease makes it the only writer of those names. It may keep the newest big one
 of a name for its write to resume from (``TempFile.adopt``; ``posix.resume``).
 
+Every name is reached through a directory descriptor (``tierd.daemon.beneath``): nothing
+here follows a symlink below the tier's root, and the temporary file is created ``0600``.
 Every function here blocks: call them through ``tierd.daemon.aio.blocking``.
 """
 
@@ -28,14 +30,15 @@ from collections.abc import Collection, Iterable
 from contextlib import suppress
 from pathlib import Path
 
-from tierd.daemon.backends.posix.dirsync import fsync_dir, sync_directory
+from tierd.daemon.backends.posix.dirsync import sync_directory
+from tierd.daemon.beneath import Dir, Place, Root, umask, walk
 
 __all__ = [
     "ABANDONED_UNLOCKED",
+    "DEFAULT_FILE_MODE",
     "TEMP_MARK",
     "TempFile",
     "discard_all",
-    "fsync_dir",
     "is_temp_name",
     "remove_abandoned",
     "remove_leftovers_of",
@@ -48,9 +51,13 @@ __all__ = [
 TEMP_MARK = ".tierd-tmp-"
 #: Without locks, how long a temporary file must have gone unmodified to count as abandoned.
 ABANDONED_UNLOCKED = 3600.0
+#: A copy's mode when nothing was recorded of its source's (the umask applies).
+DEFAULT_FILE_MODE = 0o644
 _MAX_NAME_IN_TEMP = 200  # keeps the temporary name under NAME_MAX (255)
 _LOCK_GRACE = 2.0  # a writer locks its temporary file right after creating it
 _NO_LOCKS = frozenset({errno.ENOLCK, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_UMASK = umask()
 
 # The temporary files this process is writing (created and dropped on the I/O threads).
 _live_temps: set[str] = set()
@@ -62,48 +69,52 @@ def is_temp_name(name: str) -> bool:
     return name.startswith(".") and TEMP_MARK in name
 
 
-def temp_stem(final: Path) -> str:
-    """What every temporary name of ``final`` starts with."""
-    return f".{final.name[:_MAX_NAME_IN_TEMP]}{TEMP_MARK}"
-
-
-def _makedirs_durable(root: Path, directory: Path) -> None:
-    """Create missing directories below ``root``, fsyncing each new entry's parent."""
-    missing: list[Path] = []
-    while directory != root and not directory.is_dir():
-        missing.append(directory)
-        directory = directory.parent
-    for new in reversed(missing):
-        try:
-            os.mkdir(new)
-        except FileExistsError:
-            continue
-        fsync_dir(new.parent)
+def temp_stem(final_name: str) -> str:
+    """What every temporary name of the file ``final_name`` starts with."""
+    return f".{final_name[:_MAX_NAME_IN_TEMP]}{TEMP_MARK}"
 
 
 class TempFile:
-    """A temporary file beside its final name, locked and known live while it is written."""
+    """A temporary file beside its final name, locked and known live while it is written.
 
-    def __init__(self, fd: int, path: Path) -> None:
+    It is created ``0600`` and gets its final mode (and owner, where one was recorded) just
+    before it is renamed into place or parked: a copy is never more readable than its
+    source, not even for a moment.
+    """
+
+    def __init__(self, fd: int, directory: Dir, name: str) -> None:
         self.fd = fd
-        self.path = path
+        self.dir = directory
+        self.name = name
+        self.mode = DEFAULT_FILE_MODE & ~_UMASK
+        self.owner: tuple[int, int] | None = None  # (uid, gid) to give it, None to keep ours
+
+    @property
+    def path(self) -> Path:
+        """The whole path, for messages and keys only."""
+        return self.dir.path / self.name
 
     @classmethod
-    def create(cls, root: Path, final: Path) -> TempFile:
-        """Open a fresh temporary file; retries if a concurrent delete pruned the directory."""
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC  # RDWR: chunks are read back
+    def create(cls, final: Place) -> TempFile:
+        """Open a fresh temporary file beside ``final``, making its directories if missing.
+
+        Walks again (once, twice) if a concurrent delete removed the directory. Raises
+        OSError: ENOENT when the root is missing, ENOTDIR when a symlink is on the way.
+        """
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW  # RDWR: chunks read back
         for attempt in range(3):
-            path = final.parent / f"{temp_stem(final)}{secrets.token_hex(6)}"
+            directory = final.dir(create=True)
+            name = f"{temp_stem(final.name)}{secrets.token_hex(6)}"
             try:
-                fd = os.open(path, flags, 0o644)
-            except FileNotFoundError:
+                fd = os.open(name, flags, 0o600, dir_fd=directory.fd)
+            except FileNotFoundError:  # the directory was removed since it was opened
+                final.root.forget(final.parts)
                 if attempt == 2:
                     raise
-                _makedirs_durable(root, final.parent)  # new, or pruned by a concurrent delete
                 continue
+            temp = cls(fd, directory, name)
             with _live_lock:
-                _live_temps.add(str(path))
-            temp = cls(fd, path)
+                _live_temps.add(str(temp.path))
             try:
                 _try_lock(fd)  # a fresh file: only a lock-less file system refuses
             except BaseException:
@@ -113,25 +124,31 @@ class TempFile:
         raise AssertionError("unreachable")
 
     @classmethod
-    def adopt(cls, path: Path) -> TempFile | None:
+    def adopt(cls, directory: Dir, name: str) -> TempFile | None:
         """Take over an abandoned temporary file (opened read-write, locked, known live).
 
         None when it is gone, not a regular file, written by this process or locked by
         another, or on a file system without locks (no way to tell it is abandoned).
         Raises OSError on other failures to open it.
         """
+        temp = cls(-1, directory, name)
+        key = str(temp.path)
         with _live_lock:
-            if str(path) in _live_temps:
+            if key in _live_temps:
                 return None
-            _live_temps.add(str(path))
-        temp = cls(-1, path)
+            _live_temps.add(key)
         try:
-            temp.fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            temp.fd = os.open(name, os.O_RDWR | _OPEN_FLAGS, dir_fd=directory.fd)
             st = os.fstat(temp.fd)
-            if stat.S_ISREG(st.st_mode) and _try_lock(temp.fd) and _still_named(path, st):
+            if stat.S_ISREG(st.st_mode) and _try_lock(temp.fd) and _still_named(directory, name, st):
                 return temp
-        except (FileNotFoundError, IsADirectoryError):
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             pass
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:  # a symlink under our temporary name
+                temp._forget()
+                temp._close()
+                raise
         except BaseException:
             temp._forget()
             temp._close()
@@ -149,28 +166,50 @@ class TempFile:
         with _live_lock:
             _live_temps.discard(str(self.path))
 
-    def commit(self, final: Path) -> float:
-        """Rename into place and fsync the directory; returns the final mtime."""
+    def _finish(self) -> None:
+        """Give the file its final owner and mode (owner first: chown clears set-id bits)."""
+        if self.owner is not None:
+            os.fchown(self.fd, *self.owner)
+        os.fchmod(self.fd, self.mode)
+
+    def commit(self, final: Place) -> float:
+        """Give it its final mode, rename into place and fsync the directory; returns the final mtime."""
+        self._finish()
         mtime = os.fstat(self.fd).st_mtime  # a rename keeps it
-        os.rename(self.path, final)
-        self._forget()
+        self._rename(final)
         self._close()  # only now: the lock guarded the temporary name until it was gone
-        sync_directory(final.parent)
+        sync_directory(self.dir)
         return mtime
 
     def park(self) -> None:
-        """Close the descriptor but keep the file known live (staged for a later rename)."""
+        """Give it its final mode, close the descriptor, keep the file known live (renamed later)."""
+        self._finish()
         self._close()
 
-    def rename_into(self, final: Path) -> None:
+    def fsync_parked(self) -> None:
+        """Fsync a parked file (reopened by name in its directory, never through a symlink)."""
+        fd = os.open(self.name, os.O_RDONLY | _OPEN_FLAGS, dir_fd=self.dir.fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def rename_into(self, final: Place) -> None:
         """Rename a parked file into place (its directory still to be fsynced)."""
-        os.rename(self.path, final)
+        self._rename(final)
+
+    def _rename(self, final: Place) -> None:
+        os.rename(self.name, final.name, src_dir_fd=self.dir.fd, dst_dir_fd=self.dir.fd)
         self._forget()
+
+    def open_direct(self, flags: int) -> int:
+        """Open the file again with ``flags`` (``O_DIRECT``) by name in its directory."""
+        return os.open(self.name, os.O_WRONLY | _OPEN_FLAGS | flags, dir_fd=self.dir.fd)
 
     def discard(self) -> None:
         """Best-effort cleanup after a failed write."""
         with suppress(OSError):
-            os.unlink(self.path)
+            os.unlink(self.name, dir_fd=self.dir.fd)
         self._forget()
         with suppress(OSError):
             self._close()
@@ -199,37 +238,44 @@ def _try_lock(fd: int) -> bool | None:
     return True
 
 
-def _still_named(path: Path, st: os.stat_result) -> bool:
-    """Whether ``path`` still names the open file ``st`` describes (not unlinked meanwhile)."""
+def _still_named(directory: Dir, name: str, st: os.stat_result) -> bool:
+    """Whether ``name`` still names the open file ``st`` describes (not unlinked meanwhile)."""
     try:
-        now = os.stat(path, follow_symlinks=False)
+        now = os.stat(name, dir_fd=directory.fd, follow_symlinks=False)
     except FileNotFoundError:
         return False
     return st.st_nlink > 0 and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
 
 
-def _remove_if_abandoned(path: str, min_age: float, *, owned: bool = False) -> bool:
+def _remove_if_abandoned(directory: Dir, name: str, min_age: float, *, owned: bool = False) -> bool:
     """Unlink a temporary file that is abandoned and at least ``min_age`` seconds old.
 
     Without ``owned`` an unlocked file must also be older than the lock grace (or, where
     the file system has no locks, ``ABANDONED_UNLOCKED``): another process may have just
-    created it. ``owned`` (the caller holds the lease on the file) waives that wait.
+    created it. ``owned`` (the caller holds the lease on the file) waives that wait. A
+    symlink or anything but a regular file under a temporary name is left alone.
     """
     with _live_lock:
-        if path in _live_temps:
+        if str(directory.path / name) in _live_temps:
             return False
     try:
         # Opened for writing: NFS emulates flock with fcntl locks, whose exclusive kind needs it.
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(name, os.O_WRONLY | _OPEN_FLAGS, dir_fd=directory.fd)
     except (FileNotFoundError, IsADirectoryError):
         return False
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):  # a symlink, or a FIFO with no reader
+            return False
+        raise
     try:
         st = os.fstat(fd)
         locked = _try_lock(fd)
         needed = min_age if owned else max(min_age, _LOCK_GRACE if locked else ABANDONED_UNLOCKED)
         if locked is False or not stat.S_ISREG(st.st_mode) or time.time() - st.st_mtime <= needed:
             return False
-        os.unlink(path)  # under our lock: no writer can take it meanwhile
+        if not _still_named(directory, name, st):
+            return False
+        os.unlink(name, dir_fd=directory.fd)  # under our lock: no writer can take it meanwhile
         return True
     except FileNotFoundError:
         return False
@@ -237,26 +283,26 @@ def _remove_if_abandoned(path: str, min_age: float, *, owned: bool = False) -> b
         os.close(fd)
 
 
-def temp_names_in(directory: Path) -> set[str]:
-    """The temporary names in ``directory``; none when it is missing or unreadable."""
+def temp_names_in(directory: Dir) -> set[str]:
+    """The temporary names in ``directory``; none when it is unreadable."""
     try:
-        return {name for name in os.listdir(directory) if is_temp_name(name)}
+        return {name for name in os.listdir(directory.fd) if is_temp_name(name)}
     except OSError:
         return set()  # the write itself will report a real problem
 
 
-def remove_abandoned(directory: Path, names: Collection[str]) -> int:
+def remove_abandoned(directory: Dir, names: Collection[str]) -> int:
     """Remove those of ``names`` whose writer is gone; best effort, never raises."""
     removed = 0
     for name in names:
         with suppress(OSError):
-            removed += _remove_if_abandoned(os.path.join(directory, name), 0.0)
+            removed += _remove_if_abandoned(directory, name, 0.0)
     return removed
 
 
 def remove_leftovers_of(
-    finals: Iterable[Path], keep_min_size: int | None = None
-) -> tuple[int, dict[Path, set[str]], dict[Path, Path]]:
+    finals: Iterable[Place], keep_min_size: int | None = None
+) -> tuple[int, dict[tuple[str, ...], set[str]], dict[Place, tuple[Dir, str]]]:
     """Remove the abandoned temporary files of exactly these final names, whatever their age.
 
     For a hop starting: its job's lease makes it the only writer of these names, so an
@@ -268,38 +314,44 @@ def remove_leftovers_of(
     temporary file of a (not cut) name holding at least that many bytes is left in place
     for the write to resume from. Returns how many were removed, per directory listed the
     temporary names left in it, and the kept files by final name. Raises OSError when a
-    directory exists but cannot be read.
+    directory exists but cannot be read, or has a symlink on its way.
     """
-    by_dir: dict[Path, list[Path]] = {}
+    by_dir: dict[tuple[str, ...], list[Place]] = {}
+    root: Root | None = None
     for final in finals:
-        by_dir.setdefault(final.parent, []).append(final)
+        root = final.root
+        by_dir.setdefault(final.parts, []).append(final)
     removed, left, kept = 0, {}, {}
-    for directory, names in by_dir.items():
+    for parts, names in by_dir.items():
+        assert root is not None
         try:
-            present = {name for name in os.listdir(directory) if is_temp_name(name)}
+            directory = root.open(parts)
         except FileNotFoundError:
             continue
-        for final in names:
-            stem = temp_stem(final)
-            owned = len(final.name) <= _MAX_NAME_IN_TEMP
-            mine = sorted(n for n in present if n.startswith(stem))
-            if owned and keep_min_size is not None and (newest := _newest(directory, mine, keep_min_size)):
-                kept[final] = directory / newest
-                mine.remove(newest)
-            for name in mine:
-                if _remove_if_abandoned(os.path.join(directory, name), 0.0, owned=owned):
-                    removed += 1
-                    present.discard(name)
-        left[directory] = present
+        with directory:
+            present = {name for name in os.listdir(directory.fd) if is_temp_name(name)}
+            for final in names:
+                stem = temp_stem(final.name)
+                owned = len(final.name) <= _MAX_NAME_IN_TEMP
+                mine = sorted(n for n in present if n.startswith(stem))
+                newest = _newest(directory, mine, keep_min_size) if owned and keep_min_size else None
+                if newest is not None:
+                    kept[final] = (final.dir(), newest)
+                    mine.remove(newest)
+                for name in mine:
+                    if _remove_if_abandoned(directory, name, 0.0, owned=owned):
+                        removed += 1
+                        present.discard(name)
+        left[parts] = present
     return removed, left, kept
 
 
-def _newest(directory: Path, names: Iterable[str], min_size: int) -> str | None:
+def _newest(directory: Dir, names: Iterable[str], min_size: int) -> str | None:
     """The most recently modified regular file of ``names`` holding ``min_size`` bytes or more."""
     best: tuple[float, str] | None = None
     for name in names:
         try:
-            st = os.stat(directory / name, follow_symlinks=False)
+            st = os.stat(name, dir_fd=directory.fd, follow_symlinks=False)
         except FileNotFoundError:
             continue
         if stat.S_ISREG(st.st_mode) and st.st_size >= min_size and (best is None or st.st_mtime > best[0]):
@@ -307,24 +359,26 @@ def _newest(directory: Path, names: Iterable[str], min_size: int) -> str | None:
     return None if best is None else best[1]
 
 
-def remove_owned_leftover(path: Path) -> bool:
+def remove_owned_leftover(directory: Dir, name: str) -> bool:
     """Remove one abandoned temporary file of a name the caller holds the lease on, whatever its age.
 
     Best effort (never raises); whether it was removed.
     """
     with suppress(OSError):
-        return _remove_if_abandoned(str(path), 0.0, owned=True)
+        return _remove_if_abandoned(directory, name, 0.0, owned=True)
     return False
 
 
-def remove_stale_temps(root: Path, older_than: float) -> int:
+def remove_stale_temps(root: Root, older_than: float) -> int:
     """Remove abandoned temporary files older than ``older_than`` seconds under ``root``.
 
-    Raises OSError when a directory cannot be read or a file cannot be removed.
+    Walks by directory descriptors (a symlinked directory is never entered). Raises
+    OSError when a directory cannot be read or a file cannot be removed.
     """
     removed = 0
-    for dirpath, _, filenames in os.walk(root):
-        for name in filenames:
-            if is_temp_name(name):
-                removed += _remove_if_abandoned(os.path.join(dirpath, name), older_than)
+    with root.open() as top:
+        for _, directory, entries in walk(top):
+            for entry in entries:
+                if is_temp_name(entry.name) and entry.is_file(follow_symlinks=False):
+                    removed += _remove_if_abandoned(directory, entry.name, older_than)
     return removed

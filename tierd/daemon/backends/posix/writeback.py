@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-from pathlib import Path
 
 from tierd.daemon import libc
 
@@ -33,19 +32,15 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
         _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
 
 
-def sync_filesystem(path: Path) -> bool:
-    """``syncfs``: make everything written to the file system holding ``path`` durable.
+def sync_filesystem(fd: int, where: str) -> bool:
+    """``syncfs``: make everything written to the file system holding the open file ``fd`` durable.
 
     Returns False where there is no ``syncfs`` (the caller fsyncs file by file); raises
-    OSError when the file system reports a write error.
+    OSError (naming ``where``) when the file system reports a write error.
     """
     if _syncfs is None:
         return False
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        if _syncfs(fd) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err), str(path))
-    finally:
-        os.close(fd)
+    if _syncfs(fd) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), where)
     return True
