@@ -125,9 +125,18 @@ def _open_child(parent: int, name: str, where: Path) -> int:
     try:
         return os.open(name, DIR_FLAGS, dir_fd=parent)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        if _is_symlink(parent, name):
             raise OSError(errno.ENOTDIR, "a symlink, never followed", str(where)) from None
         raise
+
+
+def _is_symlink(parent: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def _make_child(parent: int, name: str, mode: int) -> bool:
