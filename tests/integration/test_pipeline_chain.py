@@ -214,3 +214,22 @@ async def test_a_gone_copy_falls_back_to_the_nearest_earlier_verified_tier(
     assert (tmp_path / "obj" / "r" / "s1" / "x.bin").read_bytes() == data["x.bin"]
     assert [(j.src_tier, j.dst_tier, j.state) for j in all_jobs(database)] == [("nvme", "obj", "done")]
     assert states(database, cid)["pfs"] == "deleted"
+
+
+async def test_a_key_s3_would_refuse_fails_the_hop_before_any_upload(
+    tmp_path: Path, database: Database, moto_server: S3Server
+) -> None:
+    """1,025 bytes of key (moto would take it; AWS does not): the hop fails at once, naming why."""
+    s3 = moto_server.new_tier("s3", prefix="cluster")
+    config = _config(tmp_path, s3)
+    deep = "/".join(["d" * 200] * 4) + "/" + "f" * 208  # with "cluster/" and "r/s1/": 1,025 bytes
+    write_files(tmp_path / "nvme" / "r" / "s1", {deep: 10, ".metadata": 10})
+    cid = record_checkpoint(database, config, "r", 1, "r/s1")
+    await _run_until(config, database, lambda: states(database, cid)["s3"] == "failed")
+    error = replicas(database, cid)["s3"].error
+    assert error is not None
+    assert "PermanentBackendError" in error
+    assert "the object key is 1,025 bytes in UTF-8; S3 takes at most 1,024" in error
+    [job] = [j for j in all_jobs(database) if j.dst_tier == "s3"]
+    assert (job.state, job.detail["reason"]) == ("failed", "permanent")
+    assert _objects(moto_server, s3.bucket) == {}  # not even the other file: the marker waits for it
