@@ -210,8 +210,7 @@ class HopRunner:
             batch=batch,
         )
         await self._remove_leftovers(dst, plan)
-        detail = self.claim.detail
-        resumed = bool(detail.get("resumable")) or "done" in detail or bool(plan.done)
+        resumed = plan.resumed or bool(plan.done)
 
         async def skip(spec: FileSpec) -> bool:
             return await already_there(dst, spec, spec.relpath in plan.done)
