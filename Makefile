@@ -5,22 +5,37 @@ BIN    := $(VENV)/bin
 CONFIG ?= config.example.yaml
 STAMP  := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
+# Every library's version, so one commit installs the same libraries on every day (`make lock`).
+CONSTRAINTS := constraints.txt
+LOCKVENV ?= /tmp/tierd-lock-venv
 
-.PHONY: run test lint typecheck unit bench clean
+.PHONY: run test lint typecheck unit bench clean lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# aioboto3 pins botocore: install it first so pip does not backtrack for minutes.
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q "aioboto3==15.5.0"
-	$(BIN)/pip install -q -e .
+# The constraints pin botocore (which aioboto3 pins) too, so pip resolves in one pass.
+$(STAMP): pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e .
 	touch $(STAMP)
 
 $(DEVSTAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[dev]'
 	touch $(DEVSTAMP)
+
+# Regenerate constraints.txt from the newest releases pyproject.toml allows, in a scratch venv.
+# Unconstrained, aioboto3 (which pins botocore) goes first so pip does not backtrack for minutes.
+lock:
+	rm -rf $(LOCKVENV)
+	$(PYTHON) -m venv $(LOCKVENV)
+	$(LOCKVENV)/bin/pip install -q --upgrade pip
+	$(LOCKVENV)/bin/pip install -q "aioboto3==15.5.0"
+	$(LOCKVENV)/bin/pip install -q -e '.[dev]'
+	{ sed -n '/^#/p' $(CONSTRAINTS); \
+	  $(LOCKVENV)/bin/pip freeze --all --exclude-editable | grep -v '^pip=='; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
+	rm -rf $(LOCKVENV)
 
 run: $(STAMP)
 	# The example's tiers are plain directories; real tiers are mounts tierd never creates.

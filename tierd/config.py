@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from tierd.errors import ConfigError
 from tierd.tierconfig import (
+    S3_MAX_KEY_BYTES,
     Duration,
     FreeSpace,
     KeepBestConfig,
@@ -35,6 +36,7 @@ from tierd.tierconfig import Strict as _Strict
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
+    "S3_MAX_KEY_BYTES",
     "ApiConfig",
     "CatalogConfig",
     "Config",

@@ -32,6 +32,7 @@ __all__ = [
     "Duration",
     "FreeSpace",
     "KeepBestConfig",
+    "S3_MAX_KEY_BYTES",
     "PosixTier",
     "S3Tier",
     "ScrubConfig",
@@ -234,6 +235,11 @@ class PosixTier(TierBase):
     free_space: FreeSpace | None = None
 
 
+#: The longest object key S3 takes, in bytes of its UTF-8. AWS refuses longer keys; some
+#: S3-compatible stores (moto) accept them, so tierd checks before it sends one.
+S3_MAX_KEY_BYTES = 1024
+
+
 class S3Tier(TierBase):
     """An S3-compatible bucket (AWS, MinIO, Ceph RGW, ...)."""
 
@@ -266,6 +272,12 @@ class S3Tier(TierBase):
             raise ValueError("must not start with /")
         if prefix and not prefix.endswith("/"):
             prefix += "/"
+        size = len(prefix.encode("utf-8", "surrogateescape"))
+        if size >= S3_MAX_KEY_BYTES:
+            raise ValueError(
+                f"is {size:,} bytes in UTF-8: an S3 key (this prefix, then the path of a file under "
+                f"tier 0) is at most {S3_MAX_KEY_BYTES:,}"
+            )
         return prefix
 
 

@@ -167,3 +167,19 @@ async def test_hostile_checkpoint_is_refused_and_audited(client: httpx.AsyncClie
     assert (event["actor"], event["checkpoint_id"], event["reason"]) == expected
     assert event["detail"]["offending"] == [{"path": "demo/step_30/pipe", "kind": "FIFO"}]
     assert (await client.get("/v1/checkpoints", headers=AUTH)).json()["total"] == 0
+
+
+async def test_a_notify_that_records_nothing_adds_no_run(client: httpx.AsyncClient, ctx: Context) -> None:
+    """A run row exists only for a run with a step recorded under it (issue 23, item 11)."""
+    DCP.uncommitted(_root(ctx), 40)
+    DCP.commit(_root(ctx), 40)
+    assert (await _notify(client, run="llama", step=40, path="demo/step_40")).status_code == 201
+    runs_before = (await client.get("/v1/runs", headers=AUTH)).json()
+    same_path = await _notify(client, run="someone-else", step=7, path="demo/step_40")
+    assert same_path.status_code == 200, same_path.text  # the step already recorded at that path
+    assert (same_path.json()["run"], same_path.json()["step"]) == ("llama", 40)
+    DCP.uncommitted(_root(ctx), 41)
+    DCP.commit(_root(ctx), 41)
+    os.mkfifo(_root(ctx) / "step_41" / "pipe")
+    assert (await _notify(client, run="refused", step=41, path="demo/step_41")).status_code == 422
+    assert (await client.get("/v1/runs", headers=AUTH)).json() == runs_before

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 from structlog.testing import capture_logs
 
 from tests.fixtures.s3servers import S3Server
@@ -25,12 +26,18 @@ from tests.integration.daemon_helpers import (
 )
 from tierd.api.app import create_app
 from tierd.config import Config
+from tierd.daemon.backends import make_backend
 from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.jobs import claim_next_copy_job
 from tierd.daemon.catalog.migrate import upgrade
-from tierd.daemon.catalog.models import Replica
+from tierd.daemon.catalog.models import Checkpoint, Replica
 from tierd.daemon.context import Context
+from tierd.daemon.detect.changes import CHANGED_ON_TIER0
+from tierd.daemon.detect.service import DetectService
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.retry import Backoff
+from tierd.daemon.pipeline.runner import HopRunner, Limits
+from tierd.daemon.pipeline.scheduler import schedule_pass
 from tierd.daemon.pipeline.service import PipelineService
 
 FAST = PipelineOptions(
@@ -214,3 +221,79 @@ async def test_a_gone_copy_falls_back_to_the_nearest_earlier_verified_tier(
     assert (tmp_path / "obj" / "r" / "s1" / "x.bin").read_bytes() == data["x.bin"]
     assert [(j.src_tier, j.dst_tier, j.state) for j in all_jobs(database)] == [("nvme", "obj", "done")]
     assert states(database, cid)["pfs"] == "deleted"
+
+
+async def test_a_key_s3_would_refuse_fails_the_hop_before_any_upload(
+    tmp_path: Path, database: Database, moto_server: S3Server
+) -> None:
+    """1,025 bytes of key (moto would take it; AWS does not): the hop fails at once, naming why."""
+    s3 = moto_server.new_tier("s3", prefix="cluster")
+    config = _config(tmp_path, s3)
+    deep = "/".join(["d" * 200] * 4) + "/" + "f" * 208  # with "cluster/" and "r/s1/": 1,025 bytes
+    write_files(tmp_path / "nvme" / "r" / "s1", {deep: 10, ".metadata": 10})
+    cid = record_checkpoint(database, config, "r", 1, "r/s1")
+    await _run_until(config, database, lambda: states(database, cid)["s3"] == "failed")
+    error = replicas(database, cid)["s3"].error
+    assert error is not None
+    assert "PermanentBackendError" in error
+    assert "the object key is 1,025 bytes in UTF-8; S3 takes at most 1,024" in error
+    [job] = [j for j in all_jobs(database) if j.dst_tier == "s3"]
+    assert (job.state, job.detail["reason"]) == ("failed", "permanent")
+    assert _objects(moto_server, s3.bucket) == {}  # not even the other file: the marker waits for it
+
+
+async def test_a_changed_checkpoint_moves_on_from_its_verified_first_sight_copy(
+    tmp_path: Path, database: Database
+) -> None:
+    """The job rewrites a recorded step on tier 0 after the hop to pfs: pfs holds the bytes seen
+    first, so the step goes on to ``object`` from pfs; tier 0's replica is failed, never a source."""
+    watch = [{"path": str(tmp_path / "nvme" / "demo"), "run": "demo"}]
+    (tmp_path / "object").mkdir()
+    config = _config(
+        tmp_path, {"name": "object", "kind": "posix", "path": str(tmp_path / "object")}, watch=watch
+    )
+    first = write_files(tmp_path / "nvme" / "demo" / "step_1", {"shard.distcp": 64 * 1024, ".metadata": 100})
+    ctx = Context(config=config, db=database)
+    detect = DetectService(ctx)
+    await detect.reconcile()
+    [cid] = [c.id for c in _checkpoints(database)]
+    names = [t.name for t in config.tiers]
+    assert schedule_pass(database, names) == 1  # nvme -> pfs; object waits for pfs
+    claim = claim_next_copy_job(database, "n1:1", ["pfs"], lease_seconds=30)
+    assert claim is not None
+    runner = HopRunner(
+        db=database,
+        backends={t.name: make_backend(t) for t in config.tiers},
+        tiers=config.tiers,
+        limits=Limits.for_tiers(config.tiers),
+        options=FAST,
+        owner="n1:1",
+        claim=claim,
+    )
+    assert await runner.run() == "verified"
+
+    shard = tmp_path / "nvme" / "demo" / "step_1" / "shard.distcp"
+    shard.write_bytes(os.urandom(64 * 1024))  # rewritten in place after first sight
+    await detect.reconcile()
+    [row] = _checkpoints(database)
+    assert row.state == "changed"
+    nvme = replicas(database, cid)["nvme"]
+    assert (nvme.state, nvme.error) == ("failed", CHANGED_ON_TIER0)
+
+    await _run_until(config, database, lambda: states(database, cid)["object"] == "verified", timeout=30)
+    copied = {p.name: p.read_bytes() for p in (tmp_path / "object" / "demo" / "step_1").iterdir()}
+    assert copied == first  # the bytes seen first, not the rewritten ones
+    hops = [(j.src_tier, j.dst_tier, j.state) for j in all_jobs(database)]
+    assert hops == [("nvme", "pfs", "done"), ("pfs", "object", "done")]
+    assert states(database, cid) == {"nvme": "failed", "pfs": "verified", "object": "verified"}
+    assert [e.action for e in audit(database)] == [
+        "detected",
+        "replica_verified",
+        "changed",
+        "replica_verified",
+    ]
+
+
+def _checkpoints(db: Database) -> list[Checkpoint]:
+    with db.read_session() as session:
+        return list(session.scalars(select(Checkpoint).order_by(Checkpoint.id)))

@@ -64,6 +64,11 @@ def test_defaults_and_normalisation(tmp_path: Path) -> None:
         (lambda d: d["tiers"][1].update(name="nvme"), "tiers", "duplicate tier names"),
         (lambda d: d["tiers"].reverse(), "tiers.0", "must be kind: posix"),
         (lambda d: d["watch"][0].update(path="/elsewhere"), "watch.0.path", "not inside tier 0"),
+        (  # 512 two-byte characters and the "/" added: no key S3 takes can start with it
+            lambda d: d["tiers"][1].update(prefix="é" * 512),
+            "tiers.1.s3.prefix",
+            "is 1,025 bytes in UTF-8: an S3 key",
+        ),
         (
             lambda d: d.update(api={"tokens": [{"name": "x", "role": "god", "token": "t"}]}),
             "api.tokens.0.role",

@@ -8,7 +8,8 @@ claimed again only once it has expired, and the copy resumes. Never two writers 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, MutableMapping
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,15 @@ RATE = 1 * MiB  # bytes per second into pfs: the hop takes about 4 s
 
 
 class Watched(PosixBackend):
-    """A POSIX tier that counts the writes in flight (the most seen at once in ``most``)."""
+    """A POSIX tier that counts the writes in flight (the most seen at once in ``most``) and
+    the writes of each file (``writes``); ``before_first`` runs before the first write."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.inflight = 0
         self.most = 0
+        self.writes: Counter[str] = Counter()
+        self.before_first: Callable[[], Awaitable[None]] | None = None
 
     def batch(self) -> WriteBatch:
         """No staging: every file goes through ``write``."""
@@ -52,6 +56,10 @@ class Watched(PosixBackend):
         resume: ResumeStore | None = None,
         progress: Progress | None = None,
     ) -> ObjectInfo:
+        if self.before_first is not None:
+            before, self.before_first = self.before_first, None
+            await before()
+        self.writes[relpath] += 1
         self.inflight += 1
         self.most = max(self.most, self.inflight)
         try:
@@ -70,7 +78,7 @@ def catalog(private_postgres: PostgresServer) -> Iterator[Database]:
     db.dispose()
 
 
-def _config(tmp_path: Path, db: Database) -> Config:
+def _config(tmp_path: Path, db: Database, rate: int = RATE) -> Config:
     for name in ("nvme", "pfs"):
         (tmp_path / name).mkdir()
     pfs = {"name": "pfs", "kind": "posix", "path": str(tmp_path / "pfs"), "concurrency": 1}
@@ -79,7 +87,7 @@ def _config(tmp_path: Path, db: Database) -> Config:
         catalog={"url": db.url},
         tiers=[
             {"name": "nvme", "kind": "posix", "path": str(tmp_path / "nvme")},
-            pfs | {"bandwidth_limit": RATE},
+            pfs | {"bandwidth_limit": rate},
         ],
     )
 
@@ -146,3 +154,48 @@ async def test_an_outage_longer_than_the_lease_stops_the_hop_before_it_is_claime
     [job] = all_jobs(catalog)
     assert (job.state, job.attempts) == ("done", 0)
     assert [e.action for e in audit(catalog) if e.checkpoint_id == cid] == ["replica_verified"]
+
+
+@pytest.mark.slow
+async def test_a_hop_that_finished_while_the_catalog_was_away_is_not_copied_again(
+    tmp_path: Path, catalog: Database, private_postgres: PostgresServer
+) -> None:
+    """PostgreSQL stops as the hop's first file is written and stays away until the runner gave
+    up recording the end: every file was written, none recorded. The next run finds each
+    on pfs, reads it back (POSIX reports no checksum), and records it: nothing written twice."""
+    config = _config(tmp_path, catalog, rate=64 * MiB)
+    data = write_files(
+        tmp_path / "nvme" / "r" / "s1", {f"shard{i}.bin": 256 * 1024 for i in range(4)} | {".metadata": 100}
+    )
+    cid = record_checkpoint(catalog, config, "r", 1, "r/s1")
+    dst = Watched(config.tiers[1])
+
+    async def catalog_away() -> None:
+        await asyncio.to_thread(private_postgres.stop)
+
+    dst.before_first = catalog_away
+    backends: dict[str, Backend] = {"nvme": PosixBackend(config.tier0), "pfs": dst}
+    service = PipelineService(Context(config=config, db=catalog), OPTIONS, backends=backends)
+    with capture_logs() as logs:
+        await service.start()
+        try:
+            async with asyncio.timeout(60):
+                while not any(e["event"] == "hop_end_not_recorded" for e in logs):
+                    await asyncio.sleep(0.05)
+                await asyncio.to_thread(private_postgres.start)
+                while replicas(catalog, cid)["pfs"].state != "verified":
+                    await asyncio.sleep(0.1)
+        finally:
+            await service.stop(5)
+
+    events = [e["event"] for e in logs]
+    assert events.count("hop_started") == 2
+    [unrecorded] = [e for e in logs if e["event"] == "hop_end_not_recorded"]
+    assert unrecorded["end"] == "verified"  # the first run had written every file
+    assert dst.writes == Counter({f"r/s1/{name}": 1 for name in data})  # none sent twice
+    copied = {p.name: p.read_bytes() for p in (tmp_path / "pfs" / "r" / "s1").iterdir()}
+    assert copied == data
+    [job] = all_jobs(catalog)
+    assert (job.state, job.attempts) == ("done", 0)
+    assert [e.action for e in audit(catalog) if e.checkpoint_id == cid] == ["replica_verified"]
+    assert replicas(catalog, cid)["pfs"].bytes_done == sum(len(b) for b in data.values())

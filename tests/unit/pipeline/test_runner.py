@@ -18,6 +18,7 @@ from structlog.testing import capture_logs
 
 from tests.integration.daemon_helpers import all_jobs, audit, record_checkpoint, replicas, write_files
 from tierd.config import Config, PosixTier
+from tierd.daemon.aio import blocking
 from tierd.daemon.backends.base import Backend, ObjectInfo, Progress, RangeReader, ResumeStore, WriteBatch
 from tierd.daemon.backends.posix import batch as posixbatch
 from tierd.daemon.backends.posix.backend import PosixBackend, is_temp_name
@@ -25,6 +26,8 @@ from tierd.daemon.catalog import jobs
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Job, utcnow
 from tierd.daemon.context import Context
+from tierd.daemon.pipeline import records
+from tierd.daemon.pipeline import runner as runner_module
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.pipeline.runner import HopRunner, Limits
@@ -315,3 +318,67 @@ async def test_a_job_claimed_again_here_while_its_old_runner_hangs_never_runs_tw
     [job] = all_jobs(db)
     assert (job.state, job.attempts) == ("done", 0)
     assert [e.action for e in audit(db)] == ["replica_verified"]
+
+
+class _EndsOnASave(WriteBatch):
+    """A batch whose last step (``discard``, after the marker) waits for a heartbeat's save."""
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__(backend)
+        self.ending: asyncio.Event | None = None
+
+    async def discard(self) -> None:
+        self.ending = asyncio.Event()
+        await self.ending.wait()
+
+
+@pytest.mark.parametrize("lag", range(12))
+async def test_a_hop_ending_while_its_heartbeat_saves_logs_no_lease_lost(
+    tmp_path: Path, sqlite_db: Database, monkeypatch: pytest.MonkeyPatch, lag: int
+) -> None:
+    """The copy ends as a progress save returns, ``lag`` loop turns before the save's task does.
+
+    On Python 3.11 ``asyncio.wait_for`` hands back a result that lands with a cancel and
+    drops the cancel, so a heartbeat only cancelled ran on past the hop's end and reported
+    the finished job's lease lost at its next save. Some lag hits that window, whatever
+    the number of turns the runner takes between the copy's end and stopping its heartbeat.
+    """
+    config = two_tiers(tmp_path, sqlite_db)
+    write_files(tmp_path / "nvme" / "r" / "s1", {"a": 1000, "b": 2000})
+    record_checkpoint(sqlite_db, config, "r", 1, "r/s1")
+    pfs = config.tiers[1]
+    assert isinstance(pfs, PosixTier)
+    dst = PosixBackend(pfs)
+    batch = _EndsOnASave(dst)
+    monkeypatch.setattr(dst, "batch", lambda: batch)
+
+    async def blocking_then_end(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        result = await blocking(fn, *args, **kwargs)
+        ending = batch.ending
+        if fn is records.save_progress and ending is not None and not ending.is_set():
+            ending.set()  # the copy's last step returns...
+            for _ in range(lag):  # ...lag turns of the loop before this save does
+                await asyncio.sleep(0)
+        return result
+
+    monkeypatch.setattr(runner_module, "blocking", blocking_then_end)
+    schedule_pass(sqlite_db, ["nvme", "pfs"])
+    claim = jobs.claim_next_copy_job(sqlite_db, "n1:1", ["pfs"], lease_seconds=30)
+    assert claim is not None
+    runner = HopRunner(
+        db=sqlite_db,
+        backends={"nvme": PosixBackend(config.tier0), "pfs": dst},
+        tiers=config.tiers,
+        limits=Limits.for_tiers(config.tiers),
+        options=FAST,
+        owner="n1:1",
+        claim=claim,
+    )
+    with capture_logs() as logs:
+        assert await asyncio.create_task(runner.run()) == "verified"  # a task of its own, as in the service
+        name = f"pipeline:heartbeat:{claim.job_id}"
+        alive = [task for task in asyncio.all_tasks() if task.get_name() == name]
+        if alive:  # it ran on, and found the finished job's lease gone at its next save
+            await asyncio.wait(alive, timeout=5)
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == []
+    assert alive == []

@@ -71,12 +71,19 @@ def test_pass_schedules_every_complete_checkpoint_newest_first(db: Database) -> 
     new = add_checkpoint(db, 2)
     mid = add_checkpoint(db, 3, minutes=0)  # a higher step but created first
     add_checkpoint(db, 4, state="waiting")  # not complete: does not move
-    add_checkpoint(db, 5, state="changed")
+    add_checkpoint(db, 5, (F, P, P, P), state="changed")  # tier 0 rewritten before any copy: no source
     pinned = add_checkpoint(db, 6, (V, V, V, V))  # fully replicated: nothing to do
     assert schedule_pass(db, TIERS) == 3
     claimed = [joblib.claim_next_copy_job(db, "n:1", ["pfs"], lease_seconds=60) for _ in range(4)]
     assert [c.checkpoint_id if c else None for c in claimed] == [new, old, mid, None]
     assert all(j.checkpoint_id != pinned for j in jobs(db))
+
+
+def test_a_changed_checkpoint_moves_on_from_its_verified_first_sight_copy(db: Database) -> None:
+    """Tier 0 was rewritten after first sight (its replica failed); pfs holds the first-sight bytes."""
+    cid = add_checkpoint(db, 1, (F, V, P, P), state="changed")
+    assert schedule_pass(db, TIERS) == 1
+    assert [(j.checkpoint_id, j.src_tier, j.dst_tier) for j in jobs(db)] == [(cid, "pfs", "s3")]
 
 
 def test_a_pass_over_named_checkpoints_schedules_only_them(db: Database) -> None:

@@ -70,6 +70,9 @@ async def test_unverified_writes_are_verified_and_mismatches_refused() -> None:
 async def test_already_there() -> None:
     posix = StubStore(stored=ObjectInfo("r/s1/a", 10, None, None))
     assert await already_there(posix, SPEC, recorded_done=True)  # type: ignore[arg-type]
+    # finished by a run that could not record it (the catalog was away): read back and hashed
+    assert await already_there(posix, SPEC, recorded_done=False)  # type: ignore[arg-type]
+    posix.readback = "OTHER"
     assert not await already_there(posix, SPEC, recorded_done=False)  # type: ignore[arg-type]
     posix.stored = ObjectInfo("r/s1/a", 9, None, None)
     assert not await already_there(posix, SPEC, recorded_done=True)  # type: ignore[arg-type]
@@ -77,6 +80,8 @@ async def test_already_there() -> None:
     assert await already_there(s3, SPEC, recorded_done=False)  # type: ignore[arg-type]
     s3.stored = ObjectInfo("r/s1/a", 10, "STALE", None)
     assert not await already_there(s3, SPEC, recorded_done=False)  # type: ignore[arg-type]
+    s3.stored = ObjectInfo("r/s1/a", 10, None, None)  # a store that reports no checksum for it
+    assert await already_there(s3, SPEC, recorded_done=False)  # type: ignore[arg-type]
     s3.stored = None
     assert not await already_there(s3, SPEC, recorded_done=True)  # type: ignore[arg-type]
 

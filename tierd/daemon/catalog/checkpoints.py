@@ -1,10 +1,12 @@
 """Runs, checkpoints and their files: record, look up, list.
 
-Detection records steps here (``get_or_create_run``, ``find_step``, ``insert_checkpoint``,
-``complete_checkpoint``), the reconcile scan and the in-memory index read them back, and
-the API lists and shows them (``list_checkpoints``, ``get_checkpoint``, ``load_checkpoint``).
-Inserts that another daemon may race (a run, a step) run in a SAVEPOINT and report the
-lost race instead of failing the caller's transaction.
+Detection records steps here (``find_run``, ``find_step``, ``get_or_create_run``,
+``insert_checkpoint``, ``complete_checkpoint``), the reconcile scan and the in-memory index
+read them back, and the API lists and shows them (``list_checkpoints``, ``get_checkpoint``,
+``load_checkpoint``). Inserts that another daemon may race (a run, a step) run in a SAVEPOINT
+and report the lost race instead of failing the caller's transaction. A run's row is created
+only in the transaction that inserts a step under it, so a call that records nothing leaves
+no empty run.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "files_of",
     "files_on_node",
     "find_checkpoint",
+    "find_run",
     "find_step",
     "get_checkpoint",
     "get_or_create_run",
@@ -67,9 +70,17 @@ class FileFields(Protocol):
         """The checksum (base64)."""
 
 
+def find_run(session: Session, name: str) -> Run | None:
+    """The run named ``name``, or None."""
+    return session.scalars(select(Run).where(Run.name == name)).one_or_none()
+
+
 def get_or_create_run(session: Session, name: str) -> Run:
-    """The run named ``name``, created if needed (safe against a concurrent creator)."""
-    run = session.scalars(select(Run).where(Run.name == name)).one_or_none()
+    """The run named ``name``, created if needed (safe against a concurrent creator).
+
+    Call it only right before inserting a step under the run, in the same transaction.
+    """
+    run = find_run(session, name)
     if run is not None:
         return run
     try:
@@ -86,17 +97,19 @@ def find_checkpoint(session: Session, checkpoint_id: int) -> Checkpoint | None:
     return session.get(Checkpoint, checkpoint_id)
 
 
-def find_step(session: Session, run: Run, step: int, relpath: str, node: str) -> Checkpoint | None:
+def find_step(session: Session, run: Run | None, step: int, relpath: str, node: str) -> Checkpoint | None:
     """The row for this step: by run and step, else the row recorded at the same path.
 
-    A path names one step, except nvidia-resiliency-ext's session directory (one per node,
-    holding every iteration), where the step must match too.
+    ``run`` is None for a run not recorded yet. A path names one step, except
+    nvidia-resiliency-ext's session directory (one per node, holding every iteration), where
+    the step must match too.
     """
-    row = session.scalars(
-        select(Checkpoint).where(Checkpoint.run_id == run.id, Checkpoint.step == step)
-    ).one_or_none()
-    if row is not None:
-        return row
+    if run is not None:
+        row = session.scalars(
+            select(Checkpoint).where(Checkpoint.run_id == run.id, Checkpoint.step == step)
+        ).one_or_none()
+        if row is not None:
+            return row
     same_path = session.scalars(
         select(Checkpoint).where(Checkpoint.path == relpath, Checkpoint.node == node).order_by(Checkpoint.id)
     ).all()

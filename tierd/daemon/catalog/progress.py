@@ -16,7 +16,7 @@ from tierd.daemon.catalog.dialect import insert_ignoring_duplicates
 from tierd.daemon.catalog.models import Job, JobFileDone, ReplicaState
 from tierd.daemon.catalog.replicas import find_replica
 
-__all__ = ["files_done", "forget_files_done", "record_bytes_done", "record_files_done"]
+__all__ = ["files_done", "forget_files_done", "mark_job_started", "record_bytes_done", "record_files_done"]
 
 _JOB_FILES_DONE = JobFileDone.metadata.tables[JobFileDone.__tablename__]
 
@@ -32,6 +32,19 @@ def record_files_done(session: Session, job: Job, file_ids: Sequence[int]) -> No
         session.execute(insert_ignoring_duplicates(session, _JOB_FILES_DONE), rows)
     if not (job.detail or {}).get("resumable"):
         job.detail = {**(job.detail or {}), "resumable": True}  # a later attempt looks before copying
+
+
+def mark_job_started(job: Job) -> bool:
+    """Mark the job's run started (resumable); returns whether an earlier run had started.
+
+    An earlier run may have written files it could not record (the catalog was away when
+    they finished, or when the hop did): a later one looks for them before copying.
+    """
+    detail = job.detail or {}
+    earlier = bool(detail.get("resumable")) or "done" in detail
+    if not detail.get("resumable"):
+        job.detail = {**detail, "resumable": True}
+    return earlier
 
 
 def record_bytes_done(session: Session, checkpoint_id: int, tier: str, bytes_done: int) -> None:

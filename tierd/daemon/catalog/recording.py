@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import select, update
 
-from tierd.daemon.catalog.checkpoints import find_step, get_or_create_run, insert_checkpoint
+from tierd.daemon.catalog.checkpoints import find_run, find_step, get_or_create_run, insert_checkpoint
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.dialect import lease_clock
 from tierd.daemon.catalog.models import Checkpoint, CheckpointState, Part
@@ -50,9 +50,9 @@ def claim_recording(
     """
     with db.session() as session:
         now = now or lease_clock(session)
-        run_row = get_or_create_run(session, run)
-        row = find_step(session, run_row, step, relpath, node)
+        row = find_step(session, find_run(session, run), step, relpath, node)
         if row is None:
+            run_row = get_or_create_run(session, run)  # only with a step under it
             waiting = CheckpointState.WAITING.value
             row = insert_checkpoint(session, run_row, step, relpath, fmt, node, state=waiting)
             if row is not None:

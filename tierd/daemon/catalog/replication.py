@@ -1,7 +1,7 @@
 """What the scheduler reads to plan copies, and the lock its writes take.
 
-The checkpoints that may need a hop (complete, with a replica still to copy, or missing a
-tier's row), read in batches of ``BATCH`` ids with their creation time, their replicas'
+The checkpoints that may need a hop (complete or changed, with a replica still to copy, or
+missing a tier's row), read in batches of ``BATCH`` ids with their creation time, their replicas'
 states and the hops that already have an open job: three queries a batch, whatever the
 number of checkpoints in it.
 """
@@ -61,7 +61,7 @@ def lock_scheduling(session: Session) -> None:
 def checkpoints_to_replicate(
     session: Session, tiers: Sequence[str], *, include_missing: bool, only: Collection[int] | None = None
 ) -> Iterator[CheckpointReplicas]:
-    """Complete checkpoints with a replica still to copy (or, if asked, missing a tier's row).
+    """Complete (or changed) checkpoints with a replica still to copy (or, if asked, missing a tier's row).
 
     ``only``: of these checkpoints (None: of all). Read ``BATCH`` checkpoints at a time;
     consume it inside the session.
@@ -85,7 +85,9 @@ def _candidates(
             .scalar_subquery()
         )
         needs_copy = needs_copy | (known < len(tiers))
-    query = select(Checkpoint.id).where(Checkpoint.state == CheckpointState.COMPLETE.value, needs_copy)
+    # A changed checkpoint's tier 0 failed; its verified copies on later tiers still move on.
+    movable = Checkpoint.state.in_([CheckpointState.COMPLETE.value, CheckpointState.CHANGED.value])
+    query = select(Checkpoint.id).where(movable, needs_copy)
     if only is not None:
         query = query.where(Checkpoint.id.in_(sorted(only)))
     return list(session.scalars(query.order_by(Checkpoint.id)))

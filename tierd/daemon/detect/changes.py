@@ -4,7 +4,10 @@ The reconcile scan compares every recorded file's size and mtime with the disk. 
 whose mtime moved but whose bytes hash to the recorded checksum (fsspec's copy sets the
 mtime after the data; ``touch``) only gets its mtime updated. Anything else (a file
 missing, rewritten or added) marks the checkpoint ``changed`` with a warning and an
-audit event: it is never silently re-recorded. A file that became a symlink, a FIFO or
+audit event: it is never silently re-recorded. Its tier-0 replica is then ``failed``: never a
+source again, never counted as a copy. A verified copy on a later tier holds the bytes
+checked at first sight, so the checkpoint moves on down from there (the scheduler takes
+changed checkpoints too). A file that became a symlink, a FIFO or
 a hard link counts as missing, and is not read. A checkpoint whose whole path is gone
 (the training job rotated it away) gets its tier-0 replica marked ``deleted``.
 """
@@ -28,15 +31,25 @@ from tierd.daemon.catalog.checkpoints import (
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import CheckpointState, File, Replica, ReplicaState
 from tierd.daemon.catalog.parts import part_replica, parts_gone_from
-from tierd.daemon.catalog.replicas import first_tier_replica, mark_replica_deleted
+from tierd.daemon.catalog.replicas import first_tier_replica, mark_replica_deleted, mark_replica_failed
 from tierd.daemon.detect.layout import stat_file, walk_files
 from tierd.logs import get_logger
 
-__all__ = ["Change", "Recorded", "RecordedFile", "apply_change", "compare", "load_recorded"]
+__all__ = [
+    "CHANGED_ON_TIER0",
+    "Change",
+    "Recorded",
+    "RecordedFile",
+    "apply_change",
+    "compare",
+    "load_recorded",
+]
 
 log = get_logger(__name__)
 _LIST_LIMIT = 50
 ACTOR = "detector:reconcile"
+#: The error of a tier-0 replica whose files changed after first sight.
+CHANGED_ON_TIER0 = "files changed on tier 0 after they were recorded: copies come from a verified later tier"
 
 
 @dataclass(frozen=True)
@@ -159,6 +172,13 @@ def _part_vanished(session: Session, rec: Recorded, replica: Replica) -> bool:
     return True
 
 
+def _tier0_copy_changed(session: Session, rec: Recorded, replica: Replica) -> None:
+    """Tier 0 no longer holds the first-sight bytes: its replica (and this node's part there) fails."""
+    mark_replica_failed(replica, CHANGED_ON_TIER0)
+    if rec.part_id is not None and (own := part_replica(session, rec.part_id, replica.tier)) is not None:
+        own.state, own.error, own.verified_at = ReplicaState.FAILED.value, CHANGED_ON_TIER0, None
+
+
 def apply_change(db: Database, rec: Recorded, change: Change) -> None:
     """Write what ``compare`` found (blocking): mtimes, a ``changed`` state, or a vanished replica."""
     with db.session() as session:
@@ -187,6 +207,7 @@ def apply_change(db: Database, rec: Recorded, change: Change) -> None:
             log.debug("checkpoint_touched", run=rec.run, step=rec.step, files=len(change.touched))
             return
         mark_checkpoint_changed(row)
+        _tier0_copy_changed(session, rec, replica)
         detail = {
             "missing": change.missing[:_LIST_LIMIT],
             "modified": change.modified[:_LIST_LIMIT],

@@ -25,9 +25,9 @@ from tierd.config import Config
 from tierd.daemon import checksum
 from tierd.daemon.aio import blocking
 from tierd.daemon.catalog.audit import append_event
-from tierd.daemon.catalog.checkpoints import find_step, get_or_create_run, insert_checkpoint
+from tierd.daemon.catalog.checkpoints import find_run, find_step, get_or_create_run, insert_checkpoint
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import Checkpoint, CheckpointState, Run, utcnow
+from tierd.daemon.catalog.models import Checkpoint, CheckpointState, utcnow
 from tierd.daemon.catalog.parts import (
     Expectation,
     add_part,
@@ -191,9 +191,8 @@ def _record_part(
 
     Returns what happened, the row, and whether this call inserted it.
     """
-    run = get_or_create_run(session, det.run)
     now = utcnow()
-    row, created = _step_row(session, config, det, run, now)
+    row, created = _step_row(session, config, det, now)
     if row.state != CheckpointState.WAITING.value:
         return Outcome.EXISTING, row, created
     if row.waiting_since is None:
@@ -224,13 +223,16 @@ def _record_part(
     return outcome, row, created
 
 
-def _step_row(
-    session: Session, config: Config, det: Detection, run: Run, now: datetime
-) -> tuple[Checkpoint, bool]:
-    """The step's row, inserted as waiting if there is none yet; and whether this call inserted it."""
-    found = find_step(session, run, det.step, det.relpath, config.node)
+def _step_row(session: Session, config: Config, det: Detection, now: datetime) -> tuple[Checkpoint, bool]:
+    """The step's row, inserted as waiting if there is none yet; and whether this call inserted it.
+
+    The run's row is created only with the step's (a step found at the same path under
+    another run leaves no empty run behind).
+    """
+    found = find_step(session, find_run(session, det.run), det.step, det.relpath, config.node)
     if found is not None:
         return found, False
+    run = get_or_create_run(session, det.run)
     waiting = CheckpointState.WAITING.value
     row = insert_checkpoint(
         session, run, det.step, det.relpath, det.format, config.node, state=waiting, waiting_since=now
@@ -296,11 +298,11 @@ def write_waiting(
     Raises CatalogError when the catalog fails.
     """
     with db.session() as session:
-        run_row = get_or_create_run(session, run)
-        row = find_step(session, run_row, step, relpath, config.node)
+        row = find_step(session, find_run(session, run), step, relpath, config.node)
         if row is not None:
             _expect_more(session, row.id, config, expect)
             return Outcome.EXISTING, row.id
+        run_row = get_or_create_run(session, run)  # only now: a step is inserted under it
         waiting = CheckpointState.WAITING.value
         row = insert_checkpoint(session, run_row, step, relpath, fmt, config.node, state=waiting)
         if row is None:  # another writer recorded the step since we looked

@@ -40,7 +40,7 @@ from tierd.daemon.catalog.parts import (
     settle_parts,
     share_replica,
 )
-from tierd.daemon.catalog.progress import files_done, record_bytes_done, record_files_done
+from tierd.daemon.catalog.progress import files_done, mark_job_started, record_bytes_done, record_files_done
 from tierd.daemon.catalog.replicas import (
     GONE,
     find_replica,
@@ -91,6 +91,8 @@ class HopPlan:
     files: tuple[FileSpec, ...]
     done: frozenset[str]
     file_ids: Mapping[str, int] = field(default_factory=dict)  # the catalog's row of each file
+    #: An earlier run of the job started: the destination may hold files it did not record.
+    resumed: bool = False
 
     @property
     def total_bytes(self) -> int:
@@ -126,7 +128,8 @@ def start_hop(db: Database, claim: Claim, owner: str, tiers: Sequence[str]) -> H
         files = files_of(session, ckpt.id)
         specs = tuple(FileSpec(f.relpath, f.size, f.checksum, f.mtime_ns) for f in files)
         ids = {f.relpath: f.id for f in files}
-        return HopPlan(claim, tiers[src], ckpt.path, specs, files_done(session, job, ids), ids)
+        done = files_done(session, job, ids)
+        return HopPlan(claim, tiers[src], ckpt.path, specs, done, ids, resumed=mark_job_started(job))
 
 
 def _start_part(session: Session, job: Job, claim: Claim, path: str, dst: Replica) -> HopPlan | None:
@@ -141,7 +144,8 @@ def _start_part(session: Session, job: Job, claim: Claim, path: str, dst: Replic
     files = files_of_part(session, claim.part_id)
     specs = tuple(FileSpec(f.relpath, f.size, f.checksum, f.mtime_ns) for f in files)
     ids = {f.relpath: f.id for f in files}
-    return HopPlan(claim, job.src_tier or "", path, specs, files_done(session, job, ids), ids)
+    done = files_done(session, job, ids)
+    return HopPlan(claim, job.src_tier or "", path, specs, done, ids, resumed=mark_job_started(job))
 
 
 def save_progress(

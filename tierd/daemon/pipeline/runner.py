@@ -132,6 +132,7 @@ class HopRunner:
         self.progress = _Progress()
         self.file_ids: Mapping[str, int] = {}
         self.lost = False
+        self._ending = False  # the copy is over: the heartbeat stops (``_stop_heartbeat``)
         #: Whether the hop's end may have made other hops ready (see ``records.Verified``).
         self.unlocks = True
         self.renewed_at = claimed_at if claimed_at is not None else time.monotonic()
@@ -162,7 +163,7 @@ class HopRunner:
         try:
             await self._copy_all(plan)
         except asyncio.CancelledError:
-            heartbeat.cancel()
+            await self._stop_heartbeat(heartbeat)
             if self.lost:
                 main.uncancel()
                 return "lost"
@@ -170,12 +171,24 @@ class HopRunner:
             self._count("cancelled")
             raise
         except Exception as exc:
-            heartbeat.cancel()
+            await self._stop_heartbeat(heartbeat)
             return await self._fail(plan, exc)
         finally:
-            heartbeat.cancel()
+            await self._stop_heartbeat(heartbeat)
             await blocking(trim_freed_memory)
         return await self._verified(plan, time.monotonic() - started)
+
+    async def _stop_heartbeat(self, heartbeat: asyncio.Task[None]) -> None:
+        """Stop the heartbeat, and wait until it has, before the hop's end is recorded.
+
+        A cancel alone did not do: on Python 3.11 ``asyncio.wait_for`` returns a save's
+        result that lands with the cancel and drops the cancel, and the heartbeat ran on,
+        found the finished job's lease gone at its next save, logged ``lease_lost`` and
+        cancelled whatever its task ran next. ``_ending`` stops it whatever the cancel did.
+        """
+        self._ending = True
+        heartbeat.cancel()
+        await asyncio.wait([heartbeat])
 
     async def _copy_all(self, plan: HopPlan) -> None:
         src, dst = self.backends[plan.src_tier], self.backends[self.claim.dst_tier]
@@ -197,8 +210,7 @@ class HopRunner:
             batch=batch,
         )
         await self._remove_leftovers(dst, plan)
-        detail = self.claim.detail
-        resumed = bool(detail.get("resumable")) or "done" in detail or bool(plan.done)
+        resumed = plan.resumed or bool(plan.done)
 
         async def skip(spec: FileSpec) -> bool:
             return await already_there(dst, spec, spec.relpath in plan.done)
@@ -258,7 +270,7 @@ class HopRunner:
         last_trim = time.monotonic()
         last_saved = (-1, -1)
         failing = False
-        while True:
+        while not self._ending:
             await asyncio.sleep(self.options.progress_interval)
             if time.monotonic() - last_trim >= self.options.trim_interval:
                 await blocking(trim_freed_memory)
@@ -271,6 +283,8 @@ class HopRunner:
             try:
                 ok = await asyncio.wait_for(self._save(lease=renew), timeout=max(self._fence_left(), 0.01))
             except (CatalogError, TimeoutError) as exc:
+                if self._ending:
+                    return
                 if not failing:
                     log.warning("progress_not_saved", job=self.claim.job_id, error=str(exc) or "timed out")
                     failing = True
@@ -278,6 +292,8 @@ class HopRunner:
                     self._stop_lost(main, "lease_not_renewed")
                     return
                 continue
+            if self._ending:  # the save raced the copy's end: its answer is no news
+                return
             if failing:
                 log.info("progress_saved_again", job=self.claim.job_id)
                 failing = False

@@ -124,18 +124,26 @@ async def confirm(dst: Backend, spec: FileSpec, info: ObjectInfo, readback: bool
 async def already_there(dst: Backend, spec: FileSpec, recorded_done: bool) -> bool:
     """Whether ``dst`` already holds this file from an earlier, interrupted run of the hop.
 
-    A file the job recorded as finished needs only its size checked; otherwise a store
-    that reports checksums proves it (it validated them on upload).
+    A file the job recorded as finished needs only its size checked. Any other (one an
+    earlier run finished while the catalog could not record it) must prove its bytes: by
+    the checksum the store validated on upload, else read back and hashed (a POSIX tier;
+    reading costs less than writing and syncing it again). Raises what ``stat`` and
+    ``hash`` raise but NotFound.
     """
-    if not recorded_done and not dst.features.native_checksum:
-        return False
     try:
         info = await dst.stat(spec.relpath)
     except NotFound:
         return False
     if info.size != spec.size:
         return False
-    return recorded_done or info.checksum == spec.checksum
+    if recorded_done or info.checksum == spec.checksum:
+        return True
+    if info.checksum is not None:  # the store vouches for other bytes
+        return False
+    try:
+        return await dst.hash(spec.relpath) == spec.checksum
+    except NotFound:
+        return False
 
 
 @dataclass

@@ -139,6 +139,29 @@ async def test_prefix_scopes_keys_listing_and_cleanup(
     assert backend.location("run/x.bin") == f"s3://{backend.bucket}/cluster-a/ckpt/run/x.bin"
 
 
+async def test_a_key_past_1024_bytes_is_refused_before_any_request(
+    make: Callable[..., S3Backend], moto_server: S3Server
+) -> None:
+    """AWS refuses a key over 1,024 bytes of UTF-8; moto takes it, so tierd must not rely on the store."""
+    backend = make(prefix="ckpt")
+    longest = "run/" + "é" * 506 + "xxx"  # 1,024 bytes with the prefix "ckpt/"; "é" is 2 bytes
+    data = b"abc"
+    await backend.write(longest, BytesReader(data), expected_checksum=crc(data))
+    assert await read_back(backend, longest) == data
+    sent: list[str] = []
+    await backend.observe(sent.append)
+    too_long = longest + "x"
+    with pytest.raises(
+        PermanentBackendError, match=r"the object key is 1,025 bytes in UTF-8; S3 takes at most 1,024"
+    ):
+        await backend.write(too_long, BytesReader(data), expected_checksum=crc(data))
+    with pytest.raises(PermanentBackendError, match="1,025 bytes"):
+        await backend.copy_from(backend, longest, too_long, crc(data))
+    assert sent == []  # refused before any request
+    assert backend.location(too_long).endswith(too_long)  # naming it sends nothing, so it is no error
+    moto_server.client().put_object(Bucket=backend.bucket, Key="ckpt/" + too_long, Body=data)  # moto took it
+
+
 async def test_small_objects_carry_their_crc64nvme(make: Callable[..., S3Backend]) -> None:
     backend = make()
     data = os.urandom(1000)

@@ -53,7 +53,7 @@ import aioboto3
 from aiobotocore.config import AioConfig
 from botocore.exceptions import ClientError
 
-from tierd.config import S3Tier
+from tierd.config import S3_MAX_KEY_BYTES, S3Tier
 from tierd.daemon import checksum
 from tierd.daemon.backends.base import (
     Backend,
@@ -80,7 +80,7 @@ from tierd.daemon.backends.s3.leftovers import abort_unless_kept, list_open_uplo
 from tierd.daemon.backends.s3.multipart import MAX_PART, Multipart
 from tierd.daemon.backends.s3.reads import BodyReader, RangeGet, content_range_total, hash_ranges
 from tierd.daemon.backends.s3.remove import delete_keys
-from tierd.errors import IntegrityError, TierdError, TransientBackendError
+from tierd.errors import IntegrityError, PermanentBackendError, TierdError, TransientBackendError
 from tierd.logs import get_logger
 
 if TYPE_CHECKING:
@@ -95,6 +95,8 @@ BUFFERED_PART_LIMIT = 16 * MIB
 STREAM_CHUNK = 8 * MIB
 COPY_PART_SIZE = 512 * MIB
 HASH_CHUNK = 1 * MIB
+#: How much of a refused key its error shows (characters).
+KEY_SHOWN = 120
 # What open_reader's GET asks for: a small object whole; held in memory while the reader is open.
 OPEN_RANGE = 256 * 1024
 MAX_POOL = 512
@@ -253,15 +255,28 @@ class S3Backend(Backend):
         return lean if lean is not None and lean.knows(self.bucket) else None
 
     def _key(self, relpath: str) -> str:
-        return self.prefix + check_relpath(relpath)
+        """The object key of ``relpath``, checked before any request is sent with it.
+
+        Raises PermanentBackendError for a key past ``S3_MAX_KEY_BYTES`` (AWS refuses it,
+        some stores take it: refused here, it fails the same everywhere).
+        """
+        key = self.prefix + check_relpath(relpath)
+        size = len(key.encode("utf-8", "surrogateescape"))
+        if size > S3_MAX_KEY_BYTES:
+            shown = key if len(key) <= KEY_SHOWN else f"{key[:KEY_SHOWN]}..."
+            raise PermanentBackendError(
+                f"{self.location_of_key(shown)}: the object key is {size:,} bytes in UTF-8; "
+                f"S3 takes at most {S3_MAX_KEY_BYTES:,} (the tier's prefix plus the file's path)"
+            )
+        return key
 
     def location_of_key(self, key: str) -> str:
         """``s3://bucket/key``."""
         return f"s3://{self.bucket}/{key}"
 
     def location(self, relpath: str) -> str:
-        """``s3://bucket/prefix+relpath``."""
-        return self.location_of_key(self._key(relpath))
+        """``s3://bucket/prefix+relpath`` (whatever its length: this names it, sends nothing)."""
+        return self.location_of_key(self.prefix + check_relpath(relpath))
 
     async def _head(self, relpath: str) -> HeadObjectOutputTypeDef:
         client = await self.client()
@@ -597,12 +612,12 @@ class S3Backend(Backend):
         """
         if not isinstance(src, S3Backend) or not self.can_copy_from(src):
             raise ValueError(f"{self.name} cannot copy server-side from {src.name}")
+        key = self._key(dst_relpath)  # a key S3 would refuse fails before any request
         source = await src.stat(src_relpath)
         if source.checksum is not None and source.checksum != expected_checksum:
             where = src.location(src_relpath)
             raise mismatch(where, expected_checksum, source.checksum, "source store-reported")
         copy_source: CopySourceTypeDef = {"Bucket": src.bucket, "Key": src._key(src_relpath)}
-        key = self._key(dst_relpath)
         if source.size <= self.copy_object_limit:
             client = await self.client()
             with s3_errors("copy to", self.location_of_key(key)):
