@@ -18,7 +18,15 @@ from structlog.testing import capture_logs
 from tests.fixtures.postgres import PostgresServer
 from tests.integration.daemon_helpers import MiB, all_jobs, audit, record_checkpoint, replicas, write_files
 from tierd.config import Config
-from tierd.daemon.backends.base import Backend, ObjectInfo, Progress, RangeReader, ResumeStore, WriteBatch
+from tierd.daemon.backends.base import (
+    Backend,
+    ObjectInfo,
+    Ownership,
+    Progress,
+    RangeReader,
+    ResumeStore,
+    WriteBatch,
+)
 from tierd.daemon.backends.posix.backend import PosixBackend
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
@@ -51,12 +59,18 @@ class Watched(PosixBackend):
         expected_checksum: str,
         resume: ResumeStore | None = None,
         progress: Progress | None = None,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
         self.inflight += 1
         self.most = max(self.most, self.inflight)
         try:
             return await super().write(
-                relpath, reader, expected_checksum=expected_checksum, resume=resume, progress=progress
+                relpath,
+                reader,
+                expected_checksum=expected_checksum,
+                resume=resume,
+                progress=progress,
+                owner=owner,
             )
         finally:
             self.inflight -= 1

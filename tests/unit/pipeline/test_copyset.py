@@ -32,7 +32,7 @@ from tierd.daemon.backends import (
     S3Backend,
     make_backend,
 )
-from tierd.daemon.backends.base import Progress, RangeReader, ResumeStore, SmallFile
+from tierd.daemon.backends.base import Ownership, Progress, RangeReader, ResumeStore, SmallFile
 from tierd.daemon.backends.posix import batch as posixbatch
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix import fstype
@@ -66,10 +66,16 @@ class RecordingBatch(posixbatch.PosixBatch):
         expected_checksum: str,
         resume: ResumeStore | None = None,
         progress: Progress | None = None,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
         self.events.append(("write", relpath))
         info = await super().write(
-            relpath, reader, expected_checksum=expected_checksum, resume=resume, progress=progress
+            relpath,
+            reader,
+            expected_checksum=expected_checksum,
+            resume=resume,
+            progress=progress,
+            owner=owner,
         )
         if self.holds(relpath):
             self.staged_ever.add(relpath)

@@ -54,6 +54,7 @@ from tierd.daemon.backends.base import (
     Backend,
     Features,
     ObjectInfo,
+    Ownership,
     Progress,
     RangeReader,
     ResumeStore,
@@ -254,8 +255,11 @@ class PosixBackend(Backend):
         expected_checksum: str,
         resume: ResumeStore | None = None,
         progress: Progress | None = None,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
         """Temp file, parallel hashed pwrite, fsync, read back, rename, fsync the directory.
+
+        ``owner``: given to the temporary file before its rename (``posix.owner``).
 
         The read-back (after dropping the page cache) runs only for ``verify: readback``;
         with ``verify: native`` the in-flight hash of every byte written is the check.
@@ -272,8 +276,8 @@ class PosixBackend(Backend):
         resumable = await self._resumable_temp(final, reader.size)
         await self._remove_leftovers(final)
         if reader.size <= self.chunk_size:
-            return await self._write_whole(relpath, final, reader, expected_checksum, progress)
-        temp, kept = resumable or (await self._create_temp(final), 0)
+            return await self._write_whole(relpath, final, reader, expected_checksum, progress, owner)
+        temp, kept = resumable or (await self._create_temp(final, owner), 0)
         try:
             try:
                 await self._fill(temp, reader, str(final), expected_checksum, progress, kept)
@@ -282,7 +286,7 @@ class PosixBackend(Backend):
                     raise
                 log.warning("copy_resume_mismatch", tier=self.name, path=str(final), bytes_kept=kept)
                 await asyncio.shield(blocking(temp.discard))
-                temp = await self._create_temp(final)
+                temp = await self._create_temp(final, owner)
                 await self._fill(temp, reader, str(final), expected_checksum, progress)
             await self._make_durable(temp, str(final), expected_checksum)
             with os_errors("rename into", str(final)):
@@ -293,8 +297,9 @@ class PosixBackend(Backend):
         by: Verification = "readback" if self.readback else "stream"
         return ObjectInfo(relpath, reader.size, expected_checksum, mtime, by)
 
-    async def _create_temp(self, final: Path) -> TempFile:
+    async def _create_temp(self, final: Path, owner: Ownership | None = None) -> TempFile:
         """A fresh temporary file for ``final``; TransientBackendError when the root is missing."""
+        # issue 23: ``owner`` goes to the temporary file's creation (posix.owner.apply_to_fd)
         with os_errors("create temporary file for", str(final)):
             temp = await blocking(posixcopy.create_temp, self.root, final)
         if temp is None:
@@ -320,9 +325,16 @@ class PosixBackend(Backend):
         return found
 
     async def _write_whole(
-        self, relpath: str, final: Path, reader: RangeReader, expected: str, progress: Progress | None
+        self,
+        relpath: str,
+        final: Path,
+        reader: RangeReader,
+        expected: str,
+        progress: Progress | None,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
         """A file of one chunk in one trip to the I/O pool: read, hash, place (see ``place_whole``)."""
+        # issue 23: ``owner`` goes to the temporary file's creation (posix.owner.apply_to_fd)
         place = functools.partial(
             posixcopy.place_whole, root=self.root, final=final, expected=expected, readback=self.readback
         )
@@ -331,25 +343,34 @@ class PosixBackend(Backend):
         return ObjectInfo(relpath, reader.size, expected, mtime, by)
 
     async def stage(
-        self, relpath: str, reader: RangeReader, expected: str, progress: Progress | None
+        self,
+        relpath: str,
+        reader: RangeReader,
+        expected: str,
+        progress: Progress | None,
+        owner: Ownership | None = None,
     ) -> tuple[TempFile, Path]:
         """A file of one chunk, hashed and written under its temporary name, neither durable nor visible.
 
-        For ``PosixBatch``: ``posixcopy.commit_staged`` finishes it. Raises like ``write``.
+        For ``PosixBatch``: ``posixcopy.commit_staged`` finishes it. ``owner`` as for ``write``.
+        Raises like ``write``.
         """
         final = self._path(relpath)
         await self._remove_leftovers(final)
+        # issue 23: ``owner`` goes to the temporary file's creation (posix.owner.apply_to_fd)
         fill = functools.partial(posixcopy.stage_whole, root=self.root, final=final, expected=expected)
         return await self._whole(final, reader, expected, progress, fill), final
 
     async def stage_many(self, files: Sequence[SmallFile]) -> Sequence[tuple[TempFile, Path] | TierdError]:
         """``stage`` for each file, all in one trip to the I/O pool; each file's staging or error.
 
-        A file whose bytes do not match is IntegrityError (nothing created for it).
+        Each file gets its ``SmallFile.owner``. A file whose bytes do not match is
+        IntegrityError (nothing created for it).
         """
         finals = [self._path(file.relpath) for file in files]
         for final in finals:
             await self._remove_leftovers(final)
+        # issue 23: each ``file.owner`` goes to its temporary file's creation (posix.owner.apply_to_fd)
         items = [(final, file.data, file.checksum) for final, file in zip(finals, files, strict=True)]
         results = await uninterrupted(blocking(posixcopy.stage_files, self.root, items), undo=_discard_staged)
         return [
