@@ -34,6 +34,21 @@ class Layout:
         """The file's name under ``root``."""
         return self.names[relpath]
 
+    def directory_name(self, relpath: str) -> str | None:
+        """A recorded directory's name under ``root`` (``""``: the root itself); None if outside it.
+
+        Into a target, the checkpoint's own directory (the directory of a single-file one) is
+        the target, and the directories above it are not restored; ``to: tier0`` restores
+        every directory at its own path.
+        """
+        if not self.prefix:
+            return relpath
+        if relpath == self.prefix:
+            return ""
+        if relpath.startswith(self.prefix + "/"):
+            return relpath[len(self.prefix) + 1 :]
+        return None
+
 
 def layout_of(config: Config, path: str, relpaths: Sequence[str], detail: Mapping[str, Any]) -> Layout:
     """The layout of a restore of the checkpoint at ``path`` with files ``relpaths``, as ``detail`` asks.
