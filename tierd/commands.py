@@ -469,6 +469,14 @@ def _ranks(text: str) -> list[int]:
     return sorted(ranks)
 
 
+def _owner(text: str) -> JsonObject:
+    """``UID:GID`` (numbers) as the API's owner; raises argparse.ArgumentTypeError for anything else."""
+    uid, colon, gid = text.partition(":")
+    if not (colon and _DIGITS.fullmatch(uid) and _DIGITS.fullmatch(gid)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not UID:GID such as 1234:1234")
+    return {"uid": int(uid), "gid": int(gid)}
+
+
 def _add_restore_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     restore = _command(
         sub, common, "restore", "restore a checkpoint into a directory or to tier 0", _cmd_restore
@@ -482,6 +490,9 @@ def _add_restore_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     restore.add_argument("--files", nargs="+", metavar="GLOB", help="only files matching these globs")
     restore.add_argument("--source-tier", metavar="TIER", help="read this tier first")
     restore.add_argument("--overwrite", action="store_true", help="restore into a non-empty directory")
+    restore.add_argument(
+        "--owner", type=_owner, metavar="UID:GID", help="give the restored tree to this owner (admin)"
+    )
     restore.add_argument("--wait", action="store_true", help="follow it to its end (progress on a terminal)")
     _command(sub, common, "jobs", "copies, deletions and restores in flight", _cmd_jobs)
 
@@ -500,7 +511,7 @@ def _restore_body(args: argparse.Namespace) -> JsonObject:
         body["to"] = "tier0"
     else:
         body["target"] = args.to if os.path.isabs(args.to) else os.path.join(os.getcwd(), args.to)
-    extra = {"ranks": args.ranks, "files": args.files, "source_tier": args.source_tier}
+    extra = {"ranks": args.ranks, "files": args.files, "source_tier": args.source_tier, "owner": args.owner}
     body.update({key: value for key, value in extra.items() if value is not None})
     if args.overwrite:
         body["overwrite"] = True

@@ -183,9 +183,15 @@ class RetentionSettings(_Strict):
 
 
 class RestoreSettings(_Strict):
-    """Restores: the directories a restore may write into (absent: tier 0's path only)."""
+    """Restores: where a restore may write, and who may give a restored tree to another owner.
+
+    ``allowed_roots`` absent: tier 0's path only. ``owner`` in a request: ``owner_role`` or above.
+    """
 
     allowed_roots: list[Path] | None = Field(default=None, min_length=1)
+    #: A restore naming an ``owner`` may hand another user's private checkpoint to the caller:
+    #: by default only an admin token may ask; ``operate`` lets every operate token ask too.
+    owner_role: Literal["operate", "admin"] = "admin"
 
     @field_validator("allowed_roots")
     @classmethod

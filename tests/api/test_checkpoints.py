@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
@@ -16,6 +16,8 @@ from tests.unit.retention.world import World, posix_tier
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
 from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import File
+from tierd.daemon.catalog.ownership import RecordedDirectory, record_directories
 
 ON = {"nvme": "verified"}
 
@@ -87,3 +89,21 @@ async def test_a_write_that_fails_to_commit_is_not_answered_200(
     assert refused.status_code == 503
     assert "database is locked" in refused.json()["detail"]
     assert not catalog.checkpoint(cid).pinned
+
+
+async def test_a_checkpoint_shows_each_file_and_directory_owner_and_mode(
+    world: tuple[World, httpx.AsyncClient],
+) -> None:
+    catalog, client = world
+    cid = await catalog.add(1, on=ON, files=1)
+    with catalog.db.session() as s:
+        shard = s.scalars(select(File).where(File.relpath == "demo/step00001/shard0.distcp")).one()
+        shard.uid, shard.gid, shard.mode = 1234, 1234, 0o640
+        record_directories(s, cid, [RecordedDirectory("demo/step00001", 1234, 1234, 0o2750)])
+    detail = (await client.get(f"/v1/checkpoints/{cid}")).json()
+    owners = {f["path"]: (f["uid"], f["gid"], f["mode"]) for f in detail["files"]}
+    assert owners == {
+        "demo/step00001/.metadata": (None, None, None),  # recorded before owners were kept
+        "demo/step00001/shard0.distcp": (1234, 1234, "0640"),
+    }
+    assert detail["directories"] == [{"path": "demo/step00001", "uid": 1234, "gid": 1234, "mode": "2750"}]

@@ -15,11 +15,13 @@ from tests.unit.restore.world import Gate, RestoreWorld
 from tests.unit.retention.world import posix_tier
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
+from tierd.config import RestoreSettings
+from tierd.daemon.catalog.audit import list_events
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.context import Context
 from tierd.daemon.restore.service import RestoreService
 
-TOKENS = {"read": "r-token", "operate": "o-token"}
+TOKENS = {"read": "r-token", "operate": "o-token", "admin": "a-token"}
 PROBLEM = "application/problem+json"
 STEP = {"__0_0.distcp": os.urandom(50_000), "__1_0.distcp": os.urandom(70_000), ".metadata": b"m" * 99}
 
@@ -161,3 +163,46 @@ async def test_unknown_restores_and_done_ones(served: Served) -> None:
     answer = await served.call("DELETE", f"/v1/restores/{job}")
     assert (answer.status_code, answer.headers["content-type"]) == (409, PROBLEM)
     assert (await served.call("DELETE", f"/v1/restores/{job}", role="read")).status_code == 403
+
+
+async def test_giving_the_restored_tree_to_an_owner_needs_the_admin_role(served: Served) -> None:
+    """An operate token (a job's) could otherwise hand another user's private checkpoint to itself."""
+    cid = await served.lab.add(6, {"nvme": "verified", "pfs": "verified"}, STEP)
+    body = {
+        "checkpoint_id": cid,
+        "target": str(served.lab.root / "restores" / "o"),
+        "owner": {"uid": 1234, "gid": 99},
+    }
+    refused = await served.call("POST", "/v1/restores", json=body)
+    assert (refused.status_code, refused.headers["content-type"]) == (403, PROBLEM)
+    assert refused.json()["detail"] == (
+        "owner: giving a restore to another owner needs the admin role (restore.owner_role); "
+        "token 'operate-bot' has operate"
+    )
+    answer = await served.call("POST", "/v1/restores", role="admin", json=body)
+    assert answer.status_code == 202, answer.text
+    with served.ctx.db.read_session() as session:
+        (event,) = [e for e in list_events(session) if e.action == "restore_requested"]
+    assert (event.actor, event.detail["owner"]) == ("api:admin-bot", {"uid": 1234, "gid": 99})
+
+    settings = RestoreSettings(allowed_roots=served.ctx.config.restore.allowed_roots, owner_role="operate")
+    served.ctx.config = served.ctx.config.model_copy(update={"restore": settings})
+    body["target"] = str(served.lab.root / "restores" / "p")
+    assert (await served.call("POST", "/v1/restores", json=body)).status_code == 202
+
+
+@pytest.mark.parametrize(
+    ("owner", "says"),
+    [
+        ({"uid": -1, "gid": 0}, "owner.uid"),
+        ({"uid": 0, "gid": 2**32 - 1}, "owner.gid"),
+        ({"uid": 0}, "owner.gid"),
+        ({"uid": 0, "gid": 0, "mode": "0777"}, "owner.mode"),
+        ({"uid": "root", "gid": 0}, "owner.uid"),
+    ],
+)
+async def test_a_malformed_owner_is_422_naming_the_field(served: Served, owner: Any, says: str) -> None:
+    body = {"checkpoint_id": 1, "target": str(served.lab.root / "restores" / "m"), "owner": owner}
+    answer = await served.call("POST", "/v1/restores", role="admin", json=body)
+    assert (answer.status_code, answer.headers["content-type"]) == (422, PROBLEM)
+    assert says in answer.text

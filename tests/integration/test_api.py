@@ -76,8 +76,12 @@ async def test_list_and_detail(served: tuple[Context, str]) -> None:
                 "size": 10,
                 "checksum_algorithm": "crc64nvme",
                 "checksum": "AAAAAAAAAAA=",
+                "uid": None,
+                "gid": None,
+                "mode": None,
             }
         ]
+        assert detail["directories"] == []
         assert (await http.get("/v1/checkpoints", params={"run": "nope"})).json()["total"] == 0
         spec = (await http.get("/v1/openapi.json")).json()
         assert "/v1/checkpoints" in spec["paths"]

@@ -2,7 +2,8 @@
 
 Routes take them as ``Annotated`` aliases: ``ContextDep``, ``ReadSessionDep``, ``SessionDep``,
 and ``Reader``, ``Operator``, ``Admin`` (each the caller's name once its token grants that
-role). The role checks and sessions carry the problems they may answer (``answers``), so
+role); ``CallerRole`` is the role the caller's token grants, for a route whose parts need more
+than the route does. The role checks and sessions carry the problems they may answer (``answers``), so
 every route using them documents 401, 403 and 503 without saying so itself.
 """
 
@@ -22,6 +23,7 @@ from tierd.errors import CatalogError
 
 __all__ = [
     "Admin",
+    "CallerRole",
     "ContextDep",
     "Operator",
     "ReadSessionDep",
@@ -71,6 +73,28 @@ ReadSessionDep = Annotated[Session, Depends(read_session, scope="function")]
 SessionDep = Annotated[Session, Depends(write_session, scope="function")]
 
 
+def role_at_least(granted: Role, needed: Role) -> bool:
+    """Whether the role ``granted`` includes ``needed``."""
+    return _RANK[granted] >= _RANK[needed]
+
+
+def caller_role(
+    ctx: ContextDep, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Role:
+    """The role the caller's token grants: ``admin`` with authentication off, ``read`` for none.
+
+    No token or an unknown one is ``read``: the route's own role check answers those 401.
+    """
+    tokens = ctx.config.api.tokens
+    if not tokens:
+        return "admin"
+    if creds is not None:
+        for token in tokens:
+            if hmac.compare_digest(token.secret().encode(), creds.credentials.encode()):
+                return token.role
+    return "read"
+
+
 def require_role(role: Role) -> Callable[..., str]:
     """A dependency that admits callers whose token grants ``role`` or more; returns their name.
 
@@ -101,3 +125,4 @@ def require_role(role: Role) -> Callable[..., str]:
 Reader = Annotated[str, Depends(require_role("read"))]
 Operator = Annotated[str, Depends(require_role("operate"))]
 Admin = Annotated[str, Depends(require_role("admin"))]
+CallerRole = Annotated[Role, Depends(caller_role)]

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, StringConstraint
 from sqlalchemy.orm import object_session
 
 from tierd.config import Format
-from tierd.daemon.catalog.models import Checkpoint, CheckpointState, File, Hold, Part, Replica
+from tierd.daemon.catalog.models import Checkpoint, CheckpointState, Directory, File, Hold, Part, Replica
 from tierd.daemon.catalog.parts import Missing, missing_of
 from tierd.daemon.catalog.restores import RestoreRow
 
@@ -40,7 +40,9 @@ __all__ = [
     "CheckpointDetail",
     "CheckpointOut",
     "CheckpointPage",
+    "DirectoryOut",
     "MissingOut",
+    "OwnerIn",
     "PartOut",
     "PartTierOut",
     "CopyJobOut",
@@ -177,20 +179,48 @@ class HoldOut(BaseModel):
         return cls.model_validate(row, from_attributes=True)
 
 
+def octal_mode(mode: int | None) -> str | None:
+    """Permission bits as ``ls`` and ``chmod`` spell them (``0640``); None stays None."""
+    return None if mode is None else f"{mode:04o}"
+
+
 class FileOut(BaseModel):
-    """One file of a checkpoint and the checksum taken at first sight."""
+    """One file of a checkpoint, and its checksum, owner, group and mode taken at first sight."""
 
     path: str
     size: int
     checksum_algorithm: str
     checksum: str
+    uid: int | None = Field(description="owner at first sight (null: recorded before tierd kept it)")
+    gid: int | None = Field(description="group at first sight")
+    mode: str | None = Field(description="permission bits at first sight, in octal: 0640")
 
     @classmethod
     def of(cls, row: File) -> FileOut:
         """Build from a catalog row."""
         return cls(
-            path=row.relpath, size=row.size, checksum_algorithm=row.checksum_algo, checksum=row.checksum
+            path=row.relpath,
+            size=row.size,
+            checksum_algorithm=row.checksum_algo,
+            checksum=row.checksum,
+            uid=row.uid,
+            gid=row.gid,
+            mode=octal_mode(row.mode),
         )
+
+
+class DirectoryOut(BaseModel):
+    """A directory a checkpoint's files lie in, with its owner, group and mode at first sight."""
+
+    path: str = Field(description="relative to the tier roots, as files' paths")
+    uid: int
+    gid: int
+    mode: str = Field(description="permission bits, in octal: 0750")
+
+    @classmethod
+    def of(cls, row: Directory) -> DirectoryOut:
+        """Build from a catalog row."""
+        return cls(path=row.relpath, uid=row.uid, gid=row.gid, mode=f"{row.mode:04o}")
 
 
 class PartTierOut(BaseModel):
@@ -286,14 +316,21 @@ class CheckpointOut(BaseModel):
 
 
 class CheckpointDetail(CheckpointOut):
-    """A checkpoint with its files."""
+    """A checkpoint with its files and the directories they lie in."""
 
     files: list[FileOut]
+    directories: list[DirectoryOut] = Field(
+        description="each directory holding a file, and those above it, with owner and mode at first sight"
+    )
 
     @classmethod
     def of(cls, row: Checkpoint) -> CheckpointDetail:
-        """Build from a catalog row with run, replicas and files loaded."""
-        return cls(**_checkpoint_fields(row), files=[FileOut.of(f) for f in row.files])
+        """Build from a catalog row with run, replicas, files and directories loaded."""
+        return cls(
+            **_checkpoint_fields(row),
+            files=[FileOut.of(f) for f in row.files],
+            directories=[DirectoryOut.of(d) for d in row.directories],
+        )
 
 
 class CheckpointPage(BaseModel):
@@ -498,6 +535,17 @@ class AuditPage(BaseModel):
 
 RestoreState = Literal["queued", "running", "done", "failed", "cancelled"]
 Glob = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=NO_NUL)]
+#: chown takes 32-bit ids, and (uid_t)-1 means "leave it as it is".
+ID_MAX = 2**32 - 2
+
+
+class OwnerIn(BaseModel):
+    """Whom a restored tree is given to: every file and directory gets this owner and group."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    uid: int = Field(ge=0, le=ID_MAX)
+    gid: int = Field(ge=0, le=ID_MAX)
 
 
 class RestoreIn(BaseModel):
@@ -522,6 +570,12 @@ class RestoreIn(BaseModel):
     )
     source_tier: str | None = Field(default=None, min_length=1, max_length=32, pattern=NO_NUL)
     overwrite: bool = False
+    owner: OwnerIn | None = Field(
+        default=None,
+        description="give the restored files and directories to this uid and gid, keeping their "
+        "recorded modes (default: each keeps the owner recorded at first sight); needs the role "
+        "restore.owner_role names (admin by default)",
+    )
 
     @model_validator(mode="after")
     def _one_of_each(self) -> RestoreIn:

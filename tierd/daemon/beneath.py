@@ -31,7 +31,7 @@ import stat
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,27 +139,27 @@ def _is_symlink(parent: int, name: str) -> bool:
         return False
 
 
-def _make_child(parent: int, name: str, mode: int) -> bool:
-    """Make the directory ``name`` in ``parent`` at 0700, then ``mode``; False when it was there.
+def _make_child(parent: int, name: str) -> bool:
+    """Make the directory ``name`` in ``parent``, owner-only (0700); False when it was there.
 
-    Created owner-only, then widened: never wider than ``mode`` for a moment. The parent is
-    fsynced so the new entry is durable.
+    The parent is fsynced so the new entry is durable. Its final owner and mode come after
+    (``Root.made``): never wider than them for a moment.
     """
     try:
         os.mkdir(name, 0o700, dir_fd=parent)
     except FileExistsError:
         return False
-    fd = os.open(name, DIR_FLAGS, dir_fd=parent)
-    try:
-        os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
     try:
         os.fsync(parent)
     except OSError as exc:
         if exc.errno != errno.EINVAL:
             raise
     return True
+
+
+#: What gives a directory a Root made its owner and mode: called with its components below the
+#: top (``()``: the top itself; None: a directory above the top) and its open descriptor.
+Made = Callable[[tuple[str, ...] | None, int], None]
 
 
 class Root:
@@ -175,6 +175,8 @@ class Root:
         self.below = tuple(below)
         self.top = anchor.joinpath(*self.below)
         self.dir_mode = default_dir_mode() if dir_mode is None else dir_mode
+        #: Gives each directory this Root makes its owner and mode (by default: ``dir_mode``).
+        self.made: Made = self._default_made
         self._dirs: OrderedDict[tuple[str, ...], Dir] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -199,11 +201,13 @@ class Root:
         """
         check_names(parts, str(self.top.joinpath(*parts)))
         fd = os.open(self.anchor, _ANCHOR_FLAGS)
+        depth = len(self.below)
         try:
             path = self.anchor
             for index, name in enumerate((*self.below, *parts)):
                 path = path / name
-                child = self._step(fd, name, path, create_top if index < len(self.below) else create)
+                below = tuple(parts[: index - depth + 1]) if index >= depth - 1 else None
+                child = self._step(fd, name, path, create_top if index < depth else create, below)
                 os.close(fd)
                 fd = child
         except BaseException:
@@ -211,15 +215,25 @@ class Root:
             raise
         return Dir(fd, self.top.joinpath(*parts))
 
-    def _step(self, fd: int, name: str, path: Path, create: bool) -> int:
+    def _step(self, fd: int, name: str, path: Path, create: bool, below: tuple[str, ...] | None) -> int:
         """The descriptor of ``name`` below ``fd``, made first if missing and ``create``."""
         try:
             return _open_child(fd, name, path)
         except FileNotFoundError:
             if not create:
                 raise
-        _make_child(fd, name, self.dir_mode)
-        return _open_child(fd, name, path)
+        made = _make_child(fd, name)
+        child = _open_child(fd, name, path)
+        if made:
+            try:
+                self.made(below, child)
+            except BaseException:
+                os.close(child)
+                raise
+        return child
+
+    def _default_made(self, below: tuple[str, ...] | None, fd: int) -> None:
+        os.fchmod(fd, self.dir_mode)
 
     def dir(self, parts: Sequence[str], *, create: bool = False) -> Dir:
         """``open(parts)``, kept open for the next caller (do not close it; see ``forget``)."""

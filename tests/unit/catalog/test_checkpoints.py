@@ -16,6 +16,9 @@ class Hashed:
     size: int
     mtime_ns: int
     checksum: str
+    uid: int | None = None
+    gid: int | None = None
+    mode: int | None = None
 
 
 def test_a_run_is_created_once(db: Database) -> None:

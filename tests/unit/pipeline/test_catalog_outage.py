@@ -19,7 +19,15 @@ from structlog.testing import capture_logs
 from tests.fixtures.postgres import PostgresServer
 from tests.integration.daemon_helpers import MiB, all_jobs, audit, record_checkpoint, replicas, write_files
 from tierd.config import Config
-from tierd.daemon.backends.base import Backend, ObjectInfo, Progress, RangeReader, ResumeStore, WriteBatch
+from tierd.daemon.backends.base import (
+    Backend,
+    ObjectInfo,
+    Ownership,
+    Progress,
+    RangeReader,
+    ResumeStore,
+    WriteBatch,
+)
 from tierd.daemon.backends.posix.backend import PosixBackend
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
@@ -55,6 +63,7 @@ class Watched(PosixBackend):
         expected_checksum: str,
         resume: ResumeStore | None = None,
         progress: Progress | None = None,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
         if self.before_first is not None:
             before, self.before_first = self.before_first, None
@@ -64,7 +73,12 @@ class Watched(PosixBackend):
         self.most = max(self.most, self.inflight)
         try:
             return await super().write(
-                relpath, reader, expected_checksum=expected_checksum, resume=resume, progress=progress
+                relpath,
+                reader,
+                expected_checksum=expected_checksum,
+                resume=resume,
+                progress=progress,
+                owner=owner,
             )
         finally:
             self.inflight -= 1

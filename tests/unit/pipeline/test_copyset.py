@@ -32,11 +32,12 @@ from tierd.daemon.backends import (
     S3Backend,
     make_backend,
 )
-from tierd.daemon.backends.base import Progress, RangeReader, ResumeStore, SmallFile
+from tierd.daemon.backends.base import Ownership, Progress, RangeReader, ResumeStore, SmallFile
 from tierd.daemon.backends.posix import batch as posixbatch
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix import fstype
 from tierd.daemon.backends.posix.backend import is_temp_name
+from tierd.daemon.beneath import Place
 from tierd.daemon.pipeline import copyset
 from tierd.daemon.pipeline.copyset import copy_checkpoint_files, marker_last
 from tierd.daemon.pipeline.records import FileSpec
@@ -66,10 +67,16 @@ class RecordingBatch(posixbatch.PosixBatch):
         expected_checksum: str,
         resume: ResumeStore | None = None,
         progress: Progress | None = None,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
         self.events.append(("write", relpath))
         info = await super().write(
-            relpath, reader, expected_checksum=expected_checksum, resume=resume, progress=progress
+            relpath,
+            reader,
+            expected_checksum=expected_checksum,
+            resume=resume,
+            progress=progress,
+            owner=owner,
         )
         if self.holds(relpath):
             self.staged_ever.add(relpath)
@@ -218,11 +225,11 @@ async def test_a_file_is_done_only_once_the_commit_that_took_it_returns(
     loop = asyncio.get_running_loop()
     real_commit = posixcopy.commit_staged
 
-    def slow_commit(root: Path, staged: list[Any]) -> None:
+    def slow_commit(staged: list[Any]) -> None:
         """The commit's syncfs is under way when ``first``'s copy returns."""
         loop.call_soon_threadsafe(first_may_return.set)
         assert first_returning.wait(10)
-        real_commit(root, staged)
+        real_commit(staged)
 
     monkeypatch.setattr(posixcopy, "commit_staged", slow_commit)
 
@@ -420,7 +427,7 @@ class CountingPosix(PosixBackend):
     async def local_disk(self) -> bool:
         return self.local
 
-    async def stage_many(self, files: Sequence[SmallFile]) -> Sequence[tuple[Any, Path] | TierdError]:
+    async def stage_many(self, files: Sequence[SmallFile]) -> Sequence[tuple[Any, Place] | TierdError]:
         self.staging += 1
         self.most = max(self.most, self.staging)
         try:

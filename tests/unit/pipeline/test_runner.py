@@ -19,7 +19,15 @@ from structlog.testing import capture_logs
 from tests.integration.daemon_helpers import all_jobs, audit, record_checkpoint, replicas, write_files
 from tierd.config import Config, PosixTier
 from tierd.daemon.aio import blocking
-from tierd.daemon.backends.base import Backend, ObjectInfo, Progress, RangeReader, ResumeStore, WriteBatch
+from tierd.daemon.backends.base import (
+    Backend,
+    ObjectInfo,
+    Ownership,
+    Progress,
+    RangeReader,
+    ResumeStore,
+    WriteBatch,
+)
 from tierd.daemon.backends.posix import batch as posixbatch
 from tierd.daemon.backends.posix.backend import PosixBackend, is_temp_name
 from tierd.daemon.catalog import jobs
@@ -67,6 +75,7 @@ class Flaky(PosixBackend):
         expected_checksum: str,
         resume: ResumeStore | None = None,
         progress: Progress | None = None,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
         self.writes += 1
         if self.gate is not None:
@@ -74,7 +83,12 @@ class Flaky(PosixBackend):
         if self.errors:
             raise self.errors.pop(0)
         return await super().write(
-            relpath, reader, expected_checksum=expected_checksum, resume=resume, progress=progress
+            relpath,
+            reader,
+            expected_checksum=expected_checksum,
+            resume=resume,
+            progress=progress,
+            owner=owner,
         )
 
 

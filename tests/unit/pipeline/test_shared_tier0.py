@@ -18,7 +18,15 @@ from tests.conftest import posix_config_dict
 from tests.unit.detect.fleet import age, save_dcp_files, step_row
 from tests.unit.pipeline.test_parts import FAST
 from tierd.config import Config, PosixTier
-from tierd.daemon.backends.base import Backend, ObjectInfo, Progress, RangeReader, ResumeStore, WriteBatch
+from tierd.daemon.backends.base import (
+    Backend,
+    ObjectInfo,
+    Ownership,
+    Progress,
+    RangeReader,
+    ResumeStore,
+    WriteBatch,
+)
 from tierd.daemon.backends.posix.backend import PosixBackend
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import AuditEvent, Job
@@ -46,10 +54,16 @@ class Counting(PosixBackend):
         expected_checksum: str,
         resume: ResumeStore | None = None,
         progress: Progress | None = None,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
         self.writes[f"{self.name}:{relpath}"] += 1
         return await super().write(
-            relpath, reader, expected_checksum=expected_checksum, resume=resume, progress=progress
+            relpath,
+            reader,
+            expected_checksum=expected_checksum,
+            resume=resume,
+            progress=progress,
+            owner=owner,
         )
 
 

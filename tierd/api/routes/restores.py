@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, HTTPException, Path, Query
 
-from tierd.api.deps import ContextDep, Operator, Reader, ReadSessionDep
+from tierd.api.deps import CallerRole, ContextDep, Operator, Reader, ReadSessionDep, role_at_least
 from tierd.api.problems import ProblemRoute, problem_responses
 from tierd.api.schemas import INTEGER_MAX, NO_NUL, RestoreIn, RestoreOut, RestorePage, RestoreState
 from tierd.daemon.aio import blocking
@@ -24,6 +24,7 @@ _REFUSED = (
     "a malformed body, or a target outside restore.allowed_roots, with '..', through a symlink "
     "leading out of them, or not empty (without overwrite)"
 )
+_OWNER_REFUSED = "an owner asked for by a token below restore.owner_role (admin by default)"
 
 
 def _out(db: Database, job_id: int) -> RestoreOut:
@@ -36,12 +37,20 @@ def _out(db: Database, job_id: int) -> RestoreOut:
     status_code=202,
     responses={
         **problem_responses(NotFound),
+        **problem_responses(403, description=_OWNER_REFUSED),
         **problem_responses(409, description="nothing verified to restore from (or not on source_tier)"),
         **problem_responses(422, description=_REFUSED),
     },
 )
-async def create_restore(body: RestoreIn, ctx: ContextDep, caller: Operator) -> RestoreOut:
+async def create_restore(body: RestoreIn, ctx: ContextDep, caller: Operator, role: CallerRole) -> RestoreOut:
     """Queue a restore (202); follow it with ``GET /v1/restores/{id}``."""
+    needed = ctx.config.restore.owner_role
+    if body.owner is not None and not role_at_least(role, needed):
+        raise HTTPException(
+            403,
+            f"owner: giving a restore to another owner needs the {needed} role (restore.owner_role); "
+            f"token {caller!r} has {role}",
+        )
     request = RestoreRequest(
         checkpoint_id=body.checkpoint_id,
         run=body.run,
@@ -53,6 +62,7 @@ async def create_restore(body: RestoreIn, ctx: ContextDep, caller: Operator) -> 
         ranks=body.ranks,
         source_tier=body.source_tier,
         overwrite=body.overwrite,
+        owner=None if body.owner is None else (body.owner.uid, body.owner.gid),
     )
     job_id = await blocking(requests.request_restore, ctx.db, ctx.config, request, actor=f"api:{caller}")
     if ctx.restore is not None:

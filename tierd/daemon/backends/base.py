@@ -18,6 +18,12 @@ tier with ``verify: native`` hashed every byte on its way to ``pwrite`` and ``fs
 succeeded (the kernel took exactly the bytes recorded at first sight). ``stat`` reports the
 store's own checksum when it has one, ``list`` never does; for both ``verified_by`` is None.
 
+Owner and mode: ``write``, ``WriteBatch.write``, ``SmallFile`` and ``copy_from`` take the
+``Ownership`` recorded at first sight (None: not recorded). A POSIX tier gives the file that
+owner, group and mode before its rename (``posix.owner``); an object store keeps them as
+object metadata (``s3.metadata``: rclone's ``mode``, ``uid``, ``gid``), and its ``stat``
+reports them back in ``ObjectInfo.owner``.
+
 Small files in groups: ``Backend.read_whole`` reads a group of small objects whole and
 ``WriteBatch.write_whole`` writes a group of them, each answering per object (its bytes, or
 its error) so one bad file does not fail the others. A POSIX tier does either in one trip
@@ -29,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -45,6 +51,7 @@ __all__ = [
     "Features",
     "MemoryResumeStore",
     "ObjectInfo",
+    "Ownership",
     "PartState",
     "Progress",
     "RangeReader",
@@ -58,6 +65,7 @@ __all__ = [
     "copies_server_side",
     "copy_object",
     "read_full",
+    "recorded_owner",
 ]
 
 Verification = Literal["store", "readback", "stream"]
@@ -82,6 +90,25 @@ class Space:
 
 
 @dataclass(frozen=True)
+class Ownership:
+    """A file's or directory's owner, group and permission bits, as recorded at first sight.
+
+    ``mode`` holds ``stat.S_IMODE`` of the source (``0o640``), never the file type bits.
+    """
+
+    uid: int
+    gid: int
+    mode: int
+
+
+def recorded_owner(uid: int | None, gid: int | None, mode: int | None) -> Ownership | None:
+    """The Ownership of catalog fields; None when any is not recorded."""
+    if uid is None or gid is None or mode is None:
+        return None
+    return Ownership(uid, gid, mode)
+
+
+@dataclass(frozen=True)
 class ObjectInfo:
     """One stored object (a file of a checkpoint)."""
 
@@ -90,6 +117,8 @@ class ObjectInfo:
     checksum: str | None  # CRC64NVME, base64 as S3 spells it
     mtime: float | None
     verified_by: Verification | None = None
+    #: The owner and mode the store keeps for it (an S3 ``stat``); None where not known.
+    owner: Ownership | None = None
 
 
 class RangeReader(Protocol):
@@ -179,6 +208,7 @@ class SmallFile:
     relpath: str
     data: bytes | bytearray | memoryview
     checksum: str  # CRC64NVME expected, base64
+    owner: Ownership | None = None  # recorded at first sight; None: not recorded
 
 
 class BytesReader:
@@ -231,12 +261,14 @@ class Backend(ABC):
         expected_checksum: str,
         resume: ResumeStore | None = None,
         progress: Progress | None = None,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
         """Store ``reader.size`` bytes from ``reader`` under ``relpath``, verified.
 
-        Nothing partial is ever visible under the final name. Raises IntegrityError
-        (leaving nothing under the final name) when the bytes read or stored do not
-        hash to ``expected_checksum``.
+        ``owner``: the owner, group and mode recorded at first sight, kept with the object
+        (None: the store's default). Nothing partial is ever visible under the final name.
+        Raises IntegrityError (leaving nothing under the final name) when the bytes read or
+        stored do not hash to ``expected_checksum``.
         """
 
     @abstractmethod
@@ -316,6 +348,13 @@ class Backend(ABC):
         """Hint that these objects will be read soon (by default nothing); never raises."""
         return None
 
+    def expect_directories(self, owners: Mapping[str, Ownership]) -> None:
+        """The owner and mode to give each directory (by path) a write makes; by default ignored.
+
+        A store without directories has nothing to apply them to.
+        """
+        return None
+
     async def space(self) -> Space | None:
         """Size and free bytes of the tier's file system; None for stores that do not fill up.
 
@@ -344,9 +383,15 @@ class Backend(ABC):
         return False
 
     async def copy_from(
-        self, src: Backend, src_relpath: str, dst_relpath: str, expected_checksum: str
+        self,
+        src: Backend,
+        src_relpath: str,
+        dst_relpath: str,
+        expected_checksum: str,
+        *,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
-        """Server-side copy, verified like ``write``; only when ``can_copy_from(src)``."""
+        """Server-side copy, verified and given ``owner`` as by ``write``; only if ``can_copy_from(src)``."""
         raise NotImplementedError(f"{self.name} has no server-side copy")
 
 
@@ -382,10 +427,16 @@ class WriteBatch:
         expected_checksum: str,
         resume: ResumeStore | None = None,
         progress: Progress | None = None,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
-        """Write (or stage) the file, verified; raises like ``Backend.write``."""
+        """Write (or stage) the file, verified, with ``owner``; raises like ``Backend.write``."""
         return await self.backend.write(
-            relpath, reader, expected_checksum=expected_checksum, resume=resume, progress=progress
+            relpath,
+            reader,
+            expected_checksum=expected_checksum,
+            resume=resume,
+            progress=progress,
+            owner=owner,
         )
 
     async def write_whole(self, files: Sequence[SmallFile]) -> Sequence[ObjectInfo | TierdError]:
@@ -397,7 +448,9 @@ class WriteBatch:
         results: list[ObjectInfo | TierdError] = []
         for file in files:
             try:
-                info = await self.write(file.relpath, BytesReader(file.data), expected_checksum=file.checksum)
+                info = await self.write(
+                    file.relpath, BytesReader(file.data), expected_checksum=file.checksum, owner=file.owner
+                )
             except TierdError as exc:
                 results.append(exc)
             else:
@@ -426,15 +479,16 @@ async def copy_object(
     *,
     resume: ResumeStore | None = None,
     progress: Progress | None = None,
+    owner: Ownership | None = None,
 ) -> ObjectInfo:
-    """Copy one object between tiers: server-side when possible, else streamed.
+    """Copy one object between tiers (given ``owner``): server-side when possible, else streamed.
 
     Raises NotFound when the source is missing, IntegrityError when the bytes do not
     match ``expected_checksum`` (nothing is left under the destination name), and the
     backends' Transient/PermanentBackendError.
     """
     if copies_server_side(src, dst):
-        info = await dst.copy_from(src, src_relpath, dst_relpath, expected_checksum)
+        info = await dst.copy_from(src, src_relpath, dst_relpath, expected_checksum, owner=owner)
         if progress is not None:
             progress(info.size)
         return info
@@ -446,6 +500,7 @@ async def copy_object(
             expected_checksum=expected_checksum,
             resume=resume,
             progress=progress,
+            owner=owner,
         )
     finally:
         await asyncio.shield(reader.close())

@@ -51,7 +51,7 @@ __all__ = [
 
 
 class FileFields(Protocol):
-    """A file to record: path relative to the tier-0 root, size, mtime and checksum."""
+    """A file to record: path relative to the tier-0 root, size, mtime, checksum, owner and mode."""
 
     @property
     def relpath(self) -> str:
@@ -68,6 +68,18 @@ class FileFields(Protocol):
     @property
     def checksum(self) -> str:
         """The checksum (base64)."""
+
+    @property
+    def uid(self) -> int | None:
+        """Owner at first sight (None: not known)."""
+
+    @property
+    def gid(self) -> int | None:
+        """Group at first sight (None: not known)."""
+
+    @property
+    def mode(self) -> int | None:
+        """Permission bits (``stat.S_IMODE``) at first sight (None: not known)."""
 
 
 def find_run(session: Session, name: str) -> Run | None:
@@ -176,6 +188,9 @@ def complete_checkpoint(
                 mtime_ns=f.mtime_ns,
                 checksum_algo=checksum.ALGORITHM,
                 checksum=f.checksum,
+                uid=f.uid,
+                gid=f.gid,
+                mode=f.mode,
             )
         )
 
@@ -377,13 +392,14 @@ def list_checkpoints(
 
 
 def get_checkpoint(session: Session, checkpoint_id: int) -> Checkpoint:
-    """One checkpoint with its run, replicas and files; raises NotFound."""
+    """One checkpoint with its run, replicas, files and directories; raises NotFound."""
     row = session.scalars(
         select(Checkpoint)
         .where(Checkpoint.id == checkpoint_id)
         .options(
             selectinload(Checkpoint.replicas),
             selectinload(Checkpoint.files),
+            selectinload(Checkpoint.directories),
             selectinload(Checkpoint.run),
             selectinload(Checkpoint.holds),
             selectinload(Checkpoint.parts).selectinload(Part.replicas),

@@ -32,6 +32,7 @@ __all__ = [
     "Base",
     "Checkpoint",
     "CheckpointState",
+    "Directory",
     "File",
     "FleetLease",
     "Hold",
@@ -189,6 +190,9 @@ class Checkpoint(Base):
     holds: Mapped[list[Hold]] = relationship(
         back_populates="checkpoint", order_by="Hold.name", cascade="all, delete-orphan"
     )
+    directories: Mapped[list[Directory]] = relationship(
+        back_populates="checkpoint", order_by="Directory.relpath", cascade="all, delete-orphan"
+    )
 
 
 class Hold(Base):
@@ -266,8 +270,34 @@ class File(Base):
     mtime_ns: Mapped[int] = mapped_column(BigInteger, default=0)
     checksum_algo: Mapped[str] = mapped_column(String(32))
     checksum: Mapped[str] = mapped_column(String(128))
+    #: Owner, group and permission bits (``stat.S_IMODE``) at first sight; None for files
+    #: recorded before tierd kept them (every copy of those gets the store's default).
+    uid: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    gid: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    mode: Mapped[int | None] = mapped_column(Integer, default=None)
 
     checkpoint: Mapped[Checkpoint] = relationship(back_populates="files")
+
+
+class Directory(Base):
+    """A directory a checkpoint's files lie in, with its owner, group and mode at first sight.
+
+    ``relpath`` is relative to the tier-0 root, as files' are: the step's own directory, the
+    directories below it, and those above it up to the root (the run's directory), so that a
+    copy can give each directory it creates its recorded owner and mode.
+    """
+
+    __tablename__ = "directories"
+    __table_args__ = (UniqueConstraint("checkpoint_id", "relpath"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoints.id", ondelete="CASCADE"))
+    relpath: Mapped[str] = mapped_column(String(4096))
+    uid: Mapped[int] = mapped_column(BigInteger)
+    gid: Mapped[int] = mapped_column(BigInteger)
+    mode: Mapped[int] = mapped_column(Integer)
+
+    checkpoint: Mapped[Checkpoint] = relationship(back_populates="directories")
 
 
 class Replica(Base):

@@ -267,6 +267,9 @@ def _insert_files(session: Session, row: Checkpoint, part: Part, files: Sequence
             "mtime_ns": f.mtime_ns,
             "checksum_algo": checksum.ALGORITHM,
             "checksum": f.checksum,
+            "uid": f.uid,
+            "gid": f.gid,
+            "mode": f.mode,
         }
         for f in files
     ]

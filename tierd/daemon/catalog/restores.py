@@ -4,7 +4,8 @@ A restore is a job like a copy, so it shares the copy jobs' leases (claim, renew
 a dead worker's job at start-up: ``catalog.jobs``) and, while ``running``, protects its
 checkpoint from deletion and eviction on every tier (``catalog.retention.READING_JOBS``).
 What a copy job keeps in columns a restore keeps in ``detail`` (a JSON object): the request
-(``target``, ``to_tier0``, ``files``, ``ranks``, ``source_tier``, ``overwrite``), the node
+(``target``, ``to_tier0``, ``files``, ``ranks``, ``source_tier``, ``overwrite``, and
+``owner``: ``{"uid", "gid"}`` to give the restored tree to, None to keep each file's), the node
 whose daemon restores it, whether the target was empty when asked (``fresh``), and the
 progress (``bytes_done``, ``files_done``, totals, rate, ETA, ``fallbacks``). ``src_tier``
 holds the tier it reads from now; the files it placed are ``job_files_done`` rows, so a
@@ -38,6 +39,7 @@ from tierd.daemon.catalog.models import (
     ReplicaState,
     Run,
 )
+from tierd.daemon.catalog.ownership import RecordedDirectory, directories_of
 from tierd.daemon.catalog.parts import find_part, set_part_copies
 from tierd.daemon.catalog.progress import files_done, record_files_done
 from tierd.daemon.catalog.replicas import first_tier_replica, mark_replica_verified
@@ -98,6 +100,10 @@ class RestoreFile:
     size: int
     checksum: str
     mtime_ns: int
+    #: Owner, group and permission bits at first sight (None: recorded before tierd kept them).
+    uid: int | None = None
+    gid: int | None = None
+    mode: int | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,8 @@ class RestorePlan:
     local_part: frozenset[str] | None = None
     #: That part's id (None: no part of this node's, or one part only).
     local_part_id: int | None = None
+    #: The directories the files lie in, with their owners and modes at first sight.
+    directories: tuple[RecordedDirectory, ...] = ()
 
 
 def resolve_checkpoint(
@@ -184,7 +192,7 @@ def create_restore(session: Session, checkpoint: Checkpoint, detail: dict[str, A
 
 
 def _request_of(detail: Mapping[str, Any]) -> dict[str, Any]:
-    keys = ("target", "to_tier0", "files", "ranks", "source_tier", "overwrite")
+    keys = ("target", "to_tier0", "files", "ranks", "source_tier", "overwrite", "owner")
     return {key: detail.get(key) for key in keys}
 
 
@@ -251,7 +259,7 @@ def start_restore(
         if job is None or checkpoint is None:
             return None
         files = tuple(
-            RestoreFile(f.id, f.relpath, f.size, f.checksum, f.mtime_ns)
+            RestoreFile(f.id, f.relpath, f.size, f.checksum, f.mtime_ns, f.uid, f.gid, f.mode)
             for f in session.scalars(
                 select(File).where(File.checkpoint_id == checkpoint.id).order_by(File.relpath)
             )
@@ -273,6 +281,7 @@ def start_restore(
             done,
             local,
             None if part is None else part.id,
+            tuple(directories_of(session, checkpoint.id)),
         )
 
 

@@ -1,10 +1,12 @@
 """Recording a detected checkpoint: hash its files, then write it in one transaction.
 
-Files are hashed in parallel on the I/O pool. A file whose size or mtime moves while it
-is hashed (or since the detector saw it) makes the whole recording unstable: nothing is
-written and the caller tries again later. The catalog write is idempotent: a step that
-is already recorded (by this daemon, the notify call, or another daemon sharing the
-PostgreSQL catalog) is returned as it is, never recorded twice.
+Files are hashed in parallel on the I/O pool; each file's owner, group and mode are taken
+from the same ``fstat`` that checks its size and mtime, and the directories the files lie in
+are recorded with theirs (``detect.owners``), so every copy can keep them. A file whose
+size or mtime moves while it is hashed (or since the detector saw it) makes the whole
+recording unstable: nothing is written and the caller tries again later. The catalog write
+is idempotent: a step that is already recorded (by this daemon, the notify call, or another
+daemon sharing the PostgreSQL catalog) is returned as it is, never recorded twice.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,6 +31,7 @@ from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.checkpoints import find_run, find_step, get_or_create_run, insert_checkpoint
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Checkpoint, CheckpointState, utcnow
+from tierd.daemon.catalog.ownership import record_directories
 from tierd.daemon.catalog.parts import (
     Expectation,
     add_part,
@@ -45,6 +49,7 @@ from tierd.daemon.catalog.recording import Claimed, claim_recording
 from tierd.daemon.context import Context
 from tierd.daemon.detect.hostile import check_checkpoint, printable
 from tierd.daemon.detect.layout import FileStat, Verdict
+from tierd.daemon.detect.owners import DirectoryStat, stat_directories
 from tierd.daemon.nofollow import open_regular
 from tierd.errors import CatalogConflict, Refused, Unstable
 
@@ -62,12 +67,15 @@ __all__ = [
 
 @dataclass(frozen=True)
 class HashedFile:
-    """A file's catalog fields: path relative to the tier-0 root, size, mtime, checksum."""
+    """A file's catalog fields: path relative to the tier-0 root, size, mtime, checksum, owner, mode."""
 
     relpath: str
     size: int
     mtime_ns: int
     checksum: str
+    uid: int | None = None
+    gid: int | None = None
+    mode: int | None = None  # permission bits, ``stat.S_IMODE``
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,8 @@ class Detection:
     reason: str
     metrics: Mapping[str, float] = field(default_factory=dict)
     detail: Mapping[str, Any] = field(default_factory=dict)
+    #: The directories ``files`` lie in, with their owners and modes (``detect.owners``).
+    directories: tuple[DirectoryStat, ...] = ()
 
 
 class Outcome(Enum):
@@ -121,7 +131,9 @@ def _hash_one(f: FileStat, tier0: Path) -> HashedFile:
         os.close(fd)
     if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns) or size != before.st_size:
         raise Unstable(f"{f.path} changed while it was hashed")
-    return HashedFile(f.path.relative_to(tier0).as_posix(), size, before.st_mtime_ns, value)
+    relpath = f.path.relative_to(tier0).as_posix()
+    mode = stat.S_IMODE(before.st_mode)
+    return HashedFile(relpath, size, before.st_mtime_ns, value, before.st_uid, before.st_gid, mode)
 
 
 async def hash_stable(files: tuple[FileStat, ...], tier0: Path) -> tuple[HashedFile, ...]:
@@ -209,6 +221,7 @@ def _record_part(
         add_part(session, row, config.node, det.files, tiers, now=now, marked=marked)
     else:  # the marker, or a late rank's file, landed beside shards recorded as its part
         extend_part(session, row, part, det.files, tiers[0], marked=marked)
+    record_directories(session, row.id, det.directories)
     outcome = Outcome.PART
     if _settle_here(session, row, config, det, whole=whole, now=now):
         outcome = Outcome.CREATED if created else Outcome.COMPLETED
@@ -412,12 +425,23 @@ async def record_checkpoint(
         if claimed is Claimed.BUSY:
             raise Unstable("another daemon is recording this step")
     hashed = await hash_stable(verdict.files, tier0)
+    directories = await _directories(tier0, hashed)
     if recheck is not None:
         again = await blocking(recheck)
         if again.complete != verdict.complete or set(again.files) != set(verdict.files):
             raise Unstable("the checkpoint changed while it was hashed")
     det = Detection(
-        run, step, fmt, relpath, hashed, actor, action, verdict.reason, verdict.metrics, dict(detail or {})
+        run,
+        step,
+        fmt,
+        relpath,
+        hashed,
+        actor,
+        action,
+        verdict.reason,
+        verdict.metrics,
+        dict(detail or {}),
+        directories,
     )
     expectation = _merged(verdict, expect)
     outcome, checkpoint_id = await blocking(
@@ -435,6 +459,14 @@ async def record_checkpoint(
         ctx.metrics.detected.labels(fmt).inc()
         ctx.wake_pipeline(checkpoint_id)
     return outcome, checkpoint_id
+
+
+async def _directories(tier0: Path, files: tuple[HashedFile, ...]) -> tuple[DirectoryStat, ...]:
+    """The owners and modes of the directories ``files`` lie in. Raises Unstable, OSError."""
+    try:
+        return await blocking(stat_directories, tier0, [f.relpath for f in files])
+    except FileNotFoundError as exc:
+        raise Unstable(f"{exc.filename or 'a directory'} vanished while the step was recorded") from None
 
 
 def _merged(verdict: Verdict, expect: Expectation | None) -> Expectation | None:

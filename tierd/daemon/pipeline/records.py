@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from tierd.daemon.backends.base import Ownership, recorded_owner
 from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.checkpoints import files_of, find_checkpoint
 from tierd.daemon.catalog.db import Database
@@ -27,7 +28,8 @@ from tierd.daemon.catalog.jobs import (
     owned_job,
     set_job_source,
 )
-from tierd.daemon.catalog.models import Job, JobState, Replica, ReplicaState
+from tierd.daemon.catalog.models import File, Job, JobState, Replica, ReplicaState
+from tierd.daemon.catalog.ownership import directories_of
 from tierd.daemon.catalog.parts import (
     files_of_part,
     mark_part_copying,
@@ -73,12 +75,20 @@ log = get_logger(__name__)
 
 @dataclass(frozen=True)
 class FileSpec:
-    """A file to copy, with the checksum recorded at first sight."""
+    """A file to copy, with the checksum, owner and mode recorded at first sight."""
 
     relpath: str
     size: int
     checksum: str
     mtime_ns: int
+    owner: Ownership | None = None  # None: recorded before tierd kept owners
+
+    @classmethod
+    def of(cls, row: File) -> FileSpec:
+        """The spec of a catalog file row."""
+        return cls(
+            row.relpath, row.size, row.checksum, row.mtime_ns, recorded_owner(row.uid, row.gid, row.mode)
+        )
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,8 @@ class HopPlan:
     file_ids: Mapping[str, int] = field(default_factory=dict)  # the catalog's row of each file
     #: An earlier run of the job started: the destination may hold files it did not record.
     resumed: bool = False
+    #: The recorded owner and mode of each directory the files lie in, by path under the tier root.
+    directories: Mapping[str, Ownership] = field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:
@@ -126,10 +138,19 @@ def start_hop(db: Database, claim: Claim, owner: str, tiers: Sequence[str]) -> H
             return _start_part(session, job, claim, ckpt.path, dst)
         mark_replica_copying(dst)
         files = files_of(session, ckpt.id)
-        specs = tuple(FileSpec(f.relpath, f.size, f.checksum, f.mtime_ns) for f in files)
+        specs = tuple(FileSpec.of(f) for f in files)
         ids = {f.relpath: f.id for f in files}
         done = files_done(session, job, ids)
-        return HopPlan(claim, tiers[src], ckpt.path, specs, done, ids, resumed=mark_job_started(job))
+        return HopPlan(
+            claim,
+            tiers[src],
+            ckpt.path,
+            specs,
+            done,
+            ids,
+            resumed=mark_job_started(job),
+            directories=_directories(session, ckpt.id),
+        )
 
 
 def _start_part(session: Session, job: Job, claim: Claim, path: str, dst: Replica) -> HopPlan | None:
@@ -142,10 +163,25 @@ def _start_part(session: Session, job: Job, claim: Claim, path: str, dst: Replic
     mark_part_copying(row)
     mark_step_copying(session, dst)
     files = files_of_part(session, claim.part_id)
-    specs = tuple(FileSpec(f.relpath, f.size, f.checksum, f.mtime_ns) for f in files)
+    specs = tuple(FileSpec.of(f) for f in files)
     ids = {f.relpath: f.id for f in files}
     done = files_done(session, job, ids)
-    return HopPlan(claim, job.src_tier or "", path, specs, done, ids, resumed=mark_job_started(job))
+    directories = _directories(session, claim.checkpoint_id)
+    return HopPlan(
+        claim,
+        job.src_tier or "",
+        path,
+        specs,
+        done,
+        ids,
+        resumed=mark_job_started(job),
+        directories=directories,
+    )
+
+
+def _directories(session: Session, checkpoint_id: int) -> dict[str, Ownership]:
+    """The checkpoint's recorded directories: path -> owner (parents first)."""
+    return {d.relpath: Ownership(d.uid, d.gid, d.mode) for d in directories_of(session, checkpoint_id)}
 
 
 def save_progress(

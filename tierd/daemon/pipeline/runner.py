@@ -210,6 +210,7 @@ class HopRunner:
             batch=batch,
         )
         await self._remove_leftovers(dst, plan)
+        dst.expect_directories(plan.directories)
         resumed = plan.resumed or bool(plan.done)
 
         async def skip(spec: FileSpec) -> bool:

@@ -67,7 +67,7 @@ async def copy_file(
     priority: int = 0,
     batch: WriteBatch | None = None,
 ) -> ObjectInfo:
-    """Copy ``spec`` from ``src`` to ``dst`` (server-side when the stores allow), verified.
+    """Copy ``spec`` from ``src`` to ``dst`` (server-side when the stores allow), verified, with its owner.
 
     With ``batch`` the write goes through it, and may be staged until ``batch.commit()``.
 
@@ -77,7 +77,7 @@ async def copy_file(
     """
     if copies_server_side(src, dst):
         method = "server-side"
-        info = await dst.copy_from(src, spec.relpath, spec.relpath, spec.checksum)
+        info = await dst.copy_from(src, spec.relpath, spec.relpath, spec.checksum, owner=spec.owner)
         progress(info.size)
     else:
         method = "streamed"
@@ -91,7 +91,12 @@ async def copy_file(
             source = reader if bucket is None else ThrottledReader(reader, bucket, priority)
             writer = dst if batch is None else batch
             info = await writer.write(
-                spec.relpath, source, expected_checksum=spec.checksum, resume=resume, progress=progress
+                spec.relpath,
+                source,
+                expected_checksum=spec.checksum,
+                resume=resume,
+                progress=progress,
+                owner=spec.owner,
             )
         finally:
             await asyncio.shield(reader.close())
@@ -239,7 +244,7 @@ class FileCopier:
         read = await self.src.read_whole([spec.relpath for spec in specs], views)
         results: list[ObjectInfo | TierdError | None] = list(read)  # None: to be written
         files = [
-            SmallFile(spec.relpath, view, spec.checksum)
+            SmallFile(spec.relpath, view, spec.checksum, spec.owner)
             for spec, view, error in zip(specs, views, read, strict=True)
             if error is None
         ]

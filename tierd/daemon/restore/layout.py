@@ -43,6 +43,21 @@ class Layout:
         """The target's components below ``root`` (``()`` when the target is the root)."""
         return self.target.relative_to(self.root).parts
 
+    def directory_name(self, relpath: str) -> str | None:
+        """A recorded directory's name under ``root`` (``""``: the root itself); None if outside it.
+
+        Into a target, the checkpoint's own directory (the directory of a single-file one) is
+        the target, and the directories above it are not restored; ``to: tier0`` restores
+        every directory at its own path.
+        """
+        if not self.prefix:
+            return relpath
+        if relpath == self.prefix:
+            return ""
+        if relpath.startswith(self.prefix + "/"):
+            return relpath[len(self.prefix) + 1 :]
+        return None
+
 
 def roots_of(config: Config, detail: Mapping[str, Any]) -> list[Path]:
     """Where the restore ``detail`` describes may write: tier 0's root, or the allowed roots."""

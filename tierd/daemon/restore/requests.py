@@ -40,6 +40,9 @@ class RestoreRequest:
     ranks: Sequence[int] | None = None
     source_tier: str | None = None
     overwrite: bool = False
+    #: (uid, gid) to give the restored files and directories to (their recorded modes kept);
+    #: None: each keeps its recorded owner. Who may ask is the API's to check.
+    owner: tuple[int, int] | None = None
 
 
 def request_restore(db: Database, config: Config, request: RestoreRequest, *, actor: str) -> int:
@@ -72,6 +75,7 @@ def request_restore(db: Database, config: Config, request: RestoreRequest, *, ac
             "ranks": sorted(set(request.ranks)) if request.ranks is not None else None,
             "source_tier": request.source_tier,
             "overwrite": request.overwrite,
+            "owner": None if request.owner is None else {"uid": request.owner[0], "gid": request.owner[1]},
             "fresh": is_fresh(anchored(target, roots)),
         }
         layout = layout_of(config, checkpoint.path, [f.relpath for f in files], detail)

@@ -7,7 +7,10 @@ fsynced (reads pay the source tier's ``bandwidth_limit``, as copies into it do).
 goes first, and the format's completion markers (``detect.markers``) only once the data is
 durable. A file whose copy on the source is bad is taken from the next tier with a
 verified replica (``copier.FallbackCopier``), and the bad replica is marked failed for the
-pipeline to copy again. A heartbeat saves progress and renews the lease.
+pipeline to copy again. A heartbeat saves progress and renews the lease. Each file and
+directory gets the owner, group and mode recorded at first sight, or, when the request names
+an ``owner``, that owner and group with the recorded modes (``restored_owner``,
+``owners_of_directories``).
 
 Ends: ``done`` (with ``to: tier0`` and every file restored, the tier-0 replica is verified
 again); ``failed`` or ``cancelled`` (what the restore wrote is removed); ``released`` at
@@ -26,13 +29,13 @@ from typing import Any
 
 from tierd.config import Config, PosixTier
 from tierd.daemon.aio import blocking
-from tierd.daemon.backends.base import Backend, WriteBatch
+from tierd.daemon.backends.base import Backend, Ownership, WriteBatch, recorded_owner
 from tierd.daemon.backends.budget import ByteBudget
 from tierd.daemon.backends.posix.backend import PosixBackend
 from tierd.daemon.backends.posix.errors import os_errors
 from tierd.daemon.catalog import restores
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.restores import RestoreClaim, RestorePlan
+from tierd.daemon.catalog.restores import RestoreClaim, RestoreFile, RestorePlan
 from tierd.daemon.detect.markers import split_markers
 from tierd.daemon.pipeline.copyset import copy_checkpoint_files
 from tierd.daemon.pipeline.options import lease_fence
@@ -166,8 +169,6 @@ class RestoreRunner:
             )
         self.source = tiers[0].name
         partial = self._partial(plan, layout, [t.name for t in tiers])  # before anything is written
-        with os_errors("create", str(layout.root)):
-            tree.open(create_top=True).close()  # below its allowed root, never through a symlink
         dst = PosixBackend(
             PosixTier(
                 name="restore", kind="posix", path=layout.root, concurrency=self.config.tier0.concurrency
@@ -175,8 +176,12 @@ class RestoreRunner:
             budget=self.budget,
             tree=tree,
         )
+        given = _given_owner(detail)
+        dst.expect_directories(owners_of_directories(plan, layout, given))
+        with os_errors("create", str(layout.root)):
+            tree.open(create_top=True).close()  # below its allowed root, never through a symlink
         specs = [
-            FileSpec(layout.name_of(f.relpath), f.size, f.checksum, f.mtime_ns)
+            FileSpec(layout.name_of(f.relpath), f.size, f.checksum, f.mtime_ns, restored_owner(f, given))
             for f in plan.files
             if f.relpath in layout.names
         ]
@@ -407,6 +412,42 @@ class RestoreRunner:
             fallbacks=len(self.fallbacks.items),
         )
         return "done"
+
+
+#: What a file (a directory) given to a requested owner gets when its mode was never recorded.
+UNRECORDED_FILE_MODE = 0o600
+UNRECORDED_DIR_MODE = 0o700
+
+
+def _given_owner(detail: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The (uid, gid) the request gives the restored tree to, or None."""
+    owner = detail.get("owner")
+    return None if not owner else (int(owner["uid"]), int(owner["gid"]))
+
+
+def restored_owner(file: RestoreFile, given: tuple[int, int] | None) -> Ownership | None:
+    """A restored file's owner: as recorded, or the ``given`` owner with the recorded mode."""
+    recorded = recorded_owner(file.uid, file.gid, file.mode)
+    if given is None:
+        return recorded
+    return Ownership(*given, recorded.mode if recorded is not None else UNRECORDED_FILE_MODE)
+
+
+def owners_of_directories(
+    plan: RestorePlan, layout: Layout, given: tuple[int, int] | None
+) -> dict[str, Ownership]:
+    """Each recorded directory the restore may create, by its name under ``layout.root``, parents first.
+
+    With ``given``, every one (and the target itself, recorded or not) goes to that owner.
+    """
+    owners: dict[str, Ownership] = {}
+    if given is not None and layout.target == layout.root:
+        owners[""] = Ownership(*given, UNRECORDED_DIR_MODE)
+    for recorded in plan.directories:
+        name = layout.directory_name(recorded.relpath)
+        if name is not None:
+            owners[name] = Ownership(*(given or (recorded.uid, recorded.gid)), recorded.mode)
+    return owners
 
 
 async def _in_place(dst: Backend, spec: FileSpec) -> bool:

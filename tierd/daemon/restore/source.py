@@ -9,8 +9,17 @@ the same relative path on both sides. A restore into ``<target>`` writes
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Collection, Sequence
+from dataclasses import replace
 
-from tierd.daemon.backends.base import Backend, ObjectInfo, Progress, RangeReader, ResumeStore, Space
+from tierd.daemon.backends.base import (
+    Backend,
+    ObjectInfo,
+    Ownership,
+    Progress,
+    RangeReader,
+    ResumeStore,
+    Space,
+)
 from tierd.errors import TierdError
 
 __all__ = ["Rebased"]
@@ -39,7 +48,7 @@ class Rebased(Backend):
     async def stat(self, relpath: str) -> ObjectInfo:
         """The inner ``stat``, named as asked. Raises NotFound."""
         info = await self.inner.stat(self._full(relpath))
-        return ObjectInfo(relpath, info.size, info.checksum, info.mtime, info.verified_by)
+        return replace(info, relpath=relpath)
 
     async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
         """The inner listing under the prefix, named relative to it."""
@@ -69,10 +78,16 @@ class Rebased(Backend):
         expected_checksum: str,
         resume: ResumeStore | None = None,
         progress: Progress | None = None,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
         """The inner ``write``."""
         return await self.inner.write(
-            self._full(relpath), reader, expected_checksum=expected_checksum, resume=resume, progress=progress
+            self._full(relpath),
+            reader,
+            expected_checksum=expected_checksum,
+            resume=resume,
+            progress=progress,
+            owner=owner,
         )
 
     async def delete(self, relpath: str) -> None:
@@ -86,7 +101,7 @@ class Rebased(Backend):
     async def verify(self, relpath: str, expected_checksum: str) -> ObjectInfo:
         """The inner ``verify``. Raises NotFound, IntegrityError."""
         info = await self.inner.verify(self._full(relpath), expected_checksum)
-        return ObjectInfo(relpath, info.size, info.checksum, info.mtime, info.verified_by)
+        return replace(info, relpath=relpath)
 
     async def abort_stale_uploads(self, older_than_seconds: float, *, keep: Collection[str] = ()) -> int:
         """Nothing: the daemon sweeps the inner tier itself."""

@@ -169,8 +169,10 @@ async def test_a_wrong_content_md5_is_never_taken_for_proof(
 ) -> None:
     data = os.urandom(5000)
 
-    async def wrong_md5(self: S3Backend, key: str, view: memoryview, crc: str, md5: bytes | None) -> Any:
-        return await original(self, key, view, crc, bytes(16))
+    async def wrong_md5(
+        self: S3Backend, key: str, view: memoryview, crc: str, md5: bytes | None, *rest: Any
+    ) -> Any:
+        return await original(self, key, view, crc, bytes(16), *rest)
 
     original = S3Backend._put
     monkeypatch.setattr(S3Backend, "_put", wrong_md5)
@@ -185,8 +187,10 @@ async def test_a_wrong_content_md5_is_never_taken_for_proof(
 async def test_an_etag_that_is_not_the_md5_leads_to_a_headobject(
     backend: S3Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def opaque_etag(self: S3Backend, key: str, view: memoryview, crc: str, md5: bytes | None) -> Any:
-        await original(self, key, view, crc, md5)
+    async def opaque_etag(
+        self: S3Backend, key: str, view: memoryview, crc: str, md5: bytes | None, *rest: Any
+    ) -> Any:
+        await original(self, key, view, crc, md5, *rest)
         return {"ETag": '"0123456789abcdef0123456789abcdef-1"'}  # as SSE-KMS answers
 
     original = S3Backend._put
@@ -203,8 +207,8 @@ async def test_a_put_answer_with_another_checksum_is_a_mismatch(
 ) -> None:
     data = os.urandom(5000)
 
-    async def lying_put(self: S3Backend, key: str, reader: Any, expected: str) -> PutAnswer:
-        await original(self, key, reader, expected)
+    async def lying_put(self: S3Backend, key: str, reader: Any, expected: str, *rest: Any) -> PutAnswer:
+        await original(self, key, reader, expected, *rest)
         return PutAnswer(crc(b"something else"), md5_confirmed=True)
 
     original = S3Backend._put_small

@@ -42,7 +42,7 @@ import functools
 import os
 import stat as stat_mod
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from itertools import zip_longest
 from pathlib import Path
 from typing import TypeVar
@@ -54,6 +54,7 @@ from tierd.daemon.backends.base import (
     Backend,
     Features,
     ObjectInfo,
+    Ownership,
     Progress,
     RangeReader,
     ResumeStore,
@@ -74,6 +75,7 @@ from tierd.daemon.backends.posix import fstype
 from tierd.daemon.backends.posix import resume as posixresume
 from tierd.daemon.backends.posix.batch import PosixBatch
 from tierd.daemon.backends.posix.errors import os_errors, translate_oserror
+from tierd.daemon.backends.posix.owner import apply_to_dir
 from tierd.daemon.backends.posix.remove import remove_checkpoint_tree, unlink_and_prune
 from tierd.daemon.backends.posix.temp import (
     TEMP_MARK,
@@ -113,6 +115,7 @@ CHUNKS_PER_FILE = 4
 #: 16 MiB, 0.77x at 64 MiB, 0.63x at 1 GiB; a file of one chunk is written whole anyway.
 RESUME_MIN_SIZE = 16 * MIB
 _LISTED_DIRECTORIES = 4096  # how many directories' leftovers a backend remembers
+_REMEMBERED_DIRECTORIES = 65536  # how many directories' recorded owners a backend keeps
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -179,7 +182,10 @@ class PosixBackend(Backend):
         self.name = tier.name
         self.single_links = single_links
         self.tree = tree or Root(Path(tier.path))
+        self.tree.made = self._directory_made
         self.root = self.tree.top
+        #: Directories' recorded owners (``expect_directories``), by path under the root.
+        self._dir_owners: OrderedDict[str, Ownership] = OrderedDict()
         self.concurrency = tier.concurrency
         self.chunks_per_file = min(tier.concurrency, CHUNKS_PER_FILE)
         self.chunk_size = chunk_size
@@ -196,6 +202,26 @@ class PosixBackend(Backend):
 
     def _path(self, relpath: str) -> Path:
         return self.root / check_relpath(relpath)
+
+    def expect_directories(self, owners: Mapping[str, Ownership]) -> None:
+        """Give each directory a write makes here the owner and mode recorded for it (by path).
+
+        ``""`` is the root itself (a restore's target it makes). Others get the tier's
+        default mode. The most recent ``_REMEMBERED_DIRECTORIES`` are kept.
+        """
+        for relpath, owner in owners.items():
+            self._dir_owners[relpath] = owner
+            self._dir_owners.move_to_end(relpath)
+        while len(self._dir_owners) > _REMEMBERED_DIRECTORIES:
+            self._dir_owners.popitem(last=False)
+
+    def _directory_made(self, below: tuple[str, ...] | None, fd: int) -> None:
+        """Give a directory just made (0700) its recorded owner and mode, or the default mode."""
+        owner = None if below is None else self._dir_owners.get("/".join(below))
+        if owner is None:
+            os.fchmod(fd, self.tree.dir_mode)
+        else:
+            apply_to_dir(fd, owner)
 
     def _place(self, relpath: str) -> Place:
         """Where ``relpath`` lives, reached by directory descriptors (never a whole path)."""
@@ -266,8 +292,11 @@ class PosixBackend(Backend):
         expected_checksum: str,
         resume: ResumeStore | None = None,
         progress: Progress | None = None,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
         """Temp file, parallel hashed pwrite, fsync, read back, rename, fsync the directory.
+
+        ``owner``: given to the temporary file before its rename (``posix.owner``).
 
         The read-back (after dropping the page cache) runs only for ``verify: readback``;
         with ``verify: native`` the in-flight hash of every byte written is the check.
@@ -285,8 +314,9 @@ class PosixBackend(Backend):
         resumable = await self._resumable_temp(final, reader.size)
         await self._remove_leftovers(final)
         if reader.size <= self.chunk_size:
-            return await self._write_whole(relpath, final, reader, expected_checksum, progress)
-        temp, kept = resumable or (await self._create_temp(final), 0)
+            return await self._write_whole(relpath, final, reader, expected_checksum, progress, owner)
+        temp, kept = resumable or (await self._create_temp(final, owner), 0)
+        temp.owner = owner  # an adopted file gets this write's owner too
         try:
             try:
                 await self._fill(temp, reader, where, expected_checksum, progress, kept)
@@ -295,7 +325,7 @@ class PosixBackend(Backend):
                     raise
                 log.warning("copy_resume_mismatch", tier=self.name, path=where, bytes_kept=kept)
                 await asyncio.shield(blocking(temp.discard))
-                temp = await self._create_temp(final)
+                temp = await self._create_temp(final, owner)
                 await self._fill(temp, reader, where, expected_checksum, progress)
             await self._make_durable(temp, where, expected_checksum)
             with os_errors("rename into", where):
@@ -306,10 +336,10 @@ class PosixBackend(Backend):
         by: Verification = "readback" if self.readback else "stream"
         return ObjectInfo(relpath, reader.size, expected_checksum, mtime, by)
 
-    async def _create_temp(self, final: Place) -> TempFile:
-        """A fresh temporary file for ``final``; TransientBackendError when the root is missing."""
+    async def _create_temp(self, final: Place, owner: Ownership | None = None) -> TempFile:
+        """A fresh temporary file for ``final``, to get ``owner``. TransientBackendError: no root."""
         with os_errors("create temporary file for", str(final.path)):
-            temp = await blocking(posixcopy.create_temp, final)
+            temp = await blocking(posixcopy.create_temp, final, owner)
         if temp is None:
             raise self._root_missing()
         return temp
@@ -335,37 +365,52 @@ class PosixBackend(Backend):
         return found
 
     async def _write_whole(
-        self, relpath: str, final: Place, reader: RangeReader, expected: str, progress: Progress | None
+        self,
+        relpath: str,
+        final: Place,
+        reader: RangeReader,
+        expected: str,
+        progress: Progress | None,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
         """A file of one chunk in one trip to the I/O pool: read, hash, place (see ``place_whole``)."""
         place = functools.partial(
-            posixcopy.place_whole, final=final, expected=expected, readback=self.readback
+            posixcopy.place_whole, final=final, expected=expected, readback=self.readback, owner=owner
         )
         mtime = await self._whole(final, reader, expected, progress, place)
         by: Verification = "readback" if self.readback else "stream"
         return ObjectInfo(relpath, reader.size, expected, mtime, by)
 
     async def stage(
-        self, relpath: str, reader: RangeReader, expected: str, progress: Progress | None
+        self,
+        relpath: str,
+        reader: RangeReader,
+        expected: str,
+        progress: Progress | None,
+        owner: Ownership | None = None,
     ) -> tuple[TempFile, Place]:
         """A file of one chunk, hashed and written under its temporary name, neither durable nor visible.
 
-        For ``PosixBatch``: ``posixcopy.commit_staged`` finishes it. Raises like ``write``.
+        For ``PosixBatch``: ``posixcopy.commit_staged`` finishes it. ``owner`` as for ``write``.
+        Raises like ``write``.
         """
         final = self._place(relpath)
         await self._remove_leftovers(final)
-        fill = functools.partial(posixcopy.stage_whole, final=final, expected=expected)
+        fill = functools.partial(posixcopy.stage_whole, final=final, expected=expected, owner=owner)
         return await self._whole(final, reader, expected, progress, fill), final
 
     async def stage_many(self, files: Sequence[SmallFile]) -> Sequence[tuple[TempFile, Place] | TierdError]:
         """``stage`` for each file, all in one trip to the I/O pool; each file's staging or error.
 
-        A file whose bytes do not match is IntegrityError (nothing created for it).
+        Each file gets its ``SmallFile.owner``. A file whose bytes do not match is
+        IntegrityError (nothing created for it).
         """
         finals = [self._place(file.relpath) for file in files]
         for final in finals:
             await self._remove_leftovers(final)
-        items = [(final, file.data, file.checksum) for final, file in zip(finals, files, strict=True)]
+        items = [
+            (final, file.data, file.checksum, file.owner) for final, file in zip(finals, files, strict=True)
+        ]
         results = await uninterrupted(blocking(posixcopy.stage_files, items), undo=_discard_staged)
         return [
             self._staged_or_error(file, final, result)

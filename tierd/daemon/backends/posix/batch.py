@@ -17,7 +17,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tierd.daemon.aio import blocking
-from tierd.daemon.backends.base import ObjectInfo, Progress, RangeReader, ResumeStore, SmallFile, WriteBatch
+from tierd.daemon.backends.base import (
+    ObjectInfo,
+    Ownership,
+    Progress,
+    RangeReader,
+    ResumeStore,
+    SmallFile,
+    WriteBatch,
+)
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix.errors import os_errors
 from tierd.daemon.backends.posix.temp import TempFile, discard_all
@@ -62,14 +70,20 @@ class PosixBatch(WriteBatch):
         expected_checksum: str,
         resume: ResumeStore | None = None,
         progress: Progress | None = None,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
         """Stage a file of one chunk; write anything bigger (or on a ``readback`` tier) at once."""
         backend = self.backend
         if backend.readback or reader.size > backend.chunk_size or relpath in self._staged:
             return await backend.write(
-                relpath, reader, expected_checksum=expected_checksum, resume=resume, progress=progress
+                relpath,
+                reader,
+                expected_checksum=expected_checksum,
+                resume=resume,
+                progress=progress,
+                owner=owner,
             )
-        temp, final = await backend.stage(relpath, reader, expected_checksum, progress)
+        temp, final = await backend.stage(relpath, reader, expected_checksum, progress, owner)
         self._staged[relpath] = (temp, final)
         self._bytes += reader.size
         return ObjectInfo(relpath, reader.size, expected_checksum, None, "stream")

@@ -26,6 +26,7 @@ from pathlib import Path
 from awscrt import checksums
 
 from tierd.daemon import checksum
+from tierd.daemon.backends.base import Ownership
 from tierd.daemon.backends.posix.dirsync import sync_directory
 from tierd.daemon.backends.posix.temp import TempFile
 from tierd.daemon.backends.posix.writeback import start_writeback, sync_filesystem
@@ -86,17 +87,19 @@ class Mismatch(Exception):
         self.how = how
 
 
-def create_temp(final: Place) -> TempFile | None:
-    """A fresh temporary file for ``final``; None when the tier root is missing (unmounted)."""
+def create_temp(final: Place, owner: Ownership | None = None) -> TempFile | None:
+    """A fresh temporary file for ``final``, to get ``owner``; None when the tier root is missing."""
     try:
-        return TempFile.create(final)
+        return TempFile.create(final, owner)
     except FileNotFoundError:
         if not final.root.exists():
             return None
         raise
 
 
-def fill_whole(view: memoryview, source: int | None, final: Place, expected: str) -> TempFile | None:
+def fill_whole(
+    view: memoryview, source: int | None, final: Place, expected: str, owner: Ownership | None = None
+) -> TempFile | None:
     """A temp file for ``final`` holding ``view`` (filled from the file ``source`` first, if given).
 
     Hashes before anything is created, so a mismatch writes nothing. Returns None when the
@@ -107,7 +110,7 @@ def fill_whole(view: memoryview, source: int | None, final: Place, expected: str
     actual = checksum.encode(int(checksums.crc64nvme(view, 0)))
     if actual != expected:
         raise Mismatch(actual, "source")
-    temp = create_temp(final)
+    temp = create_temp(final, owner)
     if temp is None:
         return None
     try:
@@ -119,14 +122,19 @@ def fill_whole(view: memoryview, source: int | None, final: Place, expected: str
 
 
 def place_whole(
-    view: memoryview, source: int | None, final: Place, expected: str, readback: bool
+    view: memoryview,
+    source: int | None,
+    final: Place,
+    expected: str,
+    readback: bool,
+    owner: Ownership | None = None,
 ) -> float | None:
     """``fill_whole``, then fsync (for ``readback`` a re-read from the disk), rename, directory fsync.
 
     Returns the final mtime, or None when the tier root is missing. Raises SourceEnded,
     Mismatch, or OSError (the temp file removed).
     """
-    temp = fill_whole(view, source, final, expected)
+    temp = fill_whole(view, source, final, expected, owner)
     if temp is None:
         return None
     try:
@@ -142,25 +150,27 @@ def place_whole(
         raise
 
 
-def stage_whole(view: memoryview, source: int | None, final: Place, expected: str) -> TempFile | None:
+def stage_whole(
+    view: memoryview, source: int | None, final: Place, expected: str, owner: Ownership | None = None
+) -> TempFile | None:
     """``fill_whole``, left under its temporary name for ``commit_staged`` (its descriptor closed)."""
-    temp = fill_whole(view, source, final, expected)
+    temp = fill_whole(view, source, final, expected, owner)
     if temp is not None:
         temp.park()
     return temp
 
 
 def stage_files(
-    files: Sequence[tuple[Place, bytes | bytearray | memoryview, str]],
+    files: Sequence[tuple[Place, bytes | bytearray | memoryview, str, Ownership | None]],
 ) -> list[TempFile | Mismatch | OSError | None]:
-    """``stage_whole`` for each ``(final, bytes, expected)``, in order; each file's result or error.
+    """``stage_whole`` for each ``(final, bytes, expected, owner)``, in order; each file's result or error.
 
     None where the tier root is missing. A file that fails leaves nothing behind.
     """
     results: list[TempFile | Mismatch | OSError | None] = []
-    for final, data, expected in files:
+    for final, data, expected, owner in files:
         try:
-            results.append(stage_whole(memoryview(data), None, final, expected))
+            results.append(stage_whole(memoryview(data), None, final, expected, owner))
         except (Mismatch, OSError) as exc:
             results.append(exc)
     return results

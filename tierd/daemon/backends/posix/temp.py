@@ -30,7 +30,9 @@ from collections.abc import Collection, Iterable
 from contextlib import suppress
 from pathlib import Path
 
+from tierd.daemon.backends.base import Ownership
 from tierd.daemon.backends.posix.dirsync import sync_directory
+from tierd.daemon.backends.posix.owner import apply_to_fd
 from tierd.daemon.beneath import Dir, Place, Root, umask, walk
 
 __all__ = [
@@ -77,17 +79,16 @@ def temp_stem(final_name: str) -> str:
 class TempFile:
     """A temporary file beside its final name, locked and known live while it is written.
 
-    It is created ``0600`` and gets its final mode (and owner, where one was recorded) just
-    before it is renamed into place or parked: a copy is never more readable than its
-    source, not even for a moment.
+    It is created ``0600`` and gets its final owner and mode (``posix.owner``: the ones
+    recorded at first sight, else ``DEFAULT_FILE_MODE``) just before it is renamed into place
+    or parked: a copy is never more readable than its source, not even for a moment.
     """
 
-    def __init__(self, fd: int, directory: Dir, name: str) -> None:
+    def __init__(self, fd: int, directory: Dir, name: str, owner: Ownership | None = None) -> None:
         self.fd = fd
         self.dir = directory
         self.name = name
-        self.mode = DEFAULT_FILE_MODE & ~_UMASK
-        self.owner: tuple[int, int] | None = None  # (uid, gid) to give it, None to keep ours
+        self.owner = owner
 
     @property
     def path(self) -> Path:
@@ -95,7 +96,7 @@ class TempFile:
         return self.dir.path / self.name
 
     @classmethod
-    def create(cls, final: Place) -> TempFile:
+    def create(cls, final: Place, owner: Ownership | None = None) -> TempFile:
         """Open a fresh temporary file beside ``final``, making its directories if missing.
 
         Walks again (once, twice) if a concurrent delete removed the directory. Raises
@@ -112,7 +113,7 @@ class TempFile:
                 if attempt == 2:
                     raise
                 continue
-            temp = cls(fd, directory, name)
+            temp = cls(fd, directory, name, owner)
             with _live_lock:
                 _live_temps.add(str(temp.path))
             try:
@@ -141,6 +142,7 @@ class TempFile:
             temp.fd = os.open(name, os.O_RDWR | _OPEN_FLAGS, dir_fd=directory.fd)
             st = os.fstat(temp.fd)
             if stat.S_ISREG(st.st_mode) and _try_lock(temp.fd) and _still_named(directory, name, st):
+                os.fchmod(temp.fd, 0o600)  # a killed older writer's may have been wider
                 return temp
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             pass
@@ -167,10 +169,11 @@ class TempFile:
             _live_temps.discard(str(self.path))
 
     def _finish(self) -> None:
-        """Give the file its final owner and mode (owner first: chown clears set-id bits)."""
+        """Give the file its recorded owner and mode, or the default mode when none was recorded."""
         if self.owner is not None:
-            os.fchown(self.fd, *self.owner)
-        os.fchmod(self.fd, self.mode)
+            apply_to_fd(self.fd, self.owner)
+        else:
+            os.fchmod(self.fd, DEFAULT_FILE_MODE & ~_UMASK)
 
     def commit(self, final: Place) -> float:
         """Give it its final mode, rename into place and fsync the directory; returns the final mtime."""

@@ -25,6 +25,11 @@ back. AWS validates the checksums we send; a store that merely echoes them (moto
 ``rclone serve s3`` for PutObject) makes "store" only as strong as our own hash of the
 bytes sent -- choose ``verify: readback`` for such stores.
 
+A file's recorded owner, group and mode go with it as user metadata (``s3.metadata``:
+rclone's ``x-amz-meta-mode``, ``-uid`` and ``-gid``), on PutObject, on the multipart upload's
+creation and on server-side copies; ``stat`` (HeadObject) reads them back, ``list`` does not
+(ListObjectsV2 carries no metadata).
+
 With the tier's ``fast_path: auto``, small objects' PutObject, HeadObject and opening GET
 skip botocore's per-request work once the bucket's endpoint is known (``fast.lean``), and
 on a custom ``endpoint_url`` a group of small objects is read with its GETs pipelined on
@@ -60,6 +65,7 @@ from tierd.daemon.backends.base import (
     BytesReader,
     Features,
     ObjectInfo,
+    Ownership,
     Progress,
     RangeReader,
     ResumeStore,
@@ -77,6 +83,7 @@ from tierd.daemon.backends.s3.fast import FastPath, plan_for
 from tierd.daemon.backends.s3.fast.lean import LeanRequests
 from tierd.daemon.backends.s3.fast.pipeline import PipelinedGets
 from tierd.daemon.backends.s3.leftovers import abort_unless_kept, list_open_uploads, open_uploads_of
+from tierd.daemon.backends.s3.metadata import owner_from_metadata, owner_metadata
 from tierd.daemon.backends.s3.multipart import MAX_PART, Multipart
 from tierd.daemon.backends.s3.reads import BodyReader, RangeGet, content_range_total, hash_ranges
 from tierd.daemon.backends.s3.remove import delete_keys
@@ -423,10 +430,13 @@ class S3Backend(Backend):
         expected_checksum: str,
         resume: ResumeStore | None = None,
         progress: Progress | None = None,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
         """Upload and verify (see the module docstring).
 
-        With ``resume``, an interrupted multipart upload is picked up where it stopped.
+        ``owner`` goes with the object as user metadata (``s3.metadata``: PutObject, or the
+        multipart upload's creation; a resumed upload keeps what it was created with). With
+        ``resume``, an interrupted multipart upload is picked up where it stopped.
         Raises IntegrityError when the bytes read, or what the store holds, do not match
         ``expected_checksum`` (nothing is left under the key: an upload is aborted, a
         completed object deleted), TransientBackendError (network, throttling, 5xx) or
@@ -434,28 +444,34 @@ class S3Backend(Backend):
         """
         key = self._key(relpath)
         size = reader.size
+        metadata = owner_metadata(owner)
         if size <= min(self.settings.part_size, self.settings.buffered_part_limit):
-            answer = await self._put_small(key, reader, expected_checksum)
+            answer = await self._put_small(key, reader, expected_checksum, metadata)
             if progress is not None:
                 progress(size)
-            return await self._verify_written(relpath, expected_checksum, size, answer)
-        upload = Multipart(await self.client(), self.bucket, key, self.settings, self._active_uploads)
+            return await self._verify_written(relpath, expected_checksum, size, answer, owner)
+        client = await self.client()
+        upload = Multipart(client, self.bucket, key, self.settings, self._active_uploads, metadata)
         await upload.write(relpath, reader, expected_checksum, resume, progress)
         return await self._verify_written(relpath, expected_checksum, size)
 
-    async def _put_small(self, key: str, reader: RangeReader, expected: str) -> PutAnswer:
+    async def _put_small(
+        self, key: str, reader: RangeReader, expected: str, metadata: Mapping[str, str]
+    ) -> PutAnswer:
         """PutObject with the CRC64NVME (and Content-MD5 up to ``MD5_LIMIT``); what the answer vouches for.
 
         A BytesReader's bytes go as they are: in memory already, and charged to the budget
         by whoever read them.
         """
         if isinstance(reader, BytesReader):
-            return await self._put_buffer(key, memoryview(reader.data), expected)
+            return await self._put_buffer(key, memoryview(reader.data), expected, metadata)
         async with self.settings.budget.buffer(reader.size) as view:
             await read_full(reader, 0, view, where=self.location_of_key(key))
-            return await self._put_buffer(key, view, expected)
+            return await self._put_buffer(key, view, expected, metadata)
 
-    async def _put_buffer(self, key: str, view: memoryview, expected: str) -> PutAnswer:
+    async def _put_buffer(
+        self, key: str, view: memoryview, expected: str, metadata: Mapping[str, str]
+    ) -> PutAnswer:
         """PutObject of ``view`` once its CRC64NVME is the expected one (IntegrityError if not)."""
         location = self.location_of_key(key)
         actual = checksum.encode(await crc64(view))
@@ -463,15 +479,17 @@ class S3Backend(Backend):
             raise mismatch(location, expected, actual, "source")
         md5 = hashlib.md5(view, usedforsecurity=False).digest() if len(view) <= MD5_LIMIT else None
         with s3_errors("put", location):
-            answer = await self._put(key, view, actual, md5)
+            answer = await self._put(key, view, actual, md5, metadata)
         etag = str(answer.get("ETag", "")).strip('"')
         return PutAnswer(answer.get("ChecksumCRC64NVME"), md5 is not None and etag == md5.hex())
 
-    async def _put(self, key: str, view: memoryview, crc: str, md5: bytes | None) -> Mapping[str, Any]:
+    async def _put(
+        self, key: str, view: memoryview, crc: str, md5: bytes | None, metadata: Mapping[str, str]
+    ) -> Mapping[str, Any]:
         """One PutObject, the lean way when it can go that way; the answer's fields."""
         content_md5 = base64.b64encode(md5).decode() if md5 is not None else None
         if len(view) <= HASH_CHUNK and (lean := self._lean_for()) is not None:
-            answer = await lean.put(self.bucket, key, bytes(view), crc, content_md5)
+            answer = await lean.put(self.bucket, key, bytes(view), crc, content_md5, metadata)
             if answer is not None:
                 return answer
         client = await self.client()
@@ -483,23 +501,30 @@ class S3Backend(Backend):
             ContentLength=len(view),
             ChecksumAlgorithm="CRC64NVME",
             ChecksumCRC64NVME=crc,
+            Metadata=dict(metadata),
             **extra,  # type: ignore[arg-type]
         )
 
     async def _verify_written(
-        self, relpath: str, expected: str, size: int, answer: PutAnswer | None = None
+        self,
+        relpath: str,
+        expected: str,
+        size: int,
+        answer: PutAnswer | None = None,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
         """``verify``, plus the size; on a mismatch delete what was just stored.
 
         With ``verify: native`` the store's answer to a PutObject is its word, as
-        HeadObject's would be, and no HeadObject follows when it vouches for the bytes.
+        HeadObject's would be, and no HeadObject follows when it vouches for the bytes
+        (the ObjectInfo then says the ``owner`` that was sent).
         """
         try:
             if answer is not None and self.tier.verify == "native":
                 if answer.crc64nvme is not None and answer.crc64nvme != expected:
                     raise mismatch(self.location(relpath), expected, answer.crc64nvme, "store-reported")
                 if answer.crc64nvme is not None or answer.md5_confirmed:
-                    return ObjectInfo(relpath, size, expected, None, "store")
+                    return ObjectInfo(relpath, size, expected, None, "store", owner)
             info = await self.verify(relpath, expected)
             if info.size != size:
                 raise IntegrityError(f"{self.location(relpath)}: stored {info.size} bytes, sent {size}")
@@ -602,13 +627,21 @@ class S3Backend(Backend):
         return isinstance(src, S3Backend) and src._identity() == self._identity()
 
     async def copy_from(
-        self, src: Backend, src_relpath: str, dst_relpath: str, expected_checksum: str
+        self,
+        src: Backend,
+        src_relpath: str,
+        dst_relpath: str,
+        expected_checksum: str,
+        *,
+        owner: Ownership | None = None,
     ) -> ObjectInfo:
         """CopyObject (UploadPartCopy past ``copy_object_limit``), then ``verify``.
 
-        Raises NotFound when the source is missing, IntegrityError when the source's own
-        checksum or the copy's differs from ``expected_checksum`` (the copy is deleted),
-        PermanentBackendError when the store cannot copy.
+        With ``owner`` the copy's metadata is that owner's (``MetadataDirective=REPLACE``);
+        without, the source's owner is kept. Raises NotFound when the source is missing,
+        IntegrityError when the source's own checksum or the copy's differs from
+        ``expected_checksum`` (the copy is deleted), PermanentBackendError when the store
+        cannot copy.
         """
         if not isinstance(src, S3Backend) or not self.can_copy_from(src):
             raise ValueError(f"{self.name} cannot copy server-side from {src.name}")
@@ -618,19 +651,22 @@ class S3Backend(Backend):
             where = src.location(src_relpath)
             raise mismatch(where, expected_checksum, source.checksum, "source store-reported")
         copy_source: CopySourceTypeDef = {"Bucket": src.bucket, "Key": src._key(src_relpath)}
+        metadata = owner_metadata(owner or source.owner)
         if source.size <= self.copy_object_limit:
             client = await self.client()
+            replaced: dict[str, Any] = {"MetadataDirective": "REPLACE", "Metadata": metadata} if owner else {}
             with s3_errors("copy to", self.location_of_key(key)):
                 await client.copy_object(
                     Bucket=self.bucket,
                     Key=key,
                     CopySource=copy_source,
                     ChecksumAlgorithm="CRC64NVME",
+                    **replaced,
                 )
         else:
-            await Multipart(await self.client(), self.bucket, key, self.settings, self._active_uploads).copy(
-                copy_source, source.size, expected_checksum
-            )
+            client = await self.client()
+            upload = Multipart(client, self.bucket, key, self.settings, self._active_uploads, metadata)
+            await upload.copy(copy_source, source.size, expected_checksum)
         return await self._verify_written(dst_relpath, expected_checksum, source.size)
 
     async def close(self) -> None:
@@ -653,7 +689,11 @@ class PutAnswer:
 
 def _info(relpath: str, head: HeadObjectOutputTypeDef) -> ObjectInfo:
     return ObjectInfo(
-        relpath, head["ContentLength"], head.get("ChecksumCRC64NVME"), head["LastModified"].timestamp()
+        relpath,
+        head["ContentLength"],
+        head.get("ChecksumCRC64NVME"),
+        head["LastModified"].timestamp(),
+        owner=owner_from_metadata(head.get("Metadata")),
     )
 
 

@@ -14,7 +14,7 @@ they are aiohttp payloads, are in ``s3.bodies``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -99,7 +99,8 @@ class Multipart:
 
     ``active`` is the backend's set of UploadIds being written: an upload is in it from
     the moment the store hands out (or the resume store recalls) its UploadId until the
-    write or copy ends, so the stale-upload sweep leaves it alone.
+    write or copy ends, so the stale-upload sweep leaves it alone. ``metadata`` (user
+    metadata: the file's owner and mode, ``s3.metadata``) goes with the upload's creation.
     """
 
     def __init__(
@@ -109,8 +110,10 @@ class Multipart:
         key: str,
         settings: TransferSettings,
         active: set[str] | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> None:
         self.client, self.bucket, self.key, self.settings = client, bucket, key, settings
+        self.metadata = dict(metadata or {})
         self.location = f"s3://{bucket}/{key}"
         self.active = set() if active is None else active
         self._claimed: set[str] = set()
@@ -127,7 +130,11 @@ class Multipart:
         """CreateMultipartUpload; the new UploadId is claimed before anything else runs."""
         with s3_errors(action, self.location):
             response = await self.client.create_multipart_upload(
-                Bucket=self.bucket, Key=self.key, ChecksumAlgorithm="CRC64NVME", ChecksumType="FULL_OBJECT"
+                Bucket=self.bucket,
+                Key=self.key,
+                ChecksumAlgorithm="CRC64NVME",
+                ChecksumType="FULL_OBJECT",
+                Metadata=self.metadata,
             )
         self._claim(response["UploadId"])
         return response["UploadId"]

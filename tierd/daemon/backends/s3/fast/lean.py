@@ -51,6 +51,8 @@ log = get_logger(__name__)
 SIGNATURE = "s3v4"
 DEFAULT_PORTS = {"http": 80, "https": 443}
 OPERATIONS = ("PutObject", "HeadObject", "GetObject")
+#: User metadata's headers (botocore's ``Metadata``, named without it).
+META_PREFIX = "x-amz-meta-"
 
 
 def object_path(key: str) -> str:
@@ -204,12 +206,19 @@ class LeanRequests:
         return bucket in self._routes
 
     async def put(
-        self, bucket: str, key: str, body: bytes, crc64nvme: str, content_md5: str | None = None
+        self,
+        bucket: str,
+        key: str,
+        body: bytes,
+        crc64nvme: str,
+        content_md5: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> dict[str, str] | None:
-        """PutObject with the CRC64NVME; the ETag and the CRC64NVME the store reported, if any."""
+        """PutObject with the CRC64NVME and user ``metadata``; the store's ETag and CRC64NVME, if any."""
         headers = [("x-amz-sdk-checksum-algorithm", "CRC64NVME"), ("x-amz-checksum-crc64nvme", crc64nvme)]
         if content_md5 is not None:
             headers.append(("Content-MD5", content_md5))
+        headers.extend((META_PREFIX + name, value) for name, value in (metadata or {}).items())
         answer = await self._send("PutObject", bucket, key, "PUT", headers, body)
         if answer is None:
             return None
@@ -228,6 +237,11 @@ class LeanRequests:
         )
         fields["ContentLength"] = int(headers["content-length"])
         fields["LastModified"] = parse_timestamp(headers["last-modified"])
+        fields["Metadata"] = {
+            name[len(META_PREFIX) :]: value
+            for name, value in headers.items()
+            if name.lower().startswith(META_PREFIX)
+        }
         return fields
 
     async def get(self, bucket: str, key: str, first: int, last: int) -> tuple[dict[str, Any], bytes] | None:
