@@ -24,6 +24,9 @@ A candidate that only time can complete (a verdict with ``retry_after``: DCP's u
 moved while hashed) is deferred: logged once per path and reason (``checkpoint_deferred``,
 info) and looked at again by a timer of its own for its directory (one per directory, the
 earliest kept), so it is recorded seconds after it settles, not at the next reconcile.
+
+Files of a recorded checkpoint deleted or moved away from tier 0 are handed to ``Removals``,
+which compares the checkpoint with the disk as soon as they stop, not at the next reconcile.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from tierd.daemon.detect.layout import Settings, Verdict, incomplete
 from tierd.daemon.detect.parts import inspect_part, late_files_verdict, part_verdict
 from tierd.daemon.detect.record import Outcome, record_checkpoint, write_refused
 from tierd.daemon.detect.registry import BY_NAME, detectors_for
+from tierd.daemon.detect.removals import Removals
 from tierd.daemon.detect.scan import Found, RootSpec, detect_path, scan_chain, scan_root
 from tierd.daemon.outage import CatalogOutage
 from tierd.daemon.pipeline.retry import Backoff
@@ -81,6 +85,7 @@ HELD_RETRY = Backoff(base=5.0, cap=60.0)
 MAX_REFUSALS_REMEMBERED = 10_000
 #: Deferred checkpoints remembered (so each deferral is logged once, not at every look).
 MAX_DEFERRALS_REMEMBERED = 10_000
+_REMOVALS = frozenset({"deleted", "moved"})
 _RELEVANT = frozenset({"created", "modified", "moved", "deleted", "closed"})
 
 DirKey = tuple[int, Path]
@@ -96,6 +101,8 @@ class _Handler(FileSystemEventHandler):
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type not in _RELEVANT:
             return
+        if event.event_type in _REMOVALS:
+            self.service.post_removal(os.fsdecode(event.src_path))
         paths = [event.src_path, getattr(event, "dest_path", "")]
         for raw in paths:
             if raw:
@@ -122,6 +129,7 @@ class DetectService:
         self._refusals: dict[str, str] = {}  # relpath -> reason of the refusal audited last
         self._deferrals: dict[str, str] = {}  # relpath -> reason of the deferral logged last
         self._retries: dict[DirKey, asyncio.TimerHandle] = {}  # deferred directories' timers
+        self.removals = Removals(ctx, self.inflight, lambda: self.known, self._compare_failed)
         self._sweeps = 0
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -157,6 +165,7 @@ class DetectService:
             handle.cancel()
         self._pending.clear()
         self._retries.clear()
+        self.removals.stop()
         loops = [*self._loops, *([self._recovery] if self._recovery is not None else [])]
         for task in loops:
             task.cancel()
@@ -178,6 +187,14 @@ class DetectService:
         with contextlib.suppress(RuntimeError):  # the loop is closing
             loop.call_soon_threadsafe(self._schedule, (index, Path(path).parent), DEBOUNCE_SECONDS)
 
+    def post_removal(self, path: str) -> None:
+        """Called from the observer thread: ``path`` was deleted or moved away."""
+        loop = self._loop
+        if loop is None or self._stopping:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            loop.call_soon_threadsafe(self.removals.post, Path(path))
+
     def _schedule(self, key: DirKey, delay: float) -> None:
         if self._stopping or self._loop is None:
             return
@@ -194,6 +211,9 @@ class DetectService:
             return
         self._busy.add(key)
         self.inflight.spawn(self._evaluate(key), f"look at {key[1]}")
+
+    def _compare_failed(self, exc: CatalogError) -> None:
+        self._catalog_failed(exc, "compare")  # the reconcile after the outage compares it
 
     async def _evaluate(self, key: DirKey) -> None:
         index, directory = key
