@@ -179,6 +179,7 @@ def check_shown(block: str, out: str) -> int:
             assert any(same.items() <= o.items() for o in objects), (
                 f"the README shows {shown}; printed:\n{out}"
             )
+            checked += 1
         elif "  # " in line:
             for key, value in _PAIR.findall(line.split("  # ", 1)[1]):
                 assert any(o.get(key) == value for o in objects), (
