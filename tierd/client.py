@@ -196,16 +196,24 @@ def _holds(checkpoint: JsonObject, dest: Path, ranks: Sequence[int] | None) -> _
     """Whether ``dest`` already holds the checkpoint, verified by the daemon.
 
     It does when ``dest`` is where tier 0's verified replica is (the folder of a one-file
-    checkpoint), or when a restore of this
-    checkpoint into ``dest`` finished there (the daemon checked every byte) and every file it
-    restored is still there at its recorded size. A restore by ranks counts only for the same
-    ranks (when the restore says which it took).
+    checkpoint) and the daemon, asked now, finds every file still there at its recorded size
+    (``tier0-check``: else it marks the replica and ``dest`` is restored); or when a restore
+    of this checkpoint into ``dest`` finished there (the daemon checked every byte) and every
+    file it restored is still there at its recorded size. A restore by ranks counts only for
+    the same ranks (when the restore says which it took).
     """
     tier0 = [
         r["location"]
         for r in checkpoint["replicas"]
         if r["tier_index"] == 0 and r["state"] == "verified" and r["location"]
     ]
+    if [f["path"] for f in checkpoint["files"]] == [checkpoint["path"]]:  # one file: dest is its folder
+        tier0 = [str(PurePosixPath(location).parent) for location in tier0]
+    if (yield _Local(functools.partial(_is_one_of, dest, tier0))):
+        path = f"/v1/checkpoints/{checkpoint['id']}/tier0-check"
+        check = yield _Call("POST", path, missing_ok=True)
+        if check is None or check["here"]:  # None: a daemon older than the check trusts its catalog
+            return True
     listing = yield _Call("GET", "/v1/restores", params={"state": "done", "limit": 100}, missing_ok=True)
     restored = {
         job["target"]: job["files_total"]
@@ -215,9 +223,7 @@ def _holds(checkpoint: JsonObject, dest: Path, ranks: Sequence[int] | None) -> _
         and _covers(job.get("ranks"), ranks)
     }
     sizes = {_relative(f["path"], checkpoint["path"]): f["size"] for f in checkpoint["files"]}
-    if [f["path"] for f in checkpoint["files"]] == [checkpoint["path"]]:  # one file: dest is its folder
-        tier0 = [str(PurePosixPath(location).parent) for location in tier0]
-    return cast(bool, (yield _Local(functools.partial(_on_disk, dest, tier0, restored, sizes))))
+    return cast(bool, (yield _Local(functools.partial(_on_disk, dest, restored, sizes))))
 
 
 def _covers(taken: list[int] | None, wanted: Sequence[int] | None) -> bool:
@@ -226,10 +232,13 @@ def _covers(taken: list[int] | None, wanted: Sequence[int] | None) -> bool:
     return taken is None or set(wanted) <= set(taken)
 
 
-def _on_disk(dest: Path, tier0: list[str], restored: Mapping[str, int], sizes: Mapping[str, int]) -> bool:
+def _is_one_of(dest: Path, locations: list[str]) -> bool:
     here = dest.resolve()
-    if any(Path(location).resolve() == here for location in tier0):
-        return True
+    return any(Path(location).resolve() == here for location in locations)
+
+
+def _on_disk(dest: Path, restored: Mapping[str, int], sizes: Mapping[str, int]) -> bool:
+    here = dest.resolve()
     totals = [total for target, total in restored.items() if Path(target).resolve() == here]
     return bool(totals) and _present(here, sizes) >= min(totals)
 

@@ -270,3 +270,36 @@ def test_sigstop_the_leader_another_leads_and_the_resumed_one_stands_down_withou
 
 def _at(event: dict[str, Any]) -> datetime:
     return datetime.fromisoformat(event["timestamp"])
+
+
+def _row(asking: Node, name: str) -> dict[str, Any] | None:
+    view = asking.fleet()
+    return next((n for n in view["nodes"] if n["name"] == name), None) if view else None
+
+
+def _back(asking: Node, name: str, pid: int, since: datetime) -> dict[str, Any] | None:
+    """Node ``name``'s row once it is live under ``pid`` and has heartbeated after ``since``."""
+    row = _row(asking, name)
+    if row is None or row["silent"] or row["pid"] != pid:
+        return None
+    return row if datetime.fromisoformat(row["heartbeat_at"]) > since else None
+
+
+def test_a_node_killed_and_started_again_is_shown_live_with_its_new_pid(fleet: Fleet) -> None:
+    asking, node = fleet.nodes[NODES[0]], fleet.nodes[NODES[1]]
+    old_pid = node.pid
+    node.daemon.kill()
+    wait_for(lambda: _silent(asking, node.name), 30, "the killed node shown silent")
+
+    node.daemon.start()
+    wait_for(node.daemon.alive, 5, "the daemon started again")
+    killed_at = datetime.now(UTC)
+    back = wait_for(lambda: _back(asking, node.name, node.pid, killed_at), 30, "the node live again")
+    assert back["pid"] != old_pid
+    # Several heartbeats later it is still live, each one taken as its own (no re-registration).
+    since = datetime.fromisoformat(back["heartbeat_at"])
+    for _ in range(3):
+        row = wait_for(lambda: _back(asking, node.name, node.pid, since), 10, "a later heartbeat")  # noqa: B023
+        since = datetime.fromisoformat(row["heartbeat_at"])
+    assert node.daemon.events(run=2)
+    assert not node.logged("fleet_node_registered_again")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 
 from tests.fixtures.job_daemon import JobDaemon, start_job_daemon
 from tests.fixtures.net import free_port
-from tests.integration.daemon_helpers import write_files
+from tests.integration.daemon_helpers import wait_for, write_files
 from tierd.client import AsyncClient, Client
 from tierd.errors import ApiError, NotFound, TierdError, Unreachable, WaitTimeout
 
@@ -154,3 +155,70 @@ def test_restore_and_ensure_local_restore_once(tierd: JobDaemon) -> None:
     assert {p.name: p.read_bytes() for p in again.iterdir()} == {
         p.name: p.read_bytes() for p in path.iterdir()
     }
+
+
+def _tier0(daemon: JobDaemon, checkpoint_id: int) -> str:
+    detail = daemon.get(f"/v1/checkpoints/{checkpoint_id}")
+    return str(next(r["state"] for r in detail["replicas"] if r["tier_index"] == 0))
+
+
+def _actions(daemon: JobDaemon, checkpoint_id: int) -> list[str]:
+    return [e["action"] for e in daemon.audit(checkpoint_id)]
+
+
+def _contents(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+
+
+def test_ensure_local_looks_at_tier0_and_restores_what_it_lost(tierd: JobDaemon) -> None:
+    """No watcher sees this run (it is unwatched): only the look before "it is here" can tell."""
+    path = write_step(tierd, 50)
+    written = _contents(path)
+    with Client() as client:
+        recorded = client.notify(RUN, 50, path)
+        client.wait_durable(RUN, 50, timeout=60, poll=0.1)
+        assert client.ensure_local(RUN, 50, path) == path  # here: nothing restored
+        assert _tier0(tierd, recorded["id"]) == "verified"
+        shutil.rmtree(path)  # the NVMe wiped
+        assert client.ensure_local(RUN, 50, path) == path
+    assert _contents(path) == written  # restored from pfs
+    assert _tier0(tierd, recorded["id"]) == "deleted"
+    assert "vanished" in _actions(tierd, recorded["id"])
+    assert "restore_done" in _actions(tierd, recorded["id"])
+
+
+def test_ensure_local_restores_a_step_missing_one_file_on_tier0(tierd: JobDaemon) -> None:
+    path = write_step(tierd, 60)
+    written = _contents(path)
+    with Client() as client:
+        recorded = client.notify(RUN, 60, path)
+        client.wait_durable(RUN, 60, timeout=60, poll=0.1)
+        (path / "__1_0.distcp").unlink()
+        (path / "__0_0.distcp").write_bytes(b"short")
+        assert client.ensure_local(RUN, 60, path) == path
+        answer = httpx.post(
+            f"{tierd.url}/v1/checkpoints/{recorded['id']}/tier0-check",
+            headers={"Authorization": "Bearer viewer-secret"},  # the read role may ask
+            timeout=10,
+        )
+    assert _contents(path) == written
+    assert _tier0(tierd, recorded["id"]) == "failed"
+    assert "reverify_failed" in _actions(tierd, recorded["id"])
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["here"], answer.json()["state"]) == (False, "failed")
+
+
+def test_a_step_removed_from_watched_tier0_is_noticed_within_seconds(tierd: JobDaemon) -> None:
+    path = tierd.run_dir("watched") / "step70"
+    write_files(path, STEP_FILES, seed=70)
+    written = _contents(path)
+    with Client() as client:
+        recorded = client.notify("watched", 70, path)
+        client.wait_durable("watched", 70, timeout=60, poll=0.1)
+        shutil.rmtree(path)
+        wait_for(
+            lambda: _tier0(tierd, recorded["id"]) == "deleted", 10, "tier 0's replica marked deleted", 0.1
+        )
+        assert "vanished" in _actions(tierd, recorded["id"])
+        assert client.ensure_local("watched", 70, path) == path
+    assert _contents(path) == written

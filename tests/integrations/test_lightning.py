@@ -96,3 +96,22 @@ def test_resume_from_the_newest_durable_checkpoint(tierd: JobDaemon, tmp_path: P
     callback = TierdCallback(RUN, strict=True)
     fit(run_dir, callback, ckpt_path=resumed, epochs=2)
     assert callback.notified == [2 * BATCHES_PER_EPOCH]
+
+
+@pytest.mark.filterwarnings("ignore:.*does not have many workers:UserWarning")
+@pytest.mark.filterwarnings("ignore:.*LeafSpec.*is deprecated:FutureWarning")
+@pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty:UserWarning")  # resuming
+def test_resume_after_tier0_lost_the_checkpoint_restores_it(tierd: JobDaemon) -> None:
+    run_dir = tierd.run_dir(RUN)
+    fit(run_dir, TierdCallback(RUN, strict=True), epochs=1)
+    with Client() as client:
+        client.wait_durable(RUN, BATCHES_PER_EPOCH, timeout=60, poll=0.1)
+    saved = run_dir / f"step={BATCHES_PER_EPOCH}.ckpt"
+    written = saved.read_bytes()
+    saved.unlink()  # tier 0 lost it (a wiped NVMe): pfs still has it
+    resumed = resume_checkpoint(RUN, run_dir)
+    assert resumed == str(saved)
+    assert saved.read_bytes() == written
+    callback = TierdCallback(RUN, strict=True)
+    fit(run_dir, callback, ckpt_path=resumed, epochs=2)
+    assert callback.notified == [2 * BATCHES_PER_EPOCH]

@@ -31,6 +31,7 @@ __all__ = [
     "ScrubOut",
     "TierOut",
     "VerifiedFileOut",
+    "Tier0CheckOut",
     "VerifyOut",
     "VerifyTierOut",
     "TierPlan",
@@ -509,6 +510,18 @@ class VerifyOut(BaseModel):
     checkpoint_id: int
     ok: bool = Field(description="no replica checked was missing, mismatched or could not be checked")
     tiers: list[VerifyTierOut]
+
+
+class Tier0CheckOut(BaseModel):
+    """Whether this node's tier 0 holds the checkpoint now (``POST .../tier0-check``)."""
+
+    checkpoint_id: int
+    tier: str = Field(description="tier 0's name")
+    here: bool = Field(description="every file this node's tier 0 holds of it is there at its recorded size")
+    state: str | None = Field(description="the tier-0 replica's state after the look (None: it has none)")
+    location: str | None = Field(description="where it is, when it is here")
+    reason: str
+    missing: list[str] = Field(description="files not there at their recorded size (the first 50)")
 
 
 class AuditOut(BaseModel):

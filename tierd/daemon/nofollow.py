@@ -125,12 +125,24 @@ class Opener:
 
     def open(self, path: Path) -> int:
         """Like ``open_regular(path, root)``; raises the same OSError."""
+        name = self._enter(path)
+        return _open_in(self._fd, name, path, self.single_link)
+
+    def stat(self, path: Path) -> os.stat_result:
+        """``lstat`` of ``path`` reached like ``open``, nothing opened (a symlink is itself).
+
+        Raises OSError: ENOENT when it is missing, ENOTDIR when a directory on the way is a symlink.
+        """
+        return os.stat(self._enter(path), dir_fd=self._fd, follow_symlinks=False)
+
+    def _enter(self, path: Path) -> str:
+        """Keep ``path``'s directory open (reached without a symlink); its last name."""
         parts = _components(path, self.root)
         if parts[:-1] != self._parts:
             self.close()
             self._fd = _directory(self.root, parts[:-1])
             self._parts = parts[:-1]
-        return _open_in(self._fd, parts[-1], path, self.single_link)
+        return parts[-1]
 
     def close(self) -> None:
         """Close the directory kept open (idempotent)."""

@@ -47,6 +47,22 @@ def test_dcp_metadata_still_being_written_is_not_complete(tmp_path: Path) -> Non
     assert len(complete(make_spec(root, tmp_path))) == 1
 
 
+def test_dcp_unreadable_metadata_is_looked_at_again_once_settled_then_trusted(tmp_path: Path) -> None:
+    """The README's hand-made ``{}`` (or an empty file): not complete until unchanged for 10 s,
+    and the verdict says when to look again, so no event or reconcile is needed."""
+    root = tmp_path / "job"
+    for step, content in ((5, b"{}\n"), (6, b"")):
+        save_dcp(root / f"step_{step}", step)
+        (root / f"step_{step}" / ".metadata").write_bytes(content)
+    found = scan_root(make_spec(root, tmp_path), NothingKnown())
+    assert [f.verdict.complete for f in found] == [False, False]
+    for f in found:
+        assert f.verdict.retry_after is not None
+        assert 0 < f.verdict.retry_after <= 10.1, f.verdict
+    _age(root, 10)
+    assert [f.step for f in complete(make_spec(root, tmp_path))] == [5, 6]
+
+
 def test_dcp_shard_named_by_metadata_must_exist_and_be_long_enough(tmp_path: Path) -> None:
     root = tmp_path / "job"
     save_dcp(root / "step_5", 5)

@@ -10,12 +10,14 @@ from typing import Any
 import pytest
 import torch
 from sqlalchemy import select
+from structlog.testing import capture_logs
 
 from tests.unit.detect.layouts import LAYOUTS, crc64_b64, write_torch
 from tierd.config import Config
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Checkpoint, Run
 from tierd.daemon.context import Context
+from tierd.daemon.detect import dcp
 from tierd.daemon.detect.service import DetectService
 
 DCP = next(layout for layout in LAYOUTS if layout.name == "dcp")
@@ -77,6 +79,25 @@ async def test_dcp_commit_after_start_is_recorded_once(service: DetectService, c
     await _until(lambda: 5 in _steps(ctx.db), "step 5 to be recorded")
     await service.reconcile()
     assert list(_steps(ctx.db)) == [5]
+
+
+async def test_a_deferred_step_is_recorded_by_its_own_timer_and_said_once(
+    service: DetectService, ctx: Context, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's hand-made step: no event comes after its ``.metadata`` lands, no reconcile runs."""
+    monkeypatch.setattr(dcp, "METADATA_SETTLE_NS", 1_000_000_000)
+    root = ctx.config.watch[0].path
+    await service.reconciled.wait()
+    step = root / "step_100"
+    step.mkdir()
+    (step / "__0_0.distcp").write_bytes(b"x" * 4096)
+    with capture_logs() as logs:
+        (step / ".metadata.tmp").write_text("{}\n")
+        (step / ".metadata.tmp").rename(step / ".metadata")
+        await _until(lambda: 100 in _steps(ctx.db), "step 100 to be recorded")
+    deferred = [e for e in logs if e["event"] == "checkpoint_deferred"]
+    assert [(e["path"], e["log_level"]) for e in deferred] == [("demo/step_100", "info")]
+    assert "not readable" in deferred[0]["reason"]
 
 
 async def test_steps_written_while_stopped_are_found_at_start(ctx: Context) -> None:

@@ -1,4 +1,7 @@
-"""Verify a checkpoint now: every replica re-checked, a bad one marked failed and copied again."""
+"""Verify a checkpoint now: every replica re-checked, a bad one marked failed and copied again.
+
+``tier0-check`` asks only whether tier 0 still holds it (its files looked at, not read).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +9,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from tierd.api.deps import ContextDep, Operator
+from tierd.api.deps import ContextDep, Operator, Reader
 from tierd.api.problems import ProblemRoute, problem_responses
-from tierd.api.schemas import INTEGER_MAX, VerifiedFileOut, VerifyOut, VerifyTierOut
+from tierd.api.schemas import INTEGER_MAX, Tier0CheckOut, VerifiedFileOut, VerifyOut, VerifyTierOut
+from tierd.daemon.aio import blocking
+from tierd.daemon.detect.presence import check_tier0
 from tierd.daemon.scrub import CheckOutcome
 from tierd.errors import CatalogError, NotFound, ShuttingDown
 
@@ -44,3 +49,25 @@ def _tier_out(outcome: CheckOutcome) -> VerifyTierOut:
         for b in outcome.bad
     ]
     return VerifyTierOut(tier=outcome.tier, result=outcome.result, files=files, detail=outcome.detail)
+
+
+@router.post("/{checkpoint_id}/tier0-check", responses=problem_responses(NotFound, CatalogError))
+async def tier0_check(ctx: ContextDep, caller: Reader, checkpoint_id: CheckpointId) -> Tier0CheckOut:
+    """Whether this node's tier 0 holds the checkpoint now, asked before using it in place.
+
+    Each of its files there is looked at (``lstat``, nothing read: one call a file) for its
+    recorded size. When one is not there, ``here`` is false (restore it from another tier) and
+    the tier-0 replica is marked as the reconcile or a scrub would: ``deleted`` when the step's
+    path is gone, ``failed`` otherwise, audited. The read role may ask: what it records is what
+    the disk says, whoever asks.
+    """
+    found = await blocking(check_tier0, ctx.db, ctx.config, checkpoint_id, actor=f"api:{caller}")
+    return Tier0CheckOut(
+        checkpoint_id=found.checkpoint_id,
+        tier=found.tier,
+        here=found.here,
+        state=found.state,
+        location=found.location,
+        reason=found.reason,
+        missing=list(found.missing),
+    )

@@ -11,7 +11,7 @@ no empty run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -324,25 +324,38 @@ def waiting_steps(db: Database, node: str) -> list[tuple[int, str, int, str, str
     return [(checkpoint_id, run, step, path, fmt) for checkpoint_id, run, step, path, fmt in rows]
 
 
-def complete_checkpoints_with_files(session: Session, node: str) -> Sequence[Checkpoint]:
+def complete_checkpoints_with_files(
+    session: Session,
+    node: str | None,
+    *,
+    ids: Collection[int] | None = None,
+    paths: Collection[str] | None = None,
+    states: Collection[CheckpointState] = (CheckpointState.COMPLETE,),
+) -> Sequence[Checkpoint]:
     """Every complete checkpoint of which ``node`` holds a part (or, before parts, recorded).
 
     Loaded with its run, its parts and its files (every part's: see ``files_on_node``).
+    ``node`` None: whoever holds it (a shared tier 0). ``ids`` or ``paths``: only those;
+    ``states``: those states instead of complete only.
     """
-    mine = select(Part.checkpoint_id).where(Part.node == node)
-    partless = ~select(Part.id).where(Part.checkpoint_id == Checkpoint.id).exists()
+    query = select(Checkpoint).where(Checkpoint.state.in_([s.value for s in states]))
+    if node is not None:
+        mine = select(Part.checkpoint_id).where(Part.node == node)
+        partless = ~select(Part.id).where(Part.checkpoint_id == Checkpoint.id).exists()
+        query = query.where(Checkpoint.id.in_(mine) | ((Checkpoint.node == node) & partless))
+    if ids is not None:
+        query = query.where(Checkpoint.id.in_(list(ids)))
+    if paths is not None:
+        query = query.where(Checkpoint.path.in_(list(paths)))
     return session.scalars(
-        select(Checkpoint)
-        .where(
-            Checkpoint.state == CheckpointState.COMPLETE.value,
-            Checkpoint.id.in_(mine) | ((Checkpoint.node == node) & partless),
+        query.options(
+            selectinload(Checkpoint.files), selectinload(Checkpoint.run), selectinload(Checkpoint.parts)
         )
-        .options(selectinload(Checkpoint.files), selectinload(Checkpoint.run), selectinload(Checkpoint.parts))
     ).all()
 
 
-def files_on_node(row: Checkpoint, node: str) -> list[File]:
-    """The files of a loaded checkpoint that ``node``'s tier 0 holds: its part's (all, before parts)."""
+def files_on_node(row: Checkpoint, node: str | None) -> list[File]:
+    """The files of a loaded checkpoint that ``node``'s tier 0 holds: its part's (else all)."""
     part = next((p.id for p in row.parts if p.node == node), None)
     if part is None:
         return list(row.files)

@@ -3,8 +3,10 @@
 - Claiming a row: PostgreSQL locks it with ``SELECT ... FOR UPDATE SKIP LOCKED``, so
   claimers on many nodes neither wait for each other nor take the same row; on SQLite the
   write transaction (BEGIN IMMEDIATE, see ``db.py``) already serialises claimers.
-- Inserting rows that may be there already: ``INSERT ... ON CONFLICT DO NOTHING``, spelled
-  with each dialect's own construct.
+- Inserting rows that may be there already: ``INSERT ... ON CONFLICT DO NOTHING``, or
+  ``DO UPDATE`` to overwrite them (an upsert), spelled with each dialect's own construct. What
+  such a statement did is never read from its row count: PostgreSQL's driver may answer -1
+  for a row that was there (psycopg 3.3 under SQLAlchemy 2.1 does); ask with ``RETURNING``.
 - Serialising one kind of transaction across daemons: ``pg_advisory_xact_lock`` on
   PostgreSQL (released at commit); SQLite's write transaction already holds the one lock.
 - The clock of leases: PostgreSQL's ``now()``, one clock for every node of a fleet, so skew
@@ -18,7 +20,7 @@ The engine set-up (pragmas, BEGIN IMMEDIATE, a separate read engine) lives in ``
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -32,6 +34,7 @@ __all__ = [
     "JOBS_CHANNEL",
     "advisory_xact_lock",
     "insert_ignoring_duplicates",
+    "insert_or_update",
     "is_postgresql",
     "lease_clock",
     "notified_nodes",
@@ -62,6 +65,19 @@ def insert_ignoring_duplicates(session: Session, table: Table) -> Insert:
     if is_postgresql(session):
         return postgresql.insert(table).on_conflict_do_nothing()
     return sqlite.insert(table).on_conflict_do_nothing()
+
+
+def insert_or_update(
+    session: Session, table: Table, key: Collection[str], values: Mapping[str, Any]
+) -> Insert:
+    """``INSERT INTO table`` of ``values`` that overwrites the row already under ``key`` (its columns).
+
+    Every column of ``values`` outside ``key`` is set from the row this statement tried to insert.
+    """
+    insert = postgresql.insert(table) if is_postgresql(session) else sqlite.insert(table)
+    statement = insert.values(**values)
+    changed = {name: statement.excluded[name] for name in values if name not in key}
+    return statement.on_conflict_do_update(index_elements=list(key), set_=changed)
 
 
 def advisory_xact_lock(session: Session, key: int) -> None:

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import case, func, or_, select, text, type_coerce, update
 from sqlalchemy.orm import Session
 
-from tierd.daemon.catalog.dialect import insert_ignoring_duplicates, is_postgresql
+from tierd.daemon.catalog.dialect import insert_ignoring_duplicates, insert_or_update, is_postgresql
 from tierd.daemon.catalog.models import (
     Checkpoint,
     CheckpointState,
@@ -125,15 +125,15 @@ def database_now(session: Session) -> datetime:
 def register_node(session: Session, name: str, *, version: str, pid: int, api: str) -> None:
     """Insert or overwrite ``name``'s row (a restart of the node): started and heard from now."""
     now = func.now()
-    values = {"version": version, "pid": pid, "api": api, "started_at": now, "heartbeat_at": now}
-    inserted = session.execute(insert_ignoring_duplicates(session, _NODES).values(name=name, **values))
-    if not inserted.rowcount:  # type: ignore[attr-defined]
-        session.execute(
-            update(Node)
-            .where(Node.name == name)
-            .values(**values)
-            .execution_options(synchronize_session=False)
-        )
+    values = {
+        "name": name,
+        "version": version,
+        "pid": pid,
+        "api": api,
+        "started_at": now,
+        "heartbeat_at": now,
+    }
+    session.execute(insert_or_update(session, _NODES, ("name",), values))
 
 
 def heartbeat(session: Session, name: str, pid: int, api: str) -> bool:

@@ -9,11 +9,17 @@ source again, never counted as a copy. A verified copy on a later tier holds the
 checked at first sight, so the checkpoint moves on down from there (the scheduler takes
 changed checkpoints too). A file that became a symlink, a FIFO or
 a hard link counts as missing, and is not read. A checkpoint whose whole path is gone
-(the training job rotated it away) gets its tier-0 replica marked ``deleted``.
+(the training job rotated it away) gets its tier-0 replica marked ``deleted``, also when it
+was marked ``changed`` before (an ``rm -rf`` seen half-way).
+
+Besides the reconcile, the watcher runs the same comparison for a recorded checkpoint as soon
+as files under its path are deleted or moved away (``DetectService``), and ``presence``
+before tierd says a checkpoint is here on tier 0.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,9 +99,24 @@ class Change:
         return bool(self.missing or self.modified or self.added)
 
 
-def load_recorded(db: Database, node: str) -> list[Recorded]:
-    """Every complete checkpoint ``node`` holds a part of, with that part's files (blocking)."""
+def load_recorded(
+    db: Database,
+    node: str | None,
+    *,
+    ids: Collection[int] | None = None,
+    paths: Collection[str] | None = None,
+    changed_too: bool = False,
+) -> list[Recorded]:
+    """Every complete checkpoint ``node`` holds a part of, with that part's files (blocking).
+
+    ``node`` None: every one (a shared tier 0). ``ids``, ``paths``: only those;
+    ``changed_too``: ``changed`` ones as well (their path may vanish still).
+    """
+    states = (
+        (CheckpointState.COMPLETE, CheckpointState.CHANGED) if changed_too else (CheckpointState.COMPLETE,)
+    )
     with db.read_session() as session:
+        rows = complete_checkpoints_with_files(session, node, ids=ids, paths=paths, states=states)
         return [
             Recorded(
                 r.id,
@@ -106,7 +127,7 @@ def load_recorded(db: Database, node: str) -> list[Recorded]:
                 tuple(_recorded(f) for f in files_on_node(r, node)),
                 next((p.id for p in r.parts if p.node == node and len(r.parts) > 1), None),
             )
-            for r in complete_checkpoints_with_files(session, node)
+            for r in rows
         ]
 
 
@@ -183,8 +204,10 @@ def apply_change(db: Database, rec: Recorded, change: Change) -> None:
     """Write what ``compare`` found (blocking): mtimes, a ``changed`` state, or a vanished replica."""
     with db.session() as session:
         row = find_checkpoint(session, rec.id)
-        if row is None or row.state != CheckpointState.COMPLETE.value:
+        if row is None or row.state not in (CheckpointState.COMPLETE.value, CheckpointState.CHANGED.value):
             return
+        if row.state == CheckpointState.CHANGED.value and not change.vanished:
+            return  # said once already; only its path vanishing is news
         replica = first_tier_replica(session, row.id)
         if replica is None or replica.state != ReplicaState.VERIFIED.value:
             return  # tier 0's copy is being deleted (or is gone): its files are meant to vanish

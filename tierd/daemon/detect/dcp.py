@@ -12,6 +12,12 @@ metadata names exists and is long enough, and no shard is newer than the metadat
 (an overwrite of an old checkpoint keeps the old ``.metadata`` while new shards land).
 When only some shards are here (node-local tier 0: the other nodes hold the rest) the
 verdict is *partial*: this node's files, and every file the metadata names as expected.
+
+A ``.metadata`` this reader cannot unpickle (empty, cut short, a format it does not know, or
+the README's hand-made ``{}``) may be one still written in place by an older writer: it is
+given ``METADATA_SETTLE_NS`` without a change, and the verdict asks to be looked at again
+then (``retry_after``), so the step is recorded then without waiting for another event.
+After that it is trusted as a marker that names no shards (and warned about).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from tierd.daemon.detect.integrity import MAX_PICKLE_BYTES, Stub, stub_load
 from tierd.daemon.detect.layout import (
@@ -36,7 +43,7 @@ from tierd.daemon.detect.layout import (
 )
 from tierd.logs import get_logger
 
-__all__ = ["DcpDetector", "dcp_check", "dcp_problem", "looks_like_dcp"]
+__all__ = ["DcpCheck", "DcpDetector", "dcp_check", "looks_like_dcp"]
 
 log = get_logger(__name__)
 
@@ -45,8 +52,21 @@ _RANK_METADATA = re.compile(r"^__(\d+)\.metadata$")
 _SHARD = re.compile(r"^__(\d+)_\d+\.distcp$")
 #: Clock skew allowed between the node that wrote a shard and the one that wrote .metadata.
 MTIME_TOLERANCE_NS = 2_000_000_000
-#: An unreadable metadata file this recent (or empty) is taken for one still being written.
+#: An unreadable (or empty) metadata file this recent is taken for one still being written.
 METADATA_SETTLE_NS = 10_000_000_000
+#: Past the settle time, so the look again finds it settled.
+_SETTLE_MARGIN = 0.05
+
+
+class DcpCheck(NamedTuple):
+    """What ``dcp_check`` found: why not complete, what the metadata names, when to look again.
+
+    ``problem`` None: complete. ``expected`` None: unknown, or a shard is cut short.
+    """
+
+    problem: str | None
+    expected: tuple[str, ...] | None
+    retry_after: float | None = None
 
 
 def looks_like_dcp(listing: Listing) -> bool:
@@ -93,25 +113,35 @@ def _metadata_files(listing: Listing) -> list[str] | str:
     return [f"__{r}.metadata" for r in sorted(ranks)]
 
 
-def dcp_problem(directory: Path, files: list[FileStat]) -> str | None:
-    """Why the DCP checkpoint in ``directory`` is not complete, or None when it is."""
-    return dcp_check(directory, files)[0]
+def _unsettled(meta: str, found: FileStat | None) -> DcpCheck | None:
+    """A not-yet verdict for an unreadable ``meta`` changed within the settle time, else None."""
+    if found is None:
+        return DcpCheck(f"{meta} is gone", None)
+    age_ns = time.time_ns() - found.mtime_ns
+    if age_ns >= METADATA_SETTLE_NS:
+        return None
+    wait = (METADATA_SETTLE_NS - max(age_ns, 0)) / 1e9 + _SETTLE_MARGIN
+    settle = METADATA_SETTLE_NS / 1e9
+    reason = f"{meta} is not readable: taken for one still being written until unchanged for {settle:g}s"
+    return DcpCheck(reason, None, wait)
 
 
-def dcp_check(directory: Path, files: list[FileStat]) -> tuple[str | None, tuple[str, ...] | None]:
-    """(why not complete or None, every file the metadata names when none is cut short)."""
+def dcp_check(directory: Path, files: list[FileStat]) -> DcpCheck:
+    """Whether the DCP checkpoint in ``directory`` is complete (``DcpCheck``).
+
+    ``retry_after`` is set when only time can change the answer (an unreadable ``.metadata``).
+    """
     listing = list_dir(directory)
     metas = _metadata_files(listing)
     if isinstance(metas, str):
-        return metas, None
+        return DcpCheck(metas, None)
     by_name = {f.path.name: f for f in files if f.path.parent == directory}
     expected: dict[str, int] = {}
     for meta in metas:
         sizes = _storage_sizes(directory / meta)
         if sizes is None:
-            found = by_name.get(meta)
-            if found is None or found.size == 0 or time.time_ns() - found.mtime_ns < METADATA_SETTLE_NS:
-                return f"{meta} is not readable yet (still being written)", None
+            if (waiting := _unsettled(meta, by_name.get(meta))) is not None:
+                return waiting
             # Stable and still unreadable (a format this reader does not know): it names nothing.
             log.warning("dcp_metadata_unreadable", path=str(directory / meta))
             sizes = {}
@@ -120,16 +150,16 @@ def dcp_check(directory: Path, files: list[FileStat]) -> tuple[str | None, tuple
     for rel, size in sorted(expected.items()):
         found = by_name.get(rel)
         if found is not None and found.size < size:
-            return f"shard {rel} is shorter than the metadata says", None
+            return DcpCheck(f"shard {rel} is shorter than the metadata says", None)
     newest_meta = max((by_name[m].mtime_ns for m in metas if m in by_name), default=0)
     shards = [f for n, f in by_name.items() if n.endswith(".distcp") or n in expected]
     if any(s.mtime_ns > newest_meta + MTIME_TOLERANCE_NS for s in shards):
-        return "shards are newer than .metadata (an overwrite is in progress)", None
+        return DcpCheck("shards are newer than .metadata (an overwrite is in progress)", None)
     named = (*metas, *sorted(expected))
     if absent:
         # On node-local tier 0 the other nodes hold these: this node's files are its part.
-        return f"shard {absent[0]} named by the metadata is missing", named
-    return None, named
+        return DcpCheck(f"shard {absent[0]} named by the metadata is missing", named)
+    return DcpCheck(None, named)
 
 
 class DcpDetector:
@@ -152,10 +182,10 @@ class DcpDetector:
         if isinstance(early, str):  # cheap: no walk while shards are still being written
             return incomplete(early)
         files = walk_files(candidate.path)
-        problem, expected = dcp_check(candidate.path, files)
+        problem, expected, retry_after = dcp_check(candidate.path, files)
         if problem is not None and expected is not None:
             return Verdict(False, problem, tuple(files), partial=True, expected=expected)
         if problem is not None:
-            return incomplete(problem)
+            return incomplete(problem, retry_after)
         reason = ".metadata committed and every shard present"
         return Verdict(True, reason, tuple(files), expected=expected)

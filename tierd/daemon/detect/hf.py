@@ -19,7 +19,7 @@ import math
 import re
 from pathlib import Path
 
-from tierd.daemon.detect.dcp import dcp_problem, looks_like_dcp
+from tierd.daemon.detect.dcp import dcp_check, looks_like_dcp
 from tierd.daemon.detect.deepspeed import LATEST, deepspeed_problem, read_tag
 from tierd.daemon.detect.integrity import first_unwritten
 from tierd.daemon.detect.layout import (
@@ -119,31 +119,31 @@ class HfDetector:
         if not list_dir(candidate.path).has_file(TRAINER_STATE):
             return incomplete(f"{TRAINER_STATE} not written yet")
         files = walk_files(candidate.path)
-        problem = (
-            _state_ok(files, candidate.path.name)
-            or first_unwritten(files)
-            or _rng_problem(files)
-            or self._nested_problem(candidate, files)
-        )
+        problem = _state_ok(files, candidate.path.name) or first_unwritten(files) or _rng_problem(files)
+        retry_after = None
+        if problem is None:
+            problem, retry_after = self._nested_problem(candidate, files)
         if problem is not None:
-            return incomplete(problem)
+            return incomplete(problem, retry_after)
         metrics = trainer_metrics(candidate.path / TRAINER_STATE)
         return Verdict(True, f"{TRAINER_STATE} written", tuple(files), metrics=metrics)
 
-    def _nested_problem(self, candidate: Candidate, files: list[FileStat]) -> str | None:
+    def _nested_problem(self, candidate: Candidate, files: list[FileStat]) -> tuple[str | None, float | None]:
+        """Why a nested DeepSpeed or DCP checkpoint is not complete, and when to look again."""
         listing = list_dir(candidate.path)
         if listing.has_file(LATEST):
             tag = read_tag(candidate.path / LATEST)
             if tag is None or not listing.has_dir(tag):
-                return f"DeepSpeed tag {tag!r} named by latest is not there"
+                return f"DeepSpeed tag {tag!r} named by latest is not there", None
             tag_dir = candidate.path / tag
             inner = [f for f in files if f.path.is_relative_to(tag_dir)]
             if (problem := deepspeed_problem(tag_dir, inner)) is not None:
-                return problem
+                return problem, None
         for name, entry in listing.entries.items():
             sub = candidate.path / name
             if not (entry.is_dir and looks_like_dcp(list_dir(sub))):
                 continue
-            if (problem := dcp_problem(sub, [f for f in files if f.path.parent == sub])) is not None:
-                return f"{name}: {problem}"
-        return None
+            check = dcp_check(sub, [f for f in files if f.path.parent == sub])
+            if check.problem is not None:
+                return f"{name}: {check.problem}", check.retry_after
+        return None, None

@@ -90,11 +90,11 @@ class MegatronDetector:
         if unwritten is not None:
             return Verdict(False, unwritten, marker=True)
         if looks_like_dcp(list_dir(candidate.path)):  # torch_dist
-            problem, expected = dcp_check(candidate.path, files)
+            problem, expected, retry_after = dcp_check(candidate.path, files)
         else:
-            problem, expected = _legacy_check(candidate.path, files)
+            (problem, expected), retry_after = _legacy_check(candidate.path, files), None
         if problem is not None:  # on a node-local tier 0, other nodes hold the other ranks' files
-            return Verdict(False, problem, marker=True, expected=expected)
+            return Verdict(False, problem, retry_after=retry_after, marker=True, expected=expected)
         return Verdict(True, f"{TRACKER} holds {tracked}", tuple(files))
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tierd.daemon.detect.dcp import dcp_problem, looks_like_dcp
+from tierd.daemon.detect.dcp import dcp_check, looks_like_dcp
 from tierd.daemon.detect.integrity import first_unwritten
 from tierd.daemon.detect.layout import (
     Candidate,
@@ -74,11 +74,11 @@ class NemoDetector:
         files = self._files(parent, base)
         if not files:
             return incomplete("no checkpoint files")
-        problem = first_unwritten(files)
+        problem, retry_after = first_unwritten(files), None
         if problem is None and candidate.path.is_dir():
-            problem = _dist_problem(candidate.path, files)
+            problem, retry_after = _dist_problem(candidate.path, files)
         if problem is not None:
-            return incomplete(problem)
+            return incomplete(problem, retry_after)
         return Verdict(True, "no -unfinished marker", tuple(files))
 
     def _files(self, parent: Path, base: str) -> list[FileStat]:
@@ -91,14 +91,15 @@ class NemoDetector:
         return files
 
 
-def _dist_problem(directory: Path, files: list[FileStat]) -> str | None:
+def _dist_problem(directory: Path, files: list[FileStat]) -> tuple[str | None, float | None]:
+    """Why a distributed (DCP) checkpoint's directories are not complete, and when to look again."""
     stack = [directory]
     while stack:
         current = stack.pop()
         listing = list_dir(current)
         if looks_like_dcp(listing):
-            problem = dcp_problem(current, [f for f in files if f.path.parent == current])
-            if problem is not None:
-                return f"{current.name}: {problem}"
+            check = dcp_check(current, [f for f in files if f.path.parent == current])
+            if check.problem is not None:
+                return f"{current.name}: {check.problem}", check.retry_after
         stack.extend(current / n for n, e in listing.entries.items() if e.is_dir)
-    return None
+    return None, None

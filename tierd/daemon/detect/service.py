@@ -18,6 +18,15 @@ hashes the held steps again, so those retries are spaced by ``HELD_RETRY`` (5 s 
 
 A checkpoint ``hostile`` refuses is warned about and audited (``refused``) once per
 path and reason, and looked at again on later events and scans.
+
+A candidate that only time can complete (a verdict with ``retry_after``: DCP's unreadable
+``.metadata`` settling, a ``torch.save`` file settling, a node's part settling, files that
+moved while hashed) is deferred: logged once per path and reason (``checkpoint_deferred``,
+info) and looked at again by a timer of its own for its directory (one per directory, the
+earliest kept), so it is recorded seconds after it settles, not at the next reconcile.
+
+Files of a recorded checkpoint deleted or moved away from tier 0 are handed to ``Removals``,
+which compares the checkpoint with the disk as soon as they stop, not at the next reconcile.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from tierd.daemon.detect.layout import Settings, Verdict, incomplete
 from tierd.daemon.detect.parts import inspect_part, late_files_verdict, part_verdict
 from tierd.daemon.detect.record import Outcome, record_checkpoint, write_refused
 from tierd.daemon.detect.registry import BY_NAME, detectors_for
+from tierd.daemon.detect.removals import Removals
 from tierd.daemon.detect.scan import Found, RootSpec, detect_path, scan_chain, scan_root
 from tierd.daemon.outage import CatalogOutage
 from tierd.daemon.pipeline.retry import Backoff
@@ -73,6 +83,9 @@ LATE = timedelta(seconds=30)
 HELD_RETRY = Backoff(base=5.0, cap=60.0)
 #: Refused checkpoints remembered (so each refusal is audited once, not at every scan).
 MAX_REFUSALS_REMEMBERED = 10_000
+#: Deferred checkpoints remembered (so each deferral is logged once, not at every look).
+MAX_DEFERRALS_REMEMBERED = 10_000
+_REMOVALS = frozenset({"deleted", "moved"})
 _RELEVANT = frozenset({"created", "modified", "moved", "deleted", "closed"})
 
 DirKey = tuple[int, Path]
@@ -88,6 +101,8 @@ class _Handler(FileSystemEventHandler):
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type not in _RELEVANT:
             return
+        if event.event_type in _REMOVALS:
+            self.service.post_removal(os.fsdecode(event.src_path))
         paths = [event.src_path, getattr(event, "dest_path", "")]
         for raw in paths:
             if raw:
@@ -112,6 +127,9 @@ class DetectService:
         self._again: set[DirKey] = set()
         self._recording: set[str] = set()
         self._refusals: dict[str, str] = {}  # relpath -> reason of the refusal audited last
+        self._deferrals: dict[str, str] = {}  # relpath -> reason of the deferral logged last
+        self._retries: dict[DirKey, asyncio.TimerHandle] = {}  # deferred directories' timers
+        self.removals = Removals(ctx, self.inflight, lambda: self.known, self._compare_failed)
         self._sweeps = 0
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -143,9 +161,11 @@ class DetectService:
         """Stop the observer, take no new work, let recordings finish for up to ``timeout``."""
         self._stopping = True
         self.ctx.watcher_running = False
-        for handle in self._pending.values():
+        for handle in [*self._pending.values(), *self._retries.values()]:
             handle.cancel()
         self._pending.clear()
+        self._retries.clear()
+        self.removals.stop()
         loops = [*self._loops, *([self._recovery] if self._recovery is not None else [])]
         for task in loops:
             task.cancel()
@@ -167,6 +187,14 @@ class DetectService:
         with contextlib.suppress(RuntimeError):  # the loop is closing
             loop.call_soon_threadsafe(self._schedule, (index, Path(path).parent), DEBOUNCE_SECONDS)
 
+    def post_removal(self, path: str) -> None:
+        """Called from the observer thread: ``path`` was deleted or moved away."""
+        loop = self._loop
+        if loop is None or self._stopping:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            loop.call_soon_threadsafe(self.removals.post, Path(path))
+
     def _schedule(self, key: DirKey, delay: float) -> None:
         if self._stopping or self._loop is None:
             return
@@ -183,6 +211,9 @@ class DetectService:
             return
         self._busy.add(key)
         self.inflight.spawn(self._evaluate(key), f"look at {key[1]}")
+
+    def _compare_failed(self, exc: CatalogError) -> None:
+        self._catalog_failed(exc, "compare")  # the reconcile after the outage compares it
 
     async def _evaluate(self, key: DirKey) -> None:
         index, directory = key
@@ -212,14 +243,39 @@ class DetectService:
                     self._recording.add(found.candidate.key)
                     work.append(self._record(index, found))
             elif found.verdict.retry_after is not None:
-                self._retry(index, found.candidate.path.parent, found.verdict.retry_after)
+                self._defer(index, found, found.verdict.reason, found.verdict.retry_after)
             else:
                 log.debug("checkpoint_incomplete", path=found.relpath, reason=found.verdict.reason)
         return work
 
+    def _defer(self, index: int, found: Found, reason: str, delay: float) -> None:
+        """Look at ``found`` again in ``delay`` seconds; log why, once per path and reason."""
+        self._log_deferral(found.relpath, reason, delay)
+        self._retry(index, found.candidate.path.parent, delay)
+
+    def _log_deferral(self, relpath: str, reason: str, delay: float) -> None:
+        if self._deferrals.get(relpath) == reason:
+            return
+        log.info("checkpoint_deferred", path=printable(relpath), reason=reason, again_in=round(delay, 2))
+        self._deferrals[relpath] = reason
+        while len(self._deferrals) > MAX_DEFERRALS_REMEMBERED:
+            self._deferrals.pop(next(iter(self._deferrals)))
+
     def _retry(self, index: int, directory: Path, delay: float) -> None:
-        if self._loop is not None and not self._stopping:
-            self._loop.call_later(delay, self._schedule, (index, directory), 0.0)
+        """Look at ``directory`` again in ``delay`` seconds (one timer per directory, the earliest)."""
+        if self._loop is None or self._stopping:
+            return
+        key = (index, directory)
+        armed = self._retries.get(key)
+        if armed is not None and armed.when() <= self._loop.time() + delay:
+            return
+        if armed is not None:
+            armed.cancel()
+        self._retries[key] = self._loop.call_later(delay, self._retry_due, key)
+
+    def _retry_due(self, key: DirKey) -> None:
+        self._retries.pop(key, None)
+        self._schedule(key, 0.0)
 
     async def _record(self, index: int, found: Found) -> None:
         spec = self.roots[index]
@@ -232,7 +288,7 @@ class DetectService:
                 recheck = functools.partial(inspect_part, detector, candidate, spec.settings)
                 if not verdict.partial:
                     if verdict.retry_after is not None:
-                        self._retry(index, candidate.path.parent, verdict.retry_after)
+                        self._defer(index, found, verdict.reason, verdict.retry_after)
                     return
             outcome, checkpoint_id = await record_checkpoint(
                 self.ctx,
@@ -247,8 +303,7 @@ class DetectService:
                 expect=_nodes_expected(spec.settings),
             )
         except Unstable as exc:
-            log.info("checkpoint_unstable", path=found.relpath, reason=str(exc))
-            self._retry(index, candidate.path.parent, RETRY_SECONDS)
+            self._defer(index, found, str(exc), RETRY_SECONDS)
             return
         except CatalogError as exc:
             self._catalog_failed(exc, "record", (index, candidate.path.parent))
@@ -263,6 +318,7 @@ class DetectService:
         finally:
             self._recording.discard(candidate.key)
         self.known.add(found.run, found.step, found.relpath, detector.name)
+        self._deferrals.pop(found.relpath, None)
         self.outage.succeeded()
         if outcome is not Outcome.EXISTING:
             log.info(
@@ -486,6 +542,7 @@ class DetectService:
             log.info("waiting_not_recorded", path=waiting.relpath, reason=str(exc))
             return
         self.known.add(waiting.run, waiting.step, waiting.relpath, name)
+        self._deferrals.pop(waiting.relpath, None)
         log.info(
             "waiting_completed", id=waiting.id, run=waiting.run, step=waiting.step, outcome=outcome.value
         )
@@ -509,6 +566,8 @@ class DetectService:
             return (name, verdict, recheck) if verdict.partial else None
         detector, candidate, verdict = result
         assert candidate is not None
+        if verdict.retry_after is not None:  # the sweep looks again within WAITING_POLL_SECONDS
+            self._log_deferral(waiting.relpath, verdict.reason, verdict.retry_after)
         if verdict.complete:
             return detector.name, verdict, functools.partial(detector.inspect, candidate, settings)
         if not spans or (waiting.unmarked and not verdict.vouched):  # an unmarked part waits for its marker

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from tests.fixtures.opens import OpenSpy
 from tierd.config import PosixTier
 from tierd.daemon.backends import make_backend
 from tierd.daemon.backends.posix.backend import PosixBackend
-from tierd.daemon.nofollow import open_regular, read_regular
+from tierd.daemon.nofollow import Opener, open_regular, read_regular
 from tierd.errors import NotFound, PermanentBackendError
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "O_PATH"), reason="inotify and O_PATH are Linux's")
@@ -69,6 +70,19 @@ def test_open_regular(tree: Path, spy: OpenSpy) -> None:
     with pytest.raises(OSError, match="longer than 3 bytes"):
         read_regular(tree / "ok" / "file", 3)
     assert read_regular(tree / "ok" / "file", 4, tree) == b"fine"
+
+
+def test_opener_stat_opens_nothing_and_follows_no_symlink(tree: Path, spy: OpenSpy) -> None:
+    with Opener(tree) as opener:
+        assert opener.stat(tree / "ok" / "file").st_size == 4
+        assert stat.S_ISLNK(opener.stat(tree / "link").st_mode)  # the link itself, not the secret
+        assert stat.S_ISFIFO(opener.stat(tree / "pipe").st_mode)
+        with pytest.raises(NotADirectoryError) as through:
+            opener.stat(tree / "dir" / "file")
+        assert through.value.errno == errno.ENOTDIR
+        with pytest.raises(FileNotFoundError):
+            opener.stat(tree / "ok" / "gone")
+    assert spy.opened() == set()
 
 
 @pytest.fixture
