@@ -270,7 +270,7 @@ async def test_a_failed_copy_discards_what_was_staged(posix_src: PosixBackend, d
 async def test_a_failed_commit_leaves_nothing_under_final_names(
     posix_src: PosixBackend, dst: PosixBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken_disk(root: Path, staged: list[Any]) -> None:
+    def broken_disk(staged: list[Any]) -> None:
         raise OSError(errno.EIO, "I/O error")
 
     monkeypatch.setattr(posixcopy, "commit_staged", broken_disk)

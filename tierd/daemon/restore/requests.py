@@ -64,7 +64,7 @@ def request_restore(db: Database, config: Config, request: RestoreRequest, *, ac
         else:
             roots, wanted = config.restore_roots, request.target or ""
         target = check_target(wanted, roots, overwrite=request.overwrite)
-        _check_not_in_checkpoint(session, config, target, checkpoint.id if request.to_tier0 else None)
+        _check_not_in_checkpoint(session, config, target, checkpoint.id)
         _check_source(session, config, checkpoint.id, request.source_tier)
         files = files_of(session, checkpoint.id)
         detail = {
@@ -94,21 +94,24 @@ def request_restore(db: Database, config: Config, request: RestoreRequest, *, ac
         return restores.create_restore(session, checkpoint, detail, actor=actor).id
 
 
-def _check_not_in_checkpoint(session: Session, config: Config, target: Path, own: int | None) -> None:
-    """Refuse a target that is, or lies inside, a checkpoint recorded on tier 0 (but ``own``).
+def _check_not_in_checkpoint(session: Session, config: Config, target: Path, own: int) -> None:
+    """Refuse a target that is, or lies inside, a checkpoint recorded on tier 0 (but is ``own``'s path).
 
-    Writing there would replace a recorded step's bytes while the catalog still shows them
-    verified. Raises RestoreRefused.
+    Writing there would change a recorded step's bytes while the catalog still shows them
+    verified. The restored checkpoint's own path is its own bytes put back (``to: tier0``, or
+    a job's ``ensure_local`` after tier 0 lost them). Raises RestoreRefused.
     """
     tier0 = Path(os.path.realpath(config.tier0.path))
     if target != tier0 and tier0 not in target.parents:
         return
     parts = target.relative_to(tier0).parts
-    found = [i for i in checkpoints_at(session, ["/".join(parts[:n]) for n in range(1, len(parts) + 1)])]
-    others = [i for i in found if i != own]
-    if others:
+    above = ["/".join(parts[:n]) for n in range(1, len(parts))]
+    found = checkpoints_at(session, above) + [
+        i for i in checkpoints_at(session, ["/".join(parts)]) if i != own
+    ]
+    if found:
         raise RestoreRefused(
-            f"target {target} is, or lies inside, checkpoint {others[0]} recorded on tier {config.tier0.name}"
+            f"target {target} is, or lies inside, checkpoint {found[0]} recorded on tier {config.tier0.name}"
         )
 
 
