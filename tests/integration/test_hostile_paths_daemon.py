@@ -84,5 +84,17 @@ def test_a_restore_into_a_recorded_step_is_refused(lab: LabFactory, tmp_path: Pa
         answer = lab_.call("POST", "/v1/restores", json=body)
         assert (answer.status_code, answer.headers["content-type"]) == (422, PROBLEM), answer.text
         assert "recorded on tier nvme" in answer.json()["detail"]
+    inside_own = {
+        "run": RUN,
+        "step": 1,
+        "target": str(tmp_path / "nvme" / RUN / "step1" / "sub"),
+        "overwrite": True,
+    }
+    assert lab_.call("POST", "/v1/restores", json=inside_own).status_code == 422
+    assert tree(tmp_path / "nvme") == before
+    own = {"run": RUN, "step": 1, "target": str(tmp_path / "nvme" / RUN / "step1"), "overwrite": True}
+    answer = lab_.call("POST", "/v1/restores", json=own)  # its own bytes put back (ensure_local)
+    assert answer.status_code == 202, answer.text
+    assert finished(lab_, answer.json()["id"])["state"] == "done"
     assert tree(tmp_path / "nvme") == before
     assert lab_.daemon.terminate(30) == 0
