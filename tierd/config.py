@@ -96,10 +96,17 @@ class CatalogConfig(_Strict):
 class TokenConfig(_Strict):
     """A bearer token and the role it grants."""
 
-    name: str
+    name: str = Field(min_length=1, max_length=128)
     token: SecretStr | None = None
     token_file: Path | None = None
     role: Literal["read", "operate", "admin"] = "read"
+
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, name: str) -> str:
+        if not name.isprintable():
+            raise ValueError("must be printable: it names the caller in the audit log and the CLI's tables")
+        return name
 
     @model_validator(mode="after")
     def _one_source(self) -> TokenConfig:

@@ -151,7 +151,10 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = [{"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"]} for err in exc.errors()]
+    errors = [
+        {"loc": ".".join(str(p) for p in err["loc"]), "msg": str(err["msg"]).removeprefix("Value error, ")}
+        for err in exc.errors()
+    ]
     summary = "; ".join(f"{e['loc']}: {e['msg']}" for e in errors)
     return problem(422, summary, title="Invalid request", errors=errors)
 
