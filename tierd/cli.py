@@ -18,6 +18,7 @@ from tierd import __version__, commands
 from tierd.config import Config, default_config_path, load_config
 from tierd.display import format_bytes, table
 from tierd.errors import ApiError, ConfigError, TierdError
+from tierd.keyring import Keyring
 
 __all__ = ["main"]
 
@@ -137,6 +138,7 @@ def _cmd_db_check(args: argparse.Namespace) -> int:
 def _cmd_config_validate(args: argparse.Namespace) -> int:
     path = args.file or args.config or default_config_path()
     config = load_config(path)
+    Keyring(config.api.tokens)  # a token file that cannot be read is an error here too
     print(f"{path}: valid ({len(config.tiers)} tiers, {len(config.watch)} watched roots)")
     return 0
 

@@ -115,7 +115,10 @@ class TokenConfig(_Strict):
         return self
 
     def secret(self) -> str:
-        """The token's value, read from ``token_file`` when that is how it is given."""
+        """The token's value, read from ``token_file`` now when that is how it is given.
+
+        The API never calls this per request: ``tierd.keyring`` reads it at start and on reload.
+        """
         if self.token is not None:
             return self.token.get_secret_value()
         assert self.token_file is not None

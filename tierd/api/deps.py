@@ -8,7 +8,6 @@ every route using them documents 401, 403 and 503 without saying so itself.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable, Iterator
 from typing import Annotated, Literal
 
@@ -83,17 +82,16 @@ def require_role(role: Role) -> Callable[..., str]:
         ctx: ContextDep,
         creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ) -> str:
-        tokens = ctx.config.api.tokens
-        if not tokens:
+        if not ctx.tokens.enabled:
             return "anonymous"
         if creds is None:
             raise HTTPException(401, "a bearer token is required", {"WWW-Authenticate": "Bearer"})
-        for token in tokens:
-            if hmac.compare_digest(token.secret().encode(), creds.credentials.encode()):
-                if _RANK[token.role] < _RANK[role]:
-                    raise HTTPException(403, f"token {token.name!r} has role {token.role}, needs {role}")
-                return token.name
-        raise HTTPException(401, "unknown bearer token", {"WWW-Authenticate": "Bearer"})
+        token = ctx.tokens.find(creds.credentials)
+        if token is None:
+            raise HTTPException(401, "unknown bearer token", {"WWW-Authenticate": "Bearer"})
+        if _RANK[token.role] < _RANK[role]:
+            raise HTTPException(403, f"token {token.name!r} has role {token.role}, needs {role}")
+        return token.name
 
     return check
 
