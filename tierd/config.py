@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import ByteSize, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from tierd.errors import ConfigError
@@ -130,6 +130,9 @@ class ApiConfig(_Strict):
 
     listen: str = "127.0.0.1:8470"
     tokens: list[TokenConfig] = Field(default_factory=list)
+    #: A request body longer than this is refused (413) before it is read. 8 MiB holds a notify
+    #: naming 100,000 files (the most it may) at ~60 bytes a path; every other body is tiny.
+    max_body_bytes: ByteSize = Field(default=ByteSize(8 * 1024 * 1024), ge=64 * 1024)
 
     @field_validator("listen")
     @classmethod
