@@ -4,11 +4,8 @@ Each is checked before the work it bounds (DESIGN: "every request's cost is boun
 work starts"): the body's size before it is read (``api.max_body_bytes``, in ``gate``), then,
 while the body is validated and before any route runs, each list's length and each string's.
 
-- ``MAX_WORLD_SIZE`` (2**20 = 1,048,576 ranks): about ten times the largest training jobs run
-  today (~100,000 GPUs). DCP writes one shard file per rank, so a step that large would already
-  name more files than ``MAX_EXPECTED_FILES`` allows.
-- ``MAX_EXPECTED_FILES`` (100,000 paths): a DCP step of 8,192 ranks with a dozen files each;
-  at a typical 60 bytes a path such a list is ~6 MB, inside the 8 MiB body bound.
+- ``world_size`` and ``expected_files``: at most ``MAX_WORLD_SIZE`` and ``MAX_EXPECTED_FILES``
+  (``tierd.limits`` says why; the detectors bound what a format's metadata says the same way);
 - paths: at most ``MAX_PATH_BYTES`` (4,096, Linux's PATH_MAX) in UTF-8, each component at most
   ``MAX_COMPONENT_BYTES`` (255, NAME_MAX): a longer one names no file tierd could open.
 - names and text a request sets (runs, paths, tiers, holds, metrics, reasons): no control
@@ -22,6 +19,8 @@ import re
 from typing import Annotated
 
 from pydantic import AfterValidator, Field, StringConstraints
+
+from tierd.limits import MAX_EXPECTED_FILES, MAX_WORLD_SIZE
 
 __all__ = [
     "HOLD_NAME",
@@ -40,8 +39,6 @@ __all__ = [
     "no_control",
 ]
 
-MAX_WORLD_SIZE = 2**20
-MAX_EXPECTED_FILES = 100_000
 MAX_PATH_BYTES = 4096
 MAX_COMPONENT_BYTES = 255
 #: The characters no name holds, as the OpenAPI document declares them (C0, DEL, C1).
