@@ -16,8 +16,9 @@ from typing import Any
 
 from tierd import __version__, commands
 from tierd.config import Config, default_config_path, load_config
-from tierd.display import format_bytes, table
+from tierd.display import format_bytes, printable, table
 from tierd.errors import ApiError, ConfigError, TierdError
+from tierd.keyring import Keyring
 
 __all__ = ["main"]
 
@@ -41,14 +42,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         _report_api_error(args, exc)
         return 1
     except TierdError as exc:
-        print(f"tierd: {exc}", file=sys.stderr)
+        print(printable(f"tierd: {exc}"), file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"tierd: {exc}", file=sys.stderr)
+        print(printable(f"tierd: {exc}"), file=sys.stderr)
         return 1
     except Exception as exc:
         if type(exc).__module__.startswith("httpx"):
-            print(f"tierd: cannot reach the daemon: {exc}", file=sys.stderr)
+            print(printable(f"tierd: cannot reach the daemon: {exc}"), file=sys.stderr)
             return 1
         raise
     return result
@@ -58,7 +59,7 @@ def _report_api_error(args: argparse.Namespace, exc: ApiError) -> None:
     """The problem's detail on stderr (and what blocks a reservation); its JSON too with ``--json``."""
     if getattr(args, "json", False) and exc.problem is not None:
         print(json.dumps(exc.problem, indent=2))
-    print(f"tierd: {exc}", file=sys.stderr)
+    print(printable(f"tierd: {exc}"), file=sys.stderr)
     blocked = (exc.problem or {}).get("blocked") or []
     if blocked:
         rows = [(b["checkpoints"], format_bytes(b["bytes"]), b["blocker"], b["reason"]) for b in blocked]
@@ -137,6 +138,7 @@ def _cmd_db_check(args: argparse.Namespace) -> int:
 def _cmd_config_validate(args: argparse.Namespace) -> int:
     path = args.file or args.config or default_config_path()
     config = load_config(path)
+    Keyring(config.api.tokens)  # a token file that cannot be read is an error here too
     print(f"{path}: valid ({len(config.tiers)} tiers, {len(config.watch)} watched roots)")
     return 0
 

@@ -1,7 +1,8 @@
 """The ``tierd`` commands that talk to a running daemon through its API (:class:`tierd.api.client.Client`).
 
 Each takes ``--url`` and ``--token`` (``$TIERD_TOKEN``) and ``--json``, which prints the API's
-JSON as it came; otherwise it prints a short line or an aligned table. A checkpoint is named by
+JSON as it came (control characters escaped by JSON); otherwise it prints a short line or an
+aligned table, every line through ``display.printable``. A checkpoint is named by
 its id or by ``RUN:STEP`` (split on the last ``:``, so a run name may hold one).
 """
 
@@ -28,6 +29,7 @@ from tierd.display import (
     format_time,
     holds_text,
     parts_lines,
+    printable,
     protection,
     table,
 )
@@ -160,11 +162,11 @@ def _resolve(client: Client, ref: CheckpointRef) -> int:
 
 
 def _emit(args: argparse.Namespace, body: object, lines: list[str] | Callable[[], list[str]]) -> int:
-    """Print ``body`` as JSON with ``--json``, else the human ``lines``; returns exit code 0."""
+    """Print ``body`` as JSON with ``--json``, else the human ``lines`` (escaped); returns exit code 0."""
     if args.json:
         print(json.dumps(body, indent=2))
     else:
-        print("\n".join(lines() if callable(lines) else lines))
+        print("\n".join(printable(line) for line in (lines() if callable(lines) else lines)))
     return 0
 
 
@@ -176,7 +178,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
             if args.json and exc.problem is not None:
                 print(json.dumps(exc.problem, indent=2))
             else:
-                print(f"not ready: {exc.detail}")
+                print(printable(f"not ready: {exc.detail}"))
             return 1
     return _emit(
         args, body, [f"ready (node {body['node']})", *(f"warning: {w}" for w in body.get("warnings", []))]
@@ -528,7 +530,7 @@ def _cmd_restore(args: argparse.Namespace) -> int:
         restore = client.restore(body)
         if args.wait:
             restore = _follow(client, restore, live=not args.json and sys.stdout.isatty())
-    _emit(args, restore, lambda: [_restore_line(restore)])
+    _emit(args, restore, lambda: _restore_lines(restore))
     return 0 if restore["state"] in ("done", "queued", "running") else 1
 
 
@@ -536,7 +538,7 @@ def _follow(client: Client, restore: JsonObject, *, live: bool) -> JsonObject:
     """Poll the restore until it ends, rewriting one progress line when ``live``."""
     while restore["state"] not in _RESTORE_END:
         if live:
-            print(f"\r\033[K{_restore_line(restore)}", end="", flush=True)
+            print(f"\r\033[K{printable(_restore_lines(restore)[0])}", end="", flush=True)
         time.sleep(WAIT_POLL)
         restore = client.restore_status(int(restore["id"]))
     if live:
@@ -544,8 +546,11 @@ def _follow(client: Client, restore: JsonObject, *, live: bool) -> JsonObject:
     return restore
 
 
-def _restore_line(r: JsonObject) -> str:
-    """``restore 3 running: 45% 1.2 GiB of 2.6 GiB, 12/30 files, 250 MiB/s, 6s left (from pfs)``."""
+def _restore_lines(r: JsonObject) -> list[str]:
+    """A restore's progress, a line per file taken from another tier, and its error.
+
+    ``restore 3 running: 45% 1.2 GiB of 2.6 GiB, 12/30 files, 250 MiB/s, 6s left (from pfs)``.
+    """
     total = r["bytes_total"] or 1
     parts = [
         f"restore {r['id']} {r['state']}: {100 * r['bytes_done'] // total}%",
@@ -559,9 +564,10 @@ def _restore_line(r: JsonObject) -> str:
     line = (
         ", ".join(parts) + f" -> {r['target']}" + (f" (from {r['source_tier']})" if r["source_tier"] else "")
     )
-    for fallback in r["fallbacks"]:
-        line += f"\n  {fallback['file']}: bad on {fallback['from_tier']}, taken from {fallback['to_tier']}"
-    return line + (f"\n  error: {r['error']}" if r["error"] else "")
+    lines = [line]
+    for f in r["fallbacks"]:
+        lines.append(f"  {f['file']}: bad on {f['from_tier']}, taken from {f['to_tier']}")
+    return lines + ([f"  error: {r['error']}"] if r["error"] else [])
 
 
 def _cmd_jobs(args: argparse.Namespace) -> int:
@@ -588,7 +594,9 @@ def _jobs_lines(body: JsonObject) -> list[str]:
     ]
     lines = [f"copies: {len(copies)}", *table(("ID", "CHECKPOINT", "HOP", "STATE", "DONE", "ERROR"), copies)]
     lines += [f"deletions: {len(deletions)}", *table(("CHECKPOINT", "TIER", "AFTER", "REASON"), deletions)]
-    lines += [f"restores: {len(body['restores'])}", *(_restore_line(r) for r in body["restores"])]
+    lines.append(f"restores: {len(body['restores'])}")
+    for restore in body["restores"]:
+        lines += _restore_lines(restore)
     return lines
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import ByteSize, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from tierd.errors import ConfigError
@@ -98,10 +98,17 @@ class CatalogConfig(_Strict):
 class TokenConfig(_Strict):
     """A bearer token and the role it grants."""
 
-    name: str
+    name: str = Field(min_length=1, max_length=128)
     token: SecretStr | None = None
     token_file: Path | None = None
     role: Literal["read", "operate", "admin"] = "read"
+
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, name: str) -> str:
+        if not name.isprintable():
+            raise ValueError("must be printable: it names the caller in the audit log and the CLI's tables")
+        return name
 
     @model_validator(mode="after")
     def _one_source(self) -> TokenConfig:
@@ -110,7 +117,10 @@ class TokenConfig(_Strict):
         return self
 
     def secret(self) -> str:
-        """The token's value, read from ``token_file`` when that is how it is given."""
+        """The token's value, read from ``token_file`` now when that is how it is given.
+
+        The API never calls this per request: ``tierd.keyring`` reads it at start and on reload.
+        """
         if self.token is not None:
             return self.token.get_secret_value()
         assert self.token_file is not None
@@ -122,6 +132,9 @@ class ApiConfig(_Strict):
 
     listen: str = "127.0.0.1:8470"
     tokens: list[TokenConfig] = Field(default_factory=list)
+    #: A request body longer than this is refused (413) before it is read. 8 MiB holds a notify
+    #: naming 100,000 files (the most it may) at ~60 bytes a path; every other body is tiny.
+    max_body_bytes: ByteSize = Field(default=ByteSize(8 * 1024 * 1024), ge=64 * 1024)
 
     @field_validator("listen")
     @classmethod

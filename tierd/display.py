@@ -1,4 +1,9 @@
-"""Text for people, from the API's JSON: sizes, durations, times and aligned tables (the CLI's output)."""
+"""Text for people, from the API's JSON: sizes, durations, times and aligned tables (the CLI's output).
+
+Values come from the catalog, and so from training jobs and their files: every one is printed
+through ``printable``, so a name holding an ESC or a newline cannot colour the terminal or
+forge a row (``table`` escapes each cell, the CLI each line it prints).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from tierd.daemon.retention.eviction import format_bytes
 __all__ = [
     "parts_lines",
     "checkpoint_label",
+    "printable",
     "format_bytes",
     "format_duration",
     "format_time",
@@ -22,14 +28,34 @@ __all__ = [
 _DURATION_UNITS = (("d", 86_400), ("h", 3600), ("m", 60), ("s", 1))
 
 
+def printable(value: object) -> str:
+    r"""``value`` as text, each character a terminal would act on escaped: ``\x1b``, ``\x0a``, ``\u202e``.
+
+    Escapes what ``str.isprintable`` refuses (controls, line and paragraph separators, format
+    characters such as bidirectional overrides, lone surrogates). Escaping twice changes nothing.
+    """
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else _escaped(ch) for ch in text)
+
+
+def _escaped(ch: str) -> str:
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 def table(
     headers: Sequence[str], rows: Iterable[Sequence[object]], *, right: Sequence[int] = ()
 ) -> list[str]:
     """Lines of an aligned table; columns listed in ``right`` are right-aligned (numbers).
 
-    The last column is not padded, so a long reason or path does not widen the others.
+    Each cell is ``printable``. The last column is not padded, so a long reason or path does
+    not widen the others.
     """
-    cells = [[str(c) for c in row] for row in [headers, *rows]]
+    cells = [[printable(c) for c in row] for row in [headers, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = []
     for row in cells:

@@ -17,6 +17,7 @@ import yaml
 
 from tests.conftest import posix_config_dict
 from tests.fixtures.net import free_port
+from tests.integration.daemon_helpers import DaemonProcess, wait_for
 
 
 def _tierd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -116,3 +117,51 @@ def test_sigint_also_stops_cleanly(config_file: Path, notify_socket: socket.sock
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_sighup_reads_the_token_files_again(tmp_path: Path) -> None:
+    """Rotating a token needs no restart; a file gone at the reload keeps its token (logged)."""
+    token_file = tmp_path / "ops.token"
+    token_file.write_text("first\n")
+    port = free_port()
+    tokens = [{"name": "ops", "token_file": str(token_file), "role": "admin"}]
+    data = posix_config_dict(
+        tmp_path, api={"listen": f"127.0.0.1:{port}", "tokens": tokens}, log={"format": "json"}
+    )
+    daemon = DaemonProcess.prepare(tmp_path, data)
+    daemon.start()
+    assert daemon.proc is not None
+
+    def status(token: str) -> int:
+        headers = {"Authorization": f"Bearer {token}"}
+        return httpx.get(f"http://127.0.0.1:{port}/v1/checkpoints", headers=headers).status_code
+
+    def reloads() -> list[dict[str, object]]:
+        return [e for e in daemon.events() if e["event"] == "tokens_reloaded"]
+
+    try:
+        wait_for(lambda: any(e["event"] == "ready" for e in daemon.events()), 30, "the daemon to be ready")
+        token_file.unlink()
+        daemon.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: len(reloads()) == 1, 30, "the first reload")
+        unreadable = [e for e in daemon.events() if e["event"] == "token_file_unreadable"]
+        assert [e["token"] for e in unreadable] == ["ops"]
+        assert (status("first"), status("second")) == (200, 401)
+
+        token_file.write_text("second\n")
+        daemon.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: len(reloads()) == 2, 30, "the second reload")
+        assert (status("first"), status("second")) == (401, 200)
+        assert daemon.alive()
+    finally:
+        daemon.stop()
+
+
+def test_run_refuses_a_token_file_it_cannot_read_naming_the_key(tmp_path: Path) -> None:
+    tokens = [{"name": "ops", "token_file": str(tmp_path / "missing.token"), "role": "admin"}]
+    path = tmp_path / "tokens.yaml"
+    path.write_text(yaml.safe_dump(posix_config_dict(tmp_path, api={"tokens": tokens})))
+    for command in (["config", "validate", str(path)], ["run", "--config", str(path)]):
+        result = _tierd(*command)
+        assert result.returncode == 78, result.stderr
+        assert "api.tokens.0.token_file: cannot read" in result.stderr

@@ -114,14 +114,19 @@ async def test_bad_paths_are_422_problems(client: httpx.AsyncClient, path: str, 
     assert why in response.json()["detail"]
 
 
-@pytest.mark.parametrize("path", ["a" * 300, "demo/a\x00b"], ids=["name-too-long", "nul"])
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [("a" * 300, "has a 300-byte component"), ("demo/a\x00b", "holds a control character (U+0000")],
+    ids=["name-too-long", "nul"],
+)
 async def test_paths_no_file_system_can_look_up_are_422(
-    client: httpx.AsyncClient, ctx: Context, path: str
+    client: httpx.AsyncClient, ctx: Context, path: str, why: str
 ) -> None:
+    """Refused by the body's schema, before the path is looked up."""
     _root(ctx).mkdir(parents=True)
     response = await _notify(client, run="r", step=1, path=path)
     assert response.status_code == 422
-    assert "cannot be looked up" in response.json()["detail"]
+    assert f"body.path: {why}" in response.json()["detail"]
 
 
 async def test_malformed_body_is_422(client: httpx.AsyncClient) -> None:

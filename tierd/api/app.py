@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from tierd import __version__
+from tierd.api.gate import install_gate
 from tierd.api.problems import install_problem_handlers
 from tierd.api.routes import (
     audit,
@@ -46,4 +47,5 @@ def create_app(ctx: Context) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(fleet.router)
     app.include_router(metrics.router)
+    install_gate(app, ctx.tokens, ctx.config.api.max_body_bytes)
     return app

@@ -9,7 +9,6 @@ every route using them documents 401, 403 and 503 without saying so itself.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable, Iterator
 from typing import Annotated, Literal
 
@@ -85,14 +84,10 @@ def caller_role(
 
     No token or an unknown one is ``read``: the route's own role check answers those 401.
     """
-    tokens = ctx.config.api.tokens
-    if not tokens:
+    if not ctx.tokens.enabled:
         return "admin"
-    if creds is not None:
-        for token in tokens:
-            if hmac.compare_digest(token.secret().encode(), creds.credentials.encode()):
-                return token.role
-    return "read"
+    token = None if creds is None else ctx.tokens.find(creds.credentials)
+    return "read" if token is None else token.role
 
 
 def require_role(role: Role) -> Callable[..., str]:
@@ -107,17 +102,16 @@ def require_role(role: Role) -> Callable[..., str]:
         ctx: ContextDep,
         creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ) -> str:
-        tokens = ctx.config.api.tokens
-        if not tokens:
+        if not ctx.tokens.enabled:
             return "anonymous"
         if creds is None:
             raise HTTPException(401, "a bearer token is required", {"WWW-Authenticate": "Bearer"})
-        for token in tokens:
-            if hmac.compare_digest(token.secret().encode(), creds.credentials.encode()):
-                if _RANK[token.role] < _RANK[role]:
-                    raise HTTPException(403, f"token {token.name!r} has role {token.role}, needs {role}")
-                return token.name
-        raise HTTPException(401, "unknown bearer token", {"WWW-Authenticate": "Bearer"})
+        token = ctx.tokens.find(creds.credentials)
+        if token is None:
+            raise HTTPException(401, "unknown bearer token", {"WWW-Authenticate": "Bearer"})
+        if _RANK[token.role] < _RANK[role]:
+            raise HTTPException(403, f"token {token.name!r} has role {token.role}, needs {role}")
+        return token.name
 
     return check
 

@@ -59,6 +59,7 @@ _ANSWERS_ATTR = "__tierd_problems__"
 _PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 _MALFORMED = "a malformed request: each invalid input is in errors"
 _UNREADABLE = "the body could not be read (not UTF-8 text)"
+_TOO_LARGE = "the body is longer than api.max_body_bytes (refused before it is read)"
 
 
 def status_for(error: type[TierdError]) -> int:
@@ -108,6 +109,7 @@ class ProblemRoute(APIRoute):
             found.update(problem_responses(422, description=_MALFORMED))
         if self.body_field is not None:
             found.update(problem_responses(400, description=_UNREADABLE))
+            found.update(problem_responses(413, description=_TOO_LARGE))
         merged = {**found, **self.responses}  # what the route says itself wins
         self.responses = dict(sorted(merged.items(), key=lambda item: str(item[0])))
 
@@ -151,7 +153,10 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = [{"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"]} for err in exc.errors()]
+    errors = [
+        {"loc": ".".join(str(p) for p in err["loc"]), "msg": str(err["msg"]).removeprefix("Value error, ")}
+        for err in exc.errors()
+    ]
     summary = "; ".join(f"{e['loc']}: {e['msg']}" for e in errors)
     return problem(422, summary, title="Invalid request", errors=errors)
 

@@ -5,9 +5,21 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 from sqlalchemy.orm import object_session
 
+from tierd.api.bounds import (
+    HOLD_NAME,
+    MAX_EXPECTED_FILES,
+    MAX_WORLD_SIZE,
+    ExpectedFile,
+    Glob,
+    MetricName,
+    PathText,
+    Reason,
+    RunName,
+    TierName,
+)
 from tierd.config import Format
 from tierd.daemon.catalog.models import Checkpoint, CheckpointState, Directory, File, Hold, Part, Replica
 from tierd.daemon.catalog.parts import Missing, missing_of
@@ -76,7 +88,6 @@ NO_NUL = r"^[^\x00]*$"
 
 
 #: A metric's name and value (finite), as ``keep_best`` reads them.
-MetricName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=NO_NUL)]
 Metrics = Annotated[dict[MetricName, FiniteFloat], Field(max_length=64)]
 
 
@@ -87,13 +98,9 @@ class NotifyIn(BaseModel):
         json_schema_extra={"examples": [{"run": "llama", "step": 1000, "path": "llama/step_1000"}]}
     )
 
-    run: str = Field(min_length=1, max_length=255, pattern=NO_NUL)
+    run: RunName
     step: int = Field(ge=0, le=BIGINT_MAX)
-    path: str = Field(
-        min_length=1,
-        max_length=4096,
-        description="absolute inside tier 0, or relative to it",
-    )
+    path: PathText = Field(description="absolute inside tier 0, or relative to it")
     format: Format | None = None
     metrics: Metrics | None = Field(
         default=None, description="figures of merit for keep_best, e.g. eval_loss"
@@ -101,14 +108,12 @@ class NotifyIn(BaseModel):
     world_size: int | None = Field(
         default=None,
         ge=1,
-        le=INTEGER_MAX,
+        le=MAX_WORLD_SIZE,
         description="processes that wrote the step: DCP's step is complete once every rank's shards are",
     )
-    expected_files: (
-        list[Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=NO_NUL)]] | None
-    ) = Field(
+    expected_files: list[ExpectedFile] | None = Field(
         default=None,
-        max_length=1_000_000,
+        max_length=MAX_EXPECTED_FILES,
         description="every file of the step, relative to path, whichever node holds it",
     )
 
@@ -375,9 +380,6 @@ def _missing(row: Checkpoint) -> MissingOut | None:
     return MissingOut.of(missing_of(session, row), row.expected_nodes)
 
 
-Reason = Annotated[str, Field(max_length=1000, pattern=NO_NUL, description="why: kept in the audit log")]
-
-
 class ReasonIn(BaseModel):
     """Why an operator does this (kept in the audit log)."""
 
@@ -387,7 +389,7 @@ class ReasonIn(BaseModel):
 class HoldIn(BaseModel):
     """A legal hold to set."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", examples=["litigation-2026-17"])
+    name: str = Field(pattern=HOLD_NAME, examples=["litigation-2026-17"])
     reason: Reason = Field(min_length=1)
 
 
@@ -547,7 +549,6 @@ class AuditPage(BaseModel):
 # Restores and the jobs in flight.
 
 RestoreState = Literal["queued", "running", "done", "failed", "cancelled"]
-Glob = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=NO_NUL)]
 #: chown takes 32-bit ids, and (uid_t)-1 means "leave it as it is".
 ID_MAX = 2**32 - 2
 
@@ -570,18 +571,16 @@ class RestoreIn(BaseModel):
     )
 
     checkpoint_id: int | None = Field(default=None, ge=0, le=INTEGER_MAX)
-    run: str | None = Field(default=None, min_length=1, max_length=255, pattern=NO_NUL)
+    run: RunName | None = None
     step: int | None = Field(default=None, ge=0, le=BIGINT_MAX)
     latest: bool = Field(default=False, description="with run: its newest complete step with a verified copy")
-    target: str | None = Field(
-        default=None, min_length=1, max_length=4096, pattern=NO_NUL, description="an absolute directory"
-    )
+    target: PathText | None = Field(default=None, description="an absolute directory")
     to: Literal["tier0"] | None = Field(default=None, description="back to its own path on tier 0")
     files: list[Glob] | None = Field(default=None, min_length=1, max_length=1000)
-    ranks: list[Annotated[int, Field(ge=0, le=1_000_000)]] | None = Field(
+    ranks: list[Annotated[int, Field(ge=0, le=MAX_WORLD_SIZE - 1)]] | None = Field(
         default=None, min_length=1, max_length=100_000
     )
-    source_tier: str | None = Field(default=None, min_length=1, max_length=32, pattern=NO_NUL)
+    source_tier: TierName | None = None
     overwrite: bool = False
     owner: OwnerIn | None = Field(
         default=None,

@@ -10,6 +10,7 @@ from tierd.config import Config
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.fleet.election import FixedLeadership, Leadership
 from tierd.daemon.metrics import Metrics
+from tierd.keyring import Keyring
 
 if TYPE_CHECKING:
     from tierd.daemon.outage import CatalogOutage
@@ -36,6 +37,8 @@ class Context:
     #: queued jobs). Read and reset by ``take_scheduling``.
     _to_schedule: set[int] | None = field(default=None, init=False)
     metrics: Metrics = field(init=False)
+    #: The API's bearer tokens, read once (token files included); ``tokens.reload()`` on SIGHUP.
+    tokens: Keyring = field(init=False)
     #: Whether this daemon may delete, evict and scrub on shared tiers now (``leader``). One
     #: daemon of a fleet at a time leads (the fleet's ``Elector``); a daemon alone always does.
     #: Node-local tiers are every daemon's own, whatever this says: see ``acts_on``.
@@ -51,6 +54,7 @@ class Context:
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(self.db, [tier.name for tier in self.config.tiers])
+        self.tokens = Keyring(self.config.api.tokens)
 
     @property
     def leader(self) -> bool:

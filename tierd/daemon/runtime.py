@@ -64,6 +64,7 @@ class Daemon:
         ]
         self._stop = asyncio.Event()
         self._started: list[Service] = []
+        self._reloads: set[asyncio.Task[None]] = set()
 
     def _api_address(self) -> str:
         """Where this daemon's API listens (the bound port once it is up)."""
@@ -99,6 +100,13 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, sig.name)
+        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
+
+    def request_reload(self) -> None:
+        """Read the API's token files again (SIGHUP); the rest of the config needs a restart."""
+        task = asyncio.get_running_loop().create_task(blocking(self.ctx.tokens.reload), name="reload")
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
 
     async def _shutdown(self) -> None:
         sdnotify.notify("STOPPING=1")

@@ -143,3 +143,23 @@ async def test_status(cli: Cli) -> None:
     ready = await cli("status")
     assert (ready.code, ready.out) == (0, f"ready (node {cli.world.config.node})\n")
     assert (await cli("status", "--json")).json()["status"] == "ready"
+
+
+async def test_values_with_control_characters_are_printed_escaped(cli: Cli) -> None:
+    """A run named before the API refused control characters (its files named after it on
+    disk): an ESC would colour the terminal and a newline forge a row. Every view escapes them."""
+    evil = "evil\x1b[31m\n 99  forged"
+    cid = await cli.world.add(1, on=BOTH, run=evil)
+    shown = "evil\\x1b[31m\\x0a 99  forged"
+    for argv in (["ls"], ["show", str(cid)], ["runs"], ["retention", "plan"], ["audit", str(cid)]):
+        result = await cli(*argv)
+        assert result.code == 0, result.err
+        assert not any(ch in result.out for ch in "\x1b\r\x7f"), argv
+        assert not any(line.lstrip().startswith("99") for line in result.lines), argv
+    listed = (await cli("ls")).lines
+    assert len(listed) == 2
+    assert f"  {shown}     1  complete" in listed[1]
+    files = (await cli("show", str(cid))).out
+    assert f"{shown}/step00001/.metadata" in files
+    assert "\x1b" not in (await cli("ls", "--json")).out
+    assert (await cli("ls", "--json")).json()["items"][0]["run"] == evil

@@ -74,6 +74,11 @@ def test_defaults_and_normalisation(tmp_path: Path) -> None:
             "api.tokens.0.role",
             "",
         ),
+        (
+            lambda d: d.update(api={"tokens": [{"name": "ops\x1b[2J", "role": "read", "token": "t"}]}),
+            "api.tokens.0.name",
+            "must be printable",
+        ),
     ],
 )
 def test_errors_name_the_key_and_the_reason(tmp_path: Path, mutate, key: str, reason: str) -> None:

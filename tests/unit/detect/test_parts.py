@@ -7,6 +7,7 @@ its detect service runs one reconcile pass (scan, then the waiting sweep) at a t
 from __future__ import annotations
 
 import shutil
+import tracemalloc
 from pathlib import Path
 
 import torch
@@ -129,6 +130,43 @@ async def test_world_size_names_the_ranks_not_heard_from(db: Database, tmp_path:
     row = step_row(db, 4)
     assert row is not None
     assert row.state == "waiting", "a DCP step without .metadata was completed"
+
+
+async def test_a_huge_world_size_already_in_the_catalog_is_read_in_bounded_memory(
+    db: Database, tmp_path: Path
+) -> None:
+    """A step recorded before notify bounded world_size (2**31 - 1 ranks): the waiting sweep and
+    the API's view count every missing rank and list the first 1000 without building the range
+    (which took 5.5 GiB, then a MemoryError, on every sweep and every GET /v1/checkpoints)."""
+    ctx = node_context(db, tmp_path, "n0")
+    step = ctx.config.watch[0].path / "step_4"
+    step.mkdir(parents=True)
+    (step / "__1_0.distcp").write_bytes(bytes(100))
+    age(step)
+    huge = 2**31 - 1
+    result = await notify_checkpoint(
+        ctx,
+        run="demo",
+        step=4,
+        path="demo/step_4",
+        fmt="dcp",
+        actor="test",
+        expect=Expectation(ranks=huge, source="notify"),
+    )
+    assert result.status == 202
+    tracemalloc.start()
+    try:
+        missing = step_missing(db, 4)
+        await reconcile(ctx)  # scan, then the waiting sweep
+        with db.read_session() as session:
+            shown = CheckpointDetail.of(get_checkpoint(session, result.checkpoint_id)).model_dump(mode="json")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (missing.rank_count, missing.ranks) == (huge - 1, (0, *range(2, 1001)))
+    assert (shown["state"], shown["missing"]["rank_count"]) == ("waiting", huge - 1)
+    assert shown["missing"]["ranks"] == [0, *range(2, 1001)]
+    assert peak < 64 * 2**20, f"{peak} bytes at the peak for a step of {huge} ranks"
 
 
 async def test_nodes_count_completes_a_format_without_metadata(db: Database, tmp_path: Path) -> None:

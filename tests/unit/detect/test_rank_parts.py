@@ -9,6 +9,8 @@ the file written there late is added to the part.
 from __future__ import annotations
 
 import argparse
+import json
+import tracemalloc
 from pathlib import Path
 
 from sqlalchemy import select
@@ -18,9 +20,10 @@ from tests.unit.detect.layouts import write_torch
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import AuditEvent
 from tierd.daemon.context import Context
-from tierd.daemon.detect.deepspeed import deepspeed_expected
+from tierd.daemon.detect.deepspeed import deepspeed_expected, deepspeed_problem
+from tierd.daemon.detect.hf import HfDetector
 from tierd.daemon.detect.known import load_known
-from tierd.daemon.detect.layout import walk_files
+from tierd.daemon.detect.layout import Candidate, Settings, walk_files
 from tierd.daemon.detect.megatron import megatron_expected
 from tierd.daemon.detect.service import DetectService
 
@@ -154,3 +157,36 @@ def test_megatron_expert_ranks_and_unknown_files(tmp_path: Path) -> None:
     (step / "mp_rank_00_000" / "extra.pt").unlink()
     write_torch(step / "mp_rank_00_000" / "model_optim_rng.pt", {"iteration": 1})  # no args
     assert megatron_expected(step) is None
+
+
+def test_world_sizes_a_job_writes_are_bounded_before_anything_is_built(tmp_path: Path) -> None:
+    """Tier 0 is the job's: a DeepSpeed model-states file, Megatron's args or an HF RNG file name
+    may claim 2**31 ranks. Each detector ignores a size past tierd.limits instead of building a
+    list of that many ranks (a MemoryError, or the OOM killer, at every reconcile)."""
+    huge = 2**31
+    tag = tmp_path / "global_step1"
+    write_torch(
+        tag / "mp_rank_00_model_states.pt", {"module": {}, "dp_world_size": huge, "mp_world_size": huge}
+    )
+    write_torch(tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    step = tmp_path / "iter_0000001"
+    args = argparse.Namespace(tensor_model_parallel_size=huge, pipeline_model_parallel_size=huge)
+    write_torch(step / "mp_rank_00_000" / "model_optim_rng.pt", {"args": args})
+    hf = tmp_path / "checkpoint-1"
+    hf.mkdir()
+    (hf / "trainer_state.json").write_text(json.dumps({"global_step": 1, "log_history": []}))
+    for rank in (0, 99_999_999_999):
+        write_torch(hf / f"rng_state_{rank}.pth", {"python": rank})
+    tracemalloc.start()
+    try:
+        expected = deepspeed_expected(tag, walk_files(tag)), megatron_expected(step)
+        shards = deepspeed_problem(tag, walk_files(tag))
+        rng = HfDetector().inspect(Candidate("hf", hf, 1, str(hf)), Settings())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert expected == (None, None)
+    assert shards is None  # judged by the shards present instead: rank 0's, all there is
+    assert not rng.complete
+    assert rng.reason == "RNG states of 99999999998 processes missing: " + str(list(range(1, 21)))
+    assert peak < 16 * 2**20, f"{peak} bytes at the peak"

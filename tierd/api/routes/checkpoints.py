@@ -8,12 +8,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response
 from sqlalchemy.orm import Session
 
+from tierd.api.bounds import HOLD_NAME, Reason, RunName
 from tierd.api.deps import Admin, ContextDep, Operator, Reader, ReadSessionDep, SessionDep
 from tierd.api.problems import ProblemRoute, problem_responses
 from tierd.api.schemas import (
     BIGINT_MAX,
     INTEGER_MAX,
-    NO_NUL,
     CheckpointDetail,
     CheckpointOut,
     CheckpointPage,
@@ -34,8 +34,8 @@ from tierd.errors import CatalogError, Conflict, NotFound
 
 __all__ = ["router"]
 
-ReasonQuery = Annotated[str, Query(max_length=1000, pattern=NO_NUL, description="why: kept in the audit log")]
-HoldName = Annotated[str, Path(min_length=1, max_length=128, pattern=NO_NUL)]
+ReasonQuery = Annotated[Reason, Query()]
+HoldName = Annotated[str, Path(pattern=HOLD_NAME)]
 
 router = APIRouter(prefix="/v1/checkpoints", tags=["checkpoints"], route_class=ProblemRoute)
 CheckpointId = Annotated[int, Path(ge=0, le=INTEGER_MAX)]
@@ -45,7 +45,7 @@ CheckpointId = Annotated[int, Path(ge=0, le=INTEGER_MAX)]
 def list_checkpoints(
     session: ReadSessionDep,
     _caller: Reader,
-    run: Annotated[str | None, Query(max_length=255, pattern=NO_NUL)] = None,
+    run: Annotated[RunName | None, Query()] = None,
     step: Annotated[int | None, Query(ge=0, le=BIGINT_MAX, description="only this step")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Annotated[int, Query(ge=0, le=BIGINT_MAX)] = 0,
@@ -168,7 +168,7 @@ def release_hold(
     session: SessionDep,
     caller: Admin,
     checkpoint_id: CheckpointId,
-    name: str,
+    name: HoldName,
     reason: ReasonQuery = "",
 ) -> CheckpointOut:
     """Release a legal hold (admin)."""
@@ -191,9 +191,7 @@ def delete_checkpoint(
     session: SessionDep,
     caller: Admin,
     checkpoint_id: CheckpointId,
-    reason: Annotated[
-        str, Query(min_length=1, max_length=1000, pattern=NO_NUL, description="why: kept in the audit log")
-    ],
+    reason: Annotated[Reason, Query(min_length=1)],
 ) -> CheckpointOut:
     """Delete on every tier, each after its ``delete_delay`` (admin); 409 when pinned or held."""
     delays = {t.name: timedelta(seconds=t.delete_delay) for t in ctx.config.tiers}

@@ -6,9 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
+from tierd.api.bounds import Reason
 from tierd.api.deps import CallerRole, ContextDep, Operator, Reader, ReadSessionDep, role_at_least
 from tierd.api.problems import ProblemRoute, problem_responses
-from tierd.api.schemas import INTEGER_MAX, NO_NUL, RestoreIn, RestoreOut, RestorePage, RestoreState
+from tierd.api.schemas import INTEGER_MAX, RestoreIn, RestoreOut, RestorePage, RestoreState
 from tierd.daemon.aio import blocking
 from tierd.daemon.catalog import restores as queries
 from tierd.daemon.catalog.db import Database
@@ -99,9 +100,7 @@ async def cancel_restore(
     ctx: ContextDep,
     caller: Operator,
     restore_id: RestoreId,
-    reason: Annotated[
-        str, Query(max_length=1000, pattern=NO_NUL, description="why: kept in the audit log")
-    ] = "",
+    reason: Annotated[Reason, Query()] = "",
 ) -> RestoreOut:
     """Cancel the restore and remove what it wrote; a cancelled one is answered as it is."""
     actor, why = f"api:{caller}", reason or "cancelled through the API"

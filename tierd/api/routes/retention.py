@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from tierd.api.bounds import RunName, TierName
 from tierd.api.deps import ContextDep, Reader
 from tierd.api.problems import ProblemRoute
 from tierd.api.schemas import PlanItem, PlanOut, TierPlan
@@ -25,8 +26,8 @@ ActionName = Annotated[Action | None, Query(description="only this action")]
 async def plan(
     ctx: ContextDep,
     _caller: Reader,
-    tier: Annotated[str | None, Query(max_length=32, description="only this tier")] = None,
-    run: Annotated[str | None, Query(max_length=255, description="only this run")] = None,
+    tier: Annotated[TierName | None, Query(description="only this tier")] = None,
+    run: Annotated[RunName | None, Query(description="only this run")] = None,
     action: ActionName = None,
 ) -> PlanOut:
     """A dry run: what each tier's retention would keep, delete and leave blocked now, and why."""

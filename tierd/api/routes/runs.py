@@ -6,9 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
+from tierd.api.bounds import RunName, TierName
 from tierd.api.deps import ContextDep, Reader, ReadSessionDep
 from tierd.api.problems import ProblemRoute, problem_responses
-from tierd.api.schemas import NO_NUL, CheckpointOut, RunOut, RunPage, RunTierOut
+from tierd.api.schemas import CheckpointOut, RunOut, RunPage, RunTierOut
 from tierd.daemon.catalog import checkpoints as queries
 from tierd.daemon.catalog.runs import latest_checkpoint, run_summaries
 from tierd.errors import NotFound
@@ -16,7 +17,7 @@ from tierd.errors import NotFound
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], route_class=ProblemRoute)
-RunName = Annotated[str, Path(min_length=1, max_length=255, pattern=NO_NUL)]
+RunPath = Annotated[RunName, Path()]
 
 
 @router.get("")
@@ -49,10 +50,8 @@ def latest(
     ctx: ContextDep,
     session: ReadSessionDep,
     _caller: Reader,
-    run: RunName,
-    tier: Annotated[
-        str | None, Query(max_length=32, pattern=NO_NUL, description="verified on this tier")
-    ] = None,
+    run: RunPath,
+    tier: Annotated[TierName | None, Query(description="verified on this tier")] = None,
     durable: Annotated[bool, Query(description="verified on some durable tier")] = False,
 ) -> CheckpointOut:
     """The run's newest complete step: verified on ``tier``, and/or on a durable tier, when asked."""

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from tierd.api.bounds import TierName
 from tierd.api.deps import ContextDep, Operator, Reader
 from tierd.api.problems import ProblemRoute, problem, problem_responses
 from tierd.api.schemas import FreeSpaceOut, ReservationIn, ReservationOut, ScrubOut, TierOut
@@ -99,7 +100,7 @@ def _scrub_progress(db: Database, tier: str, since: datetime, node: str | None) 
     },
 )
 async def reserve(
-    ctx: ContextDep, _caller: Operator, tier: str, body: ReservationIn
+    ctx: ContextDep, _caller: Operator, tier: TierName, body: ReservationIn
 ) -> ReservationOut | JSONResponse:
     """Make room for a save: evict what may safely go until ``bytes`` plus the low mark are free.
 

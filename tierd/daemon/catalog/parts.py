@@ -22,6 +22,7 @@ row and completes it in its own transaction; every other part looks again once c
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +71,7 @@ __all__ = [
     "mark_part_failed",
     "mark_part_verified",
     "missing_of",
+    "missing_ranks",
     "part_replica",
     "parts_gone_from",
     "parts_left_on",
@@ -333,15 +335,27 @@ def missing_of(session: Session, row: Checkpoint) -> Missing:
         return Missing(tuple(lacking[:MISSING_LIMIT]), len(lacking), nodes_heard=nodes)
     if row.expected_ranks is not None and row.format == "dcp":
         present = {int(m.group(1)) for r in recorded if (m := _RANK_SHARD.search(r))}
-        ranks = [r for r in range(row.expected_ranks) if r not in present]
+        ranks, rank_count = missing_ranks(row.expected_ranks, present)
         # Only .metadata makes the shards a checkpoint; once recorded, its file list takes over.
         meta = () if prefix + DCP_METADATA in recorded else (DCP_METADATA,)
-        return Missing(meta, len(meta), tuple(ranks[:MISSING_LIMIT]), len(ranks), nodes_heard=nodes)
+        return Missing(meta, len(meta), ranks, rank_count, nodes_heard=nodes)
     if row.expected_nodes is not None:
         marked = session.scalar(select(func.count()).where(Part.checkpoint_id == row.id, Part.marked))
         parts_to_come = max(0, row.expected_nodes - len(nodes))
         return Missing(nodes=parts_to_come, nodes_heard=nodes, marker=not marked)
     return Missing(nodes_heard=nodes)
+
+
+def missing_ranks(expected: int, present: Iterable[int]) -> tuple[tuple[int, ...], int]:
+    """The first ``MISSING_LIMIT`` ranks below ``expected`` not in ``present``, and how many there are.
+
+    Never builds ``range(expected)``: a catalog row may hold any ``expected_ranks`` (one
+    written before notify bounded ``world_size`` held 2**31 - 1), and this runs on every
+    look at a waiting step. Time and memory grow with ``present`` and the limit only.
+    """
+    held = {rank for rank in present if 0 <= rank < expected}
+    first = itertools.islice((rank for rank in range(expected) if rank not in held), MISSING_LIMIT)
+    return tuple(first), max(0, expected - len(held))
 
 
 def lacking_files(session: Session, checkpoint_id: int) -> list[str]:

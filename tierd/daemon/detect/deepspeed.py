@@ -40,6 +40,7 @@ from tierd.daemon.detect.layout import (
     trailing_int,
     walk_files,
 )
+from tierd.limits import MAX_EXPECTED_FILES, MAX_WORLD_SIZE
 
 __all__ = ["DeepSpeedDetector", "deepspeed_expected", "deepspeed_problem", "read_tag"]
 
@@ -68,8 +69,15 @@ def _world_sizes(model_states: Path) -> tuple[int | None, int | None]:
         return None, None
     if not isinstance(state, dict):
         return None, None
-    dp, mp = state.get("dp_world_size"), state.get("mp_world_size")
-    return (dp if isinstance(dp, int) else None, mp if isinstance(mp, int) else None)
+    return _world_size(state.get("dp_world_size")), _world_size(state.get("mp_world_size"))
+
+
+def _world_size(value: object) -> int | None:
+    """``value`` when it is a world size tierd accepts (1 to ``MAX_WORLD_SIZE``), else None.
+
+    The file is the job's: a size of 2**31 must not become a list of 2**31 ranks.
+    """
+    return value if isinstance(value, int) and 1 <= value <= MAX_WORLD_SIZE else None
 
 
 def _shard_problem(directory: Path, files: list[FileStat]) -> str | None:
@@ -82,14 +90,14 @@ def _shard_problem(directory: Path, files: list[FileStat]) -> str | None:
     dp, mp = (None, None)
     if models:
         dp, mp = _world_sizes(directory / f"mp_rank_{models[0]:02d}_model_states.pt")
-    if mp is not None and models and models != list(range(mp)):
+    if mp is not None and models and (len(models) != mp or models != list(range(mp))):
         return f"model states for {mp} model-parallel ranks expected, found {models}"
     if not zero:
         return None
     widths = {len(ranks) for ranks in zero.values()}
     want = dp if dp is not None else max(widths)
     for mp_rank, ranks in sorted(zero.items()):
-        if ranks != set(range(want)):
+        if len(ranks) != want or ranks != set(range(want)):
             return f"ZeRO shards of mp rank {mp_rank}: {len(ranks)} of {want} written"
     return None
 
@@ -116,7 +124,7 @@ def deepspeed_expected(directory: Path, files: list[FileStat]) -> tuple[str, ...
     if not models or len(prefixes) > 1:
         return None
     dp, mp = _world_sizes(directory / models[0])
-    if dp is None or mp is None or dp < 1 or mp < 1:
+    if dp is None or mp is None or dp * mp > MAX_EXPECTED_FILES:
         return None
     want = {f"mp_rank_{m:02d}_model_states.pt" for m in range(mp)}
     for prefix in prefixes:  # this node's ranks have ZeRO shards: so do every dp rank's

@@ -14,6 +14,7 @@ is claimed and never recorded.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -91,10 +92,13 @@ def _numbers(entry: dict[str, object]) -> dict[str, float]:
 
 
 def _rng_problem(files: list[FileStat]) -> str | None:
-    ranks = sorted(int(m.group(1)) for f in files if (m := _RNG.match(f.path.name)))
-    if ranks and ranks != list(range(len(ranks))):
-        return f"RNG states of processes {sorted(set(range(max(ranks) + 1)) - set(ranks))} missing"
-    return None
+    """Which processes' RNG states are missing below the highest one present (the first 20)."""
+    ranks = {int(m.group(1)) for f in files if (m := _RNG.match(f.path.name))}
+    if not ranks or len(ranks) == max(ranks) + 1:
+        return None
+    # A name such as rng_state_99999999999.pth is the job's to choose: never build its range.
+    missing = itertools.islice((r for r in range(max(ranks)) if r not in ranks), 20)
+    return f"RNG states of {max(ranks) + 1 - len(ranks)} processes missing: {list(missing)}"
 
 
 class HfDetector:

@@ -37,6 +37,7 @@ from tierd.daemon.detect.layout import (
     read_file,
     walk_files,
 )
+from tierd.limits import MAX_EXPECTED_FILES
 
 __all__ = ["TRACKER", "MegatronDetector", "megatron_expected", "read_tracker"]
 
@@ -149,6 +150,8 @@ def _parallel_sizes(model: Path) -> tuple[int, int, int] | None:
     for size in (tp, pp, ep):
         if not isinstance(size, int) or size < 1:
             return None
+    if tp * pp * ep > MAX_EXPECTED_FILES:  # the job's file: 2**31 ranks must not become 2**31 names
+        return None
     return tp, pp, ep
 
 
