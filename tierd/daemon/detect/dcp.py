@@ -20,6 +20,7 @@ import re
 import time
 from pathlib import Path
 
+from tierd.daemon.beneath import Root
 from tierd.daemon.detect.integrity import MAX_PICKLE_BYTES, Stub, stub_load
 from tierd.daemon.detect.layout import (
     Candidate,
@@ -57,10 +58,10 @@ def looks_like_dcp(listing: Listing) -> bool:
     return False
 
 
-def _storage_sizes(path: Path) -> dict[str, int] | None:
+def _storage_sizes(path: Path, root: Root) -> dict[str, int] | None:
     """File name -> minimum length, from a ``.metadata`` pickle; None if unreadable."""
     try:
-        metadata = stub_load(read_file(path, MAX_PICKLE_BYTES))
+        metadata = stub_load(read_file(path, root, MAX_PICKLE_BYTES))
     except (OSError, ValueError):
         return None
     storage = metadata.field("storage_data") if isinstance(metadata, Stub) else None
@@ -93,21 +94,23 @@ def _metadata_files(listing: Listing) -> list[str] | str:
     return [f"__{r}.metadata" for r in sorted(ranks)]
 
 
-def dcp_problem(directory: Path, files: list[FileStat]) -> str | None:
-    """Why the DCP checkpoint in ``directory`` is not complete, or None when it is."""
-    return dcp_check(directory, files)[0]
+def dcp_problem(directory: Path, root: Root, files: list[FileStat]) -> str | None:
+    """Why the DCP checkpoint in ``directory`` (below ``root``) is not complete, or None when it is."""
+    return dcp_check(directory, root, files)[0]
 
 
-def dcp_check(directory: Path, files: list[FileStat]) -> tuple[str | None, tuple[str, ...] | None]:
+def dcp_check(
+    directory: Path, root: Root, files: list[FileStat]
+) -> tuple[str | None, tuple[str, ...] | None]:
     """(why not complete or None, every file the metadata names when none is cut short)."""
-    listing = list_dir(directory)
+    listing = list_dir(directory, root)
     metas = _metadata_files(listing)
     if isinstance(metas, str):
         return metas, None
     by_name = {f.path.name: f for f in files if f.path.parent == directory}
     expected: dict[str, int] = {}
     for meta in metas:
-        sizes = _storage_sizes(directory / meta)
+        sizes = _storage_sizes(directory / meta, root)
         if sizes is None:
             found = by_name.get(meta)
             if found is None or found.size == 0 or time.time_ns() - found.mtime_ns < METADATA_SETTLE_NS:
@@ -142,17 +145,17 @@ class DcpDetector:
         if not entry.is_dir:
             return None
         path = parent.path / entry.name
-        if not looks_like_dcp(list_dir(path)):
+        if not looks_like_dcp(list_dir(path, parent.root)):
             return None
-        return [Candidate(self.name, path, trailing_int(entry.name), str(path))]
+        return [Candidate(self.name, path, trailing_int(entry.name), str(path), root=parent.root)]
 
     def inspect(self, candidate: Candidate, settings: Settings) -> Verdict:
         """Complete when the metadata is in place and every shard it names is written."""
-        early = _metadata_files(list_dir(candidate.path))
+        early = _metadata_files(list_dir(candidate.path, candidate.root))
         if isinstance(early, str):  # cheap: no walk while shards are still being written
             return incomplete(early)
-        files = walk_files(candidate.path)
-        problem, expected = dcp_check(candidate.path, files)
+        files = walk_files(candidate.path, candidate.root)
+        problem, expected = dcp_check(candidate.path, candidate.root, files)
         if problem is not None and expected is not None:
             return Verdict(False, problem, tuple(files), partial=True, expected=expected)
         if problem is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tierd.daemon.beneath import Root
 from tierd.daemon.detect.dcp import dcp_problem, looks_like_dcp
 from tierd.daemon.detect.integrity import first_unwritten
 from tierd.daemon.detect.layout import (
@@ -29,6 +30,7 @@ from tierd.daemon.detect.layout import (
     Settings,
     Verdict,
     incomplete,
+    is_dir,
     list_dir,
     stat_file,
     walk_files,
@@ -63,41 +65,42 @@ class NemoDetector:
         if entry.is_file and parent.has_dir(base):
             return []
         path = parent.path / entry.name
-        return [Candidate(self.name, path, int(m.group(1)), str(parent.path / base), {"base": base})]
+        key = str(parent.path / base)
+        return [Candidate(self.name, path, int(m.group(1)), key, {"base": base}, root=parent.root)]
 
     def inspect(self, candidate: Candidate, settings: Settings) -> Verdict:
         """Complete when the marker is gone and every part is written."""
         base = str(candidate.extra["base"])
-        parent = candidate.path.parent
-        if stat_file(parent / (base + UNFINISHED)) is not None:
+        parent, root = candidate.path.parent, candidate.root
+        if stat_file(parent / (base + UNFINISHED), root) is not None:
             return incomplete(f"{base}{UNFINISHED} marker is present")
-        files = self._files(parent, base)
+        files = self._files(parent, root, base)
         if not files:
             return incomplete("no checkpoint files")
-        problem = first_unwritten(files)
-        if problem is None and candidate.path.is_dir():
-            problem = _dist_problem(candidate.path, files)
+        problem = first_unwritten(files, root)
+        if problem is None and is_dir(candidate.path, root):
+            problem = _dist_problem(candidate.path, root, files)
         if problem is not None:
             return incomplete(problem)
         return Verdict(True, "no -unfinished marker", tuple(files))
 
-    def _files(self, parent: Path, base: str) -> list[FileStat]:
+    def _files(self, parent: Path, root: Root, base: str) -> list[FileStat]:
         files: list[FileStat] = []
         for name in (base, base + "-EMA"):
-            if (parent / name).is_dir():
-                files.extend(walk_files(parent / name))
-            elif (found := stat_file(parent / (name + ".ckpt"))) is not None:
+            if is_dir(parent / name, root):
+                files.extend(walk_files(parent / name, root))
+            elif (found := stat_file(parent / (name + ".ckpt"), root)) is not None:
                 files.append(found)
         return files
 
 
-def _dist_problem(directory: Path, files: list[FileStat]) -> str | None:
+def _dist_problem(directory: Path, root: Root, files: list[FileStat]) -> str | None:
     stack = [directory]
     while stack:
         current = stack.pop()
-        listing = list_dir(current)
+        listing = list_dir(current, root)
         if looks_like_dcp(listing):
-            problem = dcp_problem(current, [f for f in files if f.path.parent == current])
+            problem = dcp_problem(current, root, [f for f in files if f.path.parent == current])
             if problem is not None:
                 return f"{current.name}: {problem}"
         stack.extend(current / n for n, e in listing.entries.items() if e.is_dir)
