@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from bench.common import drop_from_cache, emit, percentile, vm_hwm_bytes
 from tierd.config import Config
+from tierd.daemon.beneath import Root
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.context import Context
@@ -148,7 +149,7 @@ def _hash_files(paths: list[Path], base: Path, cold: bool) -> float:
 
 
 async def _timed_hash(paths: list[Path], base: Path, cold: bool) -> float:
-    stats = tuple(s for p in paths if (s := stat_file(p)) is not None)
+    stats = tuple(s for p in paths if (s := stat_file(p, Root(base))) is not None)
     await hash_stable(stats, base)  # as in a running daemon: threads and their heaps in use
     if cold:
         drop_from_cache(paths)

@@ -44,6 +44,7 @@ from tests.fixtures.s3servers import (
     start_rclone,
 )
 from tierd.config import Config
+from tierd.daemon.beneath import Root
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.catalog.replicas import find_replica
@@ -186,9 +187,10 @@ def _write_file(path: Path, size: int, pool: bytes, rng: random.Random) -> None:
 
 def _hash(tier0: Path, paths: Sequence[Path]) -> tuple[HashedFile, ...]:
     """The first-sight checksums, taken the way detection takes them."""
-    stats = tuple(s for p in paths if (s := stat_file(p)) is not None)
+    root = Root(tier0)
+    stats = tuple(s for p in paths if (s := stat_file(p, root)) is not None)
     if len(stats) != len(paths):
-        missing = sorted(str(p) for p in paths if stat_file(p) is None)
+        missing = sorted(str(p) for p in paths if stat_file(p, root) is None)
         raise RuntimeError(f"files vanished right after they were written: {missing}")
     return asyncio.run(hash_stable(stats, tier0))
 

@@ -7,7 +7,8 @@ symlink and a symlink that looks like a step but leads to a committed DCP step o
 The clean step reaches the next tier; every other one is refused, visibly in
 ``GET /v1/audit``, and a notify of one answers 422. The secret is never opened (inotify
 on its inode, from this process), its bytes are nowhere on the next tier nor in the log,
-no one waits on the FIFO, and the daemon stops cleanly.
+no one waits on the FIFO, and the daemon stops cleanly. A step nested deeper than PATH_MAX,
+there from the start, fails alone: a step written afterwards still reaches the next tier.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import pytest
 
 from tests.fixtures.opens import OpenSpy
 from tests.integration.daemon_helpers import DaemonProcess, config_dict, wait_for
-from tests.unit.detect.layouts import LAYOUTS
+from tests.unit.detect.helpers import deep_chain
+from tests.unit.detect.layouts import LAYOUTS, write_torch
 from tierd.config import load_config
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "O_PATH"), reason="inotify and O_PATH are Linux's")
@@ -141,3 +143,42 @@ def test_daemon_refuses_hostile_checkpoints_and_reads_nothing_outside(tmp_path: 
     assert SECRET not in daemon.log_path.read_bytes()
     warned = [e for e in daemon.events() if e.get("event") == "checkpoint_refused"]
     assert sorted(e["step"] for e in warned) == sorted(HOSTILE)  # once each, over several reconciles
+
+
+def _warned(daemon: DaemonProcess, event: str) -> list[dict[str, Any]]:
+    return [e for e in daemon.events() if e.get("event") == event]
+
+
+@pytest.mark.slow
+def test_a_step_deeper_than_path_max_stops_no_other_step(tmp_path: Path) -> None:
+    """Issue 23, item 7: one tree deeper than PATH_MAX stopped every reconcile and every event."""
+    for name in ("nvme", "pfs"):
+        (tmp_path / name).mkdir()
+    watched = tmp_path / "nvme" / "demo"
+    DCP.uncommitted(watched, 1)
+    DCP.commit(watched, 1)
+    tiers = [
+        {"name": "nvme", "kind": "posix", "path": str(tmp_path / "nvme")},
+        {"name": "pfs", "kind": "posix", "path": str(tmp_path / "pfs")},
+    ]
+    watch = [{"path": str(watched), "run": "demo"}]
+    data = config_dict(tmp_path, tiers, watch=watch, reconcile_interval_seconds=1)
+    daemon = DaemonProcess.prepare(tmp_path, data)
+    base = f"http://127.0.0.1:{load_config(daemon.config_path).api.port}"
+    with deep_chain(watched / "step_1"):
+        try:
+            daemon.start()
+            wait_for(lambda: _ready(base), 30, "the daemon to be ready", interval=0.1)
+            written = write_torch(watched / "model_step2.pt.tmp")  # torch.save, renamed into place
+            written.rename(watched / "model_step2.pt")
+            items = wait_for(lambda: _verified(base), 60, "step 2 on pfs", interval=0.2)
+            failed = [e["event"] for e in daemon.events() if e.get("event", "").endswith("_failed")]
+            assert daemon.terminate(30) == 0
+        finally:
+            daemon.stop()
+    assert [(i["run"], i["step"], i["format"]) for i in items] == [("demo", 2, "torch_save")]
+    assert failed == []  # no pass, no look at an event's directory, ended in a traceback
+    assert sorted(p.name for p in (tmp_path / "pfs" / "demo").iterdir()) == ["model_step2.pt"]
+    (warned,) = _warned(daemon, "checkpoint_unreadable")  # once, over many reconciles and events
+    assert (warned["path"], warned["format"]) == ("step_1", "dcp")
+    assert "ENAMETOOLONG" in warned["reason"]

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.unit.detect.helpers import deep_chain
 from tests.unit.detect.layouts import LAYOUTS, crc64_b64
 from tierd.api.app import create_app
 from tierd.config import Config
@@ -171,6 +172,20 @@ async def test_hostile_checkpoint_is_refused_and_audited(client: httpx.AsyncClie
     expected = ("api:job", None, refused.json()["detail"])
     assert (event["actor"], event["checkpoint_id"], event["reason"]) == expected
     assert event["detail"]["offending"] == [{"path": "demo/step_30/pipe", "kind": "FIFO"}]
+    assert (await client.get("/v1/checkpoints", headers=AUTH)).json()["total"] == 0
+
+
+async def test_a_step_deeper_than_path_max_is_a_422(client: httpx.AsyncClient, ctx: Context) -> None:
+    """Issue 23, item 7: a tree no whole path reaches fails its own step (this notify), no 500."""
+    DCP.uncommitted(_root(ctx), 50)
+    DCP.commit(_root(ctx), 50)
+    with deep_chain(_root(ctx) / "step_50"):
+        response = await _notify(client, run="llama", step=50, path="demo/step_50")
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    detail = response.json()["detail"]
+    assert detail.startswith("path 'demo/step_50' cannot be read: a path below is 4096 bytes or longer")
+    assert "(ENAMETOOLONG) at ddd" in detail
     assert (await client.get("/v1/checkpoints", headers=AUTH)).json()["total"] == 0
 
 

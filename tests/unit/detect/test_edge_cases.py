@@ -242,12 +242,13 @@ def test_known_steps_are_not_opened_again(tmp_path: Path) -> None:
 def test_detect_path_for_notify(tmp_path: Path) -> None:
     root = tmp_path / "job"
     LAYOUT["dcp"].uncommitted(root, 8)
-    result = detect_path(root / "step_8", AUTO_ORDER, make_spec(root, tmp_path).settings)
+    spec = make_spec(root, tmp_path)
+    result = detect_path(root / "step_8", spec.root, AUTO_ORDER, spec.settings)
     assert result is not None
     assert result[0].name == "dcp"
     assert not result[2].complete
-    assert detect_path(root / "nothing", AUTO_ORDER, make_spec(root, tmp_path).settings) is None
-    pinned = detect_path(root / "step_8", (BY_NAME["orbax"],), make_spec(root, tmp_path).settings)
+    assert detect_path(root / "nothing", spec.root, AUTO_ORDER, spec.settings) is None
+    pinned = detect_path(root / "step_8", spec.root, (BY_NAME["orbax"],), spec.settings)
     assert pinned is None
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from tests.unit.detect.fleet import age, node_context, reconcile, step_missing, step_row
 from tests.unit.detect.layouts import write_torch
+from tierd.daemon.beneath import Root
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import AuditEvent
 from tierd.daemon.context import Context
@@ -87,18 +88,18 @@ async def test_deepspeed_zero_shards_of_every_dp_rank_are_expected(db: Database,
 
 
 def test_deepspeed_layouts_whose_other_files_cannot_be_named_expect_nothing(tmp_path: Path) -> None:
-    tag = tmp_path / "global_step1"
+    tag, root = tmp_path / "global_step1", Root(tmp_path)
     write_torch(tag / "mp_rank_00_model_states.pt", {"module": {}, "dp_world_size": 4, "mp_world_size": 1})
     write_torch(tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
-    assert deepspeed_expected(tag, walk_files(tag)) == (
+    assert deepspeed_expected(tag, root, walk_files(tag, root)) == (
         "mp_rank_00_model_states.pt",
         *(f"zero_pp_rank_{d}_mp_rank_00_optim_states.pt" for d in range(4)),
     )
     write_torch(tag / "layer_01-model_00-model_states.pt")  # pipeline layers: per stage, unknowable
-    assert deepspeed_expected(tag, walk_files(tag)) is None
+    assert deepspeed_expected(tag, root, walk_files(tag, root)) is None
     (tag / "layer_01-model_00-model_states.pt").unlink()
     write_torch(tag / "mp_rank_00_model_states.pt", {"module": {}})  # no world sizes recorded
-    assert deepspeed_expected(tag, walk_files(tag)) is None
+    assert deepspeed_expected(tag, root, walk_files(tag, root)) is None
 
 
 def _megatron_args(tp: int, pp: int) -> argparse.Namespace:
@@ -148,15 +149,15 @@ def test_megatron_expert_ranks_and_unknown_files(tmp_path: Path) -> None:
         tensor_model_parallel_size=1, pipeline_model_parallel_size=1, expert_model_parallel_size=2
     )
     write_torch(step / "mp_rank_00_000" / "model_optim_rng.pt", {"args": args})
-    assert megatron_expected(step) == (
+    assert megatron_expected(step, Root(tmp_path)) == (
         "mp_rank_00_000/model_optim_rng.pt",
         "mp_rank_00_001/model_optim_rng.pt",
     )
     write_torch(step / "mp_rank_00_000" / "extra.pt")  # a file the sizes do not name
-    assert megatron_expected(step) is None
+    assert megatron_expected(step, Root(tmp_path)) is None
     (step / "mp_rank_00_000" / "extra.pt").unlink()
     write_torch(step / "mp_rank_00_000" / "model_optim_rng.pt", {"iteration": 1})  # no args
-    assert megatron_expected(step) is None
+    assert megatron_expected(step, Root(tmp_path)) is None
 
 
 def test_world_sizes_a_job_writes_are_bounded_before_anything_is_built(tmp_path: Path) -> None:
@@ -179,9 +180,10 @@ def test_world_sizes_a_job_writes_are_bounded_before_anything_is_built(tmp_path:
         write_torch(hf / f"rng_state_{rank}.pth", {"python": rank})
     tracemalloc.start()
     try:
-        expected = deepspeed_expected(tag, walk_files(tag)), megatron_expected(step)
-        shards = deepspeed_problem(tag, walk_files(tag))
-        rng = HfDetector().inspect(Candidate("hf", hf, 1, str(hf)), Settings())
+        root = Root(tmp_path)
+        expected = deepspeed_expected(tag, root, walk_files(tag, root)), megatron_expected(step, root)
+        shards = deepspeed_problem(tag, root, walk_files(tag, root))
+        rng = HfDetector().inspect(Candidate("hf", hf, 1, str(hf), root=root), Settings())
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,12 +16,15 @@ from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import tier_dict
 from tests.unit.restore.world import Gate, RestoreWorld
 from tests.unit.retention.world import posix_tier
+from tierd.daemon.aio import blocking
 from tierd.daemon.backends import close_backends
 from tierd.daemon.catalog import restores
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.jobs import owner_id
 from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.catalog.retention import load_retention_rows
+from tierd.daemon.pipeline.copyset import copy_checkpoint_files
+from tierd.daemon.restore import runner as runner_module
 from tierd.errors import CatalogError, Conflict, NotFound, RestoreRefused
 
 STEP = {"__0_0.distcp": os.urandom(300_000), "__1_0.distcp": os.urandom(2_500_000), ".metadata": b"meta" * 50}
@@ -232,3 +236,48 @@ async def test_a_restore_that_cannot_renew_its_lease_stops_and_is_resumed_later(
     assert claim.job_id == job_id
     assert await lab.runner(claim=claim).run() == "done"
     assert files_under(target) == STEP
+
+
+@pytest.mark.parametrize("lag", range(12))
+async def test_a_restore_ending_while_its_heartbeat_saves_is_not_cut_by_it(
+    tmp_path: Path, sqlite_db: Database, monkeypatch: pytest.MonkeyPatch, lag: int
+) -> None:
+    """The copy ends as a progress save returns, ``lag`` loop turns before the save's task does.
+
+    On Python 3.11 ``asyncio.wait_for`` hands back a result that lands with a cancel and
+    drops the cancel, so a heartbeat only cancelled ran on past the copy's end, found the
+    finished restore no longer its own at its next save, set ``lost`` and cancelled the
+    restore's task (in ``_done``, or after). Some lag hits that window.
+    """
+    lab = RestoreWorld.make(tmp_path, sqlite_db, [posix_tier(tmp_path, "nvme"), posix_tier(tmp_path, "pfs")])
+    cid = await lab.add(13, {"nvme": "deleted", "pfs": "verified"}, STEP)
+    job_id = lab.ask(checkpoint_id=cid, target=str(lab.root / "restores" / "raced"))
+    ending: list[asyncio.Event] = []
+    copy = copy_checkpoint_files
+
+    async def copy_then_wait_for_a_save(*args: Any, **kwargs: Any) -> None:
+        await copy(*args, **kwargs)
+        ending.append(asyncio.Event())
+        await ending[0].wait()  # the copy's last step returns with a heartbeat's save
+
+    async def blocking_then_end(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        result = await blocking(fn, *args, **kwargs)
+        if fn is restores.save_restore_progress and ending and not ending[0].is_set():
+            ending[0].set()  # the copy's last step returns...
+            for _ in range(lag):  # ...lag turns of the loop before this save does
+                await asyncio.sleep(0)
+        return result
+
+    monkeypatch.setattr(runner_module, "copy_checkpoint_files", copy_then_wait_for_a_save)
+    monkeypatch.setattr(runner_module, "blocking", blocking_then_end)
+    runner = lab.runner()
+    try:
+        outcome = await asyncio.create_task(runner.run())  # a task of its own, as in the service
+        name = f"restore:heartbeat:{job_id}"
+        alive = [task for task in asyncio.all_tasks() if task.get_name() == name]
+        if alive:  # it ran on, and found the finished restore gone at its next save
+            await asyncio.wait(alive, timeout=5)
+    finally:
+        await close_backends(lab.world.backends)
+    assert (outcome, runner.lost, alive) == ("done", False, [])
+    assert lab.row(job_id).job.state == "done"

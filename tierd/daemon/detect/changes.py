@@ -15,6 +15,11 @@ was marked ``changed`` before (an ``rm -rf`` seen half-way).
 Besides the reconcile, the watcher runs the same comparison for a recorded checkpoint as soon
 as files under its path are deleted or moved away (``DetectService``), and ``presence``
 before tierd says a checkpoint is here on tier 0.
+
+Files are reached through directory descriptors from the tier-0 root, no symlink
+followed (``layout``): a recorded file behind a directory that became a symlink counts as
+missing. A checkpoint whose tree cannot be walked (``unreadable``) is left unchecked for
+this pass, warned about once; the other checkpoints are checked.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from tierd.daemon import checksum
+from tierd.daemon.beneath import Root
 from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.checkpoints import (
     complete_checkpoints_with_files,
@@ -38,7 +44,8 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import CheckpointState, File, Replica, ReplicaState
 from tierd.daemon.catalog.parts import part_replica, parts_gone_from
 from tierd.daemon.catalog.replicas import first_tier_replica, mark_replica_deleted, mark_replica_failed
-from tierd.daemon.detect.layout import stat_file, walk_files
+from tierd.daemon.detect.layout import exists, is_dir, stat_files, walk_files
+from tierd.daemon.detect.unreadable import Unreadable
 from tierd.logs import get_logger
 
 __all__ = [
@@ -56,6 +63,8 @@ _LIST_LIMIT = 50
 ACTOR = "detector:reconcile"
 #: The error of a tier-0 replica whose files changed after first sight.
 CHANGED_ON_TIER0 = "files changed on tier 0 after they were recorded: copies come from a verified later tier"
+#: The recorded checkpoints whose trees the change check could not walk.
+UNCHECKED = Unreadable("checkpoint_unchecked")
 
 
 @dataclass(frozen=True)
@@ -136,13 +145,27 @@ def _recorded(f: File) -> RecordedFile:
 
 
 def compare(rec: Recorded, tier0: Path) -> Change | None:
-    """How the disk differs from ``rec`` (blocking; rehashes files whose mtime moved)."""
-    root = tier0 / rec.relpath
-    if not root.exists():
+    """How the disk differs from ``rec`` (blocking; rehashes files whose mtime moved).
+
+    None when nothing changed, or when the checkpoint's tree cannot be walked (warned once).
+    """
+    tree, top = Root(tier0), tier0 / rec.relpath
+    try:
+        change = _compare(rec, tree, top)
+    except OSError as exc:
+        UNCHECKED.failed(top, exc, tier0, run=rec.run, step=rec.step)
+        return None
+    UNCHECKED.read(top)
+    return change
+
+
+def _compare(rec: Recorded, tree: Root, top: Path) -> Change | None:
+    tier0 = tree.top
+    if not exists(top, tree):
         return Change(vanished=True)
     change = Change()
-    for f in rec.files:
-        st = stat_file(tier0 / f.relpath)
+    stats = stat_files([tier0 / f.relpath for f in rec.files], tree)
+    for f, st in zip(rec.files, stats, strict=True):
         if st is None:
             change.missing.append(f.relpath)
         elif st.size != f.size:
@@ -157,10 +180,10 @@ def compare(rec: Recorded, tier0: Path) -> Change | None:
                 change.touched[f.id] = st.mtime_ns
             else:
                 change.modified.append(f.relpath)
-    if root.is_dir() and rec.format != "nvrx_local":
+    if rec.format != "nvrx_local" and is_dir(top, tree):
         known = {f.relpath for f in rec.files}
         change.added = [
-            rel for s in walk_files(root) if (rel := s.path.relative_to(tier0).as_posix()) not in known
+            rel for s in walk_files(top, tree) if (rel := s.path.relative_to(tier0).as_posix()) not in known
         ]
     if change.content_changed or change.touched:
         return change

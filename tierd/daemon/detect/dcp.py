@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from tierd.daemon.beneath import Root
 from tierd.daemon.detect.integrity import MAX_PICKLE_BYTES, Stub, stub_load
 from tierd.daemon.detect.layout import (
     Candidate,
@@ -77,10 +78,10 @@ def looks_like_dcp(listing: Listing) -> bool:
     return False
 
 
-def _storage_sizes(path: Path) -> dict[str, int] | None:
+def _storage_sizes(path: Path, root: Root) -> dict[str, int] | None:
     """File name -> minimum length, from a ``.metadata`` pickle; None if unreadable."""
     try:
-        metadata = stub_load(read_file(path, MAX_PICKLE_BYTES))
+        metadata = stub_load(read_file(path, root, MAX_PICKLE_BYTES))
     except (OSError, ValueError):
         return None
     storage = metadata.field("storage_data") if isinstance(metadata, Stub) else None
@@ -126,19 +127,19 @@ def _unsettled(meta: str, found: FileStat | None) -> DcpCheck | None:
     return DcpCheck(reason, None, wait)
 
 
-def dcp_check(directory: Path, files: list[FileStat]) -> DcpCheck:
-    """Whether the DCP checkpoint in ``directory`` is complete (``DcpCheck``).
+def dcp_check(directory: Path, root: Root, files: list[FileStat]) -> DcpCheck:
+    """Whether the DCP checkpoint in ``directory`` (below ``root``) is complete (``DcpCheck``).
 
     ``retry_after`` is set when only time can change the answer (an unreadable ``.metadata``).
     """
-    listing = list_dir(directory)
+    listing = list_dir(directory, root)
     metas = _metadata_files(listing)
     if isinstance(metas, str):
         return DcpCheck(metas, None)
     by_name = {f.path.name: f for f in files if f.path.parent == directory}
     expected: dict[str, int] = {}
     for meta in metas:
-        sizes = _storage_sizes(directory / meta)
+        sizes = _storage_sizes(directory / meta, root)
         if sizes is None:
             if (waiting := _unsettled(meta, by_name.get(meta))) is not None:
                 return waiting
@@ -172,17 +173,17 @@ class DcpDetector:
         if not entry.is_dir:
             return None
         path = parent.path / entry.name
-        if not looks_like_dcp(list_dir(path)):
+        if not looks_like_dcp(list_dir(path, parent.root)):
             return None
-        return [Candidate(self.name, path, trailing_int(entry.name), str(path))]
+        return [Candidate(self.name, path, trailing_int(entry.name), str(path), root=parent.root)]
 
     def inspect(self, candidate: Candidate, settings: Settings) -> Verdict:
         """Complete when the metadata is in place and every shard it names is written."""
-        early = _metadata_files(list_dir(candidate.path))
+        early = _metadata_files(list_dir(candidate.path, candidate.root))
         if isinstance(early, str):  # cheap: no walk while shards are still being written
             return incomplete(early)
-        files = walk_files(candidate.path)
-        problem, expected, retry_after = dcp_check(candidate.path, files)
+        files = walk_files(candidate.path, candidate.root)
+        problem, expected, retry_after = dcp_check(candidate.path, candidate.root, files)
         if problem is not None and expected is not None:
             return Verdict(False, problem, tuple(files), partial=True, expected=expected)
         if problem is not None:

@@ -27,6 +27,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from tierd.daemon.beneath import Root
 from tierd.daemon.detect.integrity import first_unwritten, torch_pickle
 from tierd.daemon.detect.layout import (
     Candidate,
@@ -52,19 +53,19 @@ _ZERO = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.p
 _MODEL = re.compile(r"^mp_rank_(\d+)_model_states\.pt$")
 
 
-def read_tag(path: Path) -> str | None:
+def read_tag(path: Path, root: Root) -> str | None:
     """The tag a ``latest`` file names; None while it is missing or empty (being written)."""
     try:
-        text = read_file(path, TAG_LIMIT).decode(errors="replace").strip()
+        text = read_file(path, root, TAG_LIMIT).decode(errors="replace").strip()
     except OSError:
         return None
     return text or None
 
 
-def _world_sizes(model_states: Path) -> tuple[int | None, int | None]:
+def _world_sizes(model_states: Path, root: Root) -> tuple[int | None, int | None]:
     """(dp_world_size, mp_world_size) recorded in a model-states file, where readable."""
     try:
-        state = torch_pickle(model_states)
+        state = torch_pickle(model_states, root)
     except ValueError:
         return None, None
     if not isinstance(state, dict):
@@ -80,7 +81,7 @@ def _world_size(value: object) -> int | None:
     return value if isinstance(value, int) and 1 <= value <= MAX_WORLD_SIZE else None
 
 
-def _shard_problem(directory: Path, files: list[FileStat]) -> str | None:
+def _shard_problem(directory: Path, root: Root, files: list[FileStat]) -> str | None:
     names = [f.path.name for f in files if f.path.parent == directory]
     zero: dict[int, set[int]] = defaultdict(set)
     for name in names:
@@ -89,7 +90,7 @@ def _shard_problem(directory: Path, files: list[FileStat]) -> str | None:
     models = sorted(int(m.group(1)) for n in names if (m := _MODEL.match(n)))
     dp, mp = (None, None)
     if models:
-        dp, mp = _world_sizes(directory / f"mp_rank_{models[0]:02d}_model_states.pt")
+        dp, mp = _world_sizes(directory / f"mp_rank_{models[0]:02d}_model_states.pt", root)
     if mp is not None and models and (len(models) != mp or models != list(range(mp))):
         return f"model states for {mp} model-parallel ranks expected, found {models}"
     if not zero:
@@ -102,15 +103,17 @@ def _shard_problem(directory: Path, files: list[FileStat]) -> str | None:
     return None
 
 
-def deepspeed_problem(directory: Path, files: list[FileStat], universal: bool = False) -> str | None:
-    """Why the files of a DeepSpeed tag directory are not all written, or None."""
-    unwritten = first_unwritten(f for f in files if f.path.suffix == ".pt")
+def deepspeed_problem(
+    directory: Path, root: Root, files: list[FileStat], universal: bool = False
+) -> str | None:
+    """Why the files of a DeepSpeed tag directory (below ``root``) are not all written, or None."""
+    unwritten = first_unwritten((f for f in files if f.path.suffix == ".pt"), root)
     if unwritten is not None:
         return unwritten
-    return None if universal else _shard_problem(directory, files)
+    return None if universal else _shard_problem(directory, root, files)
 
 
-def deepspeed_expected(directory: Path, files: list[FileStat]) -> tuple[str, ...] | None:
+def deepspeed_expected(directory: Path, root: Root, files: list[FileStat]) -> tuple[str, ...] | None:
     """Every file of the step, named by rank from this node's model states; None where it cannot tell.
 
     Only when every file here is a model-states or ZeRO optimizer file the world sizes name:
@@ -123,8 +126,8 @@ def deepspeed_expected(directory: Path, files: list[FileStat]) -> tuple[str, ...
     prefixes = {n[: n.index("zero_pp_rank_")] for n in names if _ZERO.match(n)}
     if not models or len(prefixes) > 1:
         return None
-    dp, mp = _world_sizes(directory / models[0])
-    if dp is None or mp is None or dp * mp > MAX_EXPECTED_FILES:
+    dp, mp = _world_sizes(directory / models[0], root)
+    if dp is None or mp is None or dp < 1 or mp < 1 or dp * mp > MAX_EXPECTED_FILES:
         return None
     want = {f"mp_rank_{m:02d}_model_states.pt" for m in range(mp)}
     for prefix in prefixes:  # this node's ranks have ZeRO shards: so do every dp rank's
@@ -151,31 +154,34 @@ class DeepSpeedDetector:
         m = _GLOBAL_STEP.match(entry.name)
         universal = bool(m and m.group(2))
         if m is None:
-            named = {read_tag(parent.path / f) for f in (LATEST, LATEST_UNIVERSAL) if parent.has_file(f)}
+            trackers = [f for f in (LATEST, LATEST_UNIVERSAL) if parent.has_file(f)]
+            named = {read_tag(parent.path / f, parent.root) for f in trackers}
             if entry.name not in named:
                 return None
-            universal = read_tag(parent.path / LATEST_UNIVERSAL) == entry.name
+            universal = read_tag(parent.path / LATEST_UNIVERSAL, parent.root) == entry.name
         path = parent.path / entry.name
         extra = {"universal": universal}
-        return [Candidate(self.name, path, _step_of(entry.name), str(path), extra)]
+        return [Candidate(self.name, path, _step_of(entry.name), str(path), extra, root=parent.root)]
 
     def inspect(self, candidate: Candidate, settings: Settings) -> Verdict:
         """Complete once ``latest`` has moved to (or past) this tag and every shard is written."""
         universal = bool(candidate.extra.get("universal"))
         tracker = candidate.path.parent / (LATEST_UNIVERSAL if universal else LATEST)
-        tag = read_tag(tracker)
+        root = candidate.root
+        tag = read_tag(tracker, root)
         name = candidate.path.name
         if tag is None:
             return incomplete(f"{tracker.name} does not name a tag yet")
         if tag != name and not _older(name, tag):
             return incomplete(f"{tracker.name} names {tag}, not {name}")
-        files = walk_files(candidate.path)
-        unwritten = first_unwritten(f for f in files if f.path.suffix == ".pt")
+        files = walk_files(candidate.path, root)
+        unwritten = first_unwritten((f for f in files if f.path.suffix == ".pt"), root)
         if unwritten is not None:
             return Verdict(False, unwritten, marker=True)
-        problem = None if universal else _shard_problem(candidate.path, files)
+        problem = None if universal else _shard_problem(candidate.path, root, files)
         if problem is not None:  # on a node-local tier 0, other nodes hold the other ranks' shards
-            return Verdict(False, problem, marker=True, expected=deepspeed_expected(candidate.path, files))
+            expected = deepspeed_expected(candidate.path, root, files)
+            return Verdict(False, problem, marker=True, expected=expected)
         return Verdict(True, f"{tracker.name} names {tag}", tuple(files))
 
 

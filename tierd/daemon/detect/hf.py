@@ -20,6 +20,7 @@ import math
 import re
 from pathlib import Path
 
+from tierd.daemon.beneath import Root
 from tierd.daemon.detect.dcp import dcp_check, looks_like_dcp
 from tierd.daemon.detect.deepspeed import LATEST, deepspeed_problem, read_tag
 from tierd.daemon.detect.integrity import first_unwritten
@@ -44,14 +45,14 @@ _TMP_CHECKPOINT = re.compile(r"^tmp-checkpoint-\d+$")
 _RNG = re.compile(r"^rng_state_(\d+)\.pth$")
 
 
-def _state_ok(files: list[FileStat], directory_name: str) -> str | None:
+def _state_ok(files: list[FileStat], directory_name: str, root: Root) -> str | None:
     state = next(
         (f for f in files if f.path.name == TRAINER_STATE and f.path.parent.name == directory_name), None
     )
     if state is None:
         return f"{TRAINER_STATE} not written yet"
     try:
-        data = json.loads(read_file(state.path))
+        data = json.loads(read_file(state.path, root))
     except (OSError, ValueError):
         return f"{TRAINER_STATE} is not complete JSON yet"
     if not isinstance(data, dict) or "global_step" not in data:
@@ -59,7 +60,7 @@ def _state_ok(files: list[FileStat], directory_name: str) -> str | None:
     return None
 
 
-def trainer_metrics(path: Path) -> dict[str, float]:
+def trainer_metrics(path: Path, root: Root) -> dict[str, float]:
     """The numbers the Trainer logged at its checkpoint's step (``eval_loss``, ``loss``, ...).
 
     Read from ``log_history``: every entry whose ``step`` is the state's ``global_step``,
@@ -67,7 +68,7 @@ def trainer_metrics(path: Path) -> dict[str, float]:
     file cannot be read (completeness is decided elsewhere).
     """
     try:
-        data = json.loads(read_file(path))
+        data = json.loads(read_file(path, root))
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict) or not isinstance(data.get("log_history"), list):
@@ -116,38 +117,42 @@ class HfDetector:
         if m is None:
             return None
         path = parent.path / entry.name
-        return [Candidate(self.name, path, int(m.group(1)), str(path))]
+        return [Candidate(self.name, path, int(m.group(1)), str(path), root=parent.root)]
 
     def inspect(self, candidate: Candidate, settings: Settings) -> Verdict:
         """Complete once ``trainer_state.json`` is written and every nested part is."""
-        if not list_dir(candidate.path).has_file(TRAINER_STATE):
+        root = candidate.root
+        if not list_dir(candidate.path, root).has_file(TRAINER_STATE):
             return incomplete(f"{TRAINER_STATE} not written yet")
-        files = walk_files(candidate.path)
-        problem = _state_ok(files, candidate.path.name) or first_unwritten(files) or _rng_problem(files)
+        files = walk_files(candidate.path, root)
+        problem = (
+            _state_ok(files, candidate.path.name, root) or first_unwritten(files, root) or _rng_problem(files)
+        )
         retry_after = None
         if problem is None:
             problem, retry_after = self._nested_problem(candidate, files)
         if problem is not None:
             return incomplete(problem, retry_after)
-        metrics = trainer_metrics(candidate.path / TRAINER_STATE)
+        metrics = trainer_metrics(candidate.path / TRAINER_STATE, root)
         return Verdict(True, f"{TRAINER_STATE} written", tuple(files), metrics=metrics)
 
     def _nested_problem(self, candidate: Candidate, files: list[FileStat]) -> tuple[str | None, float | None]:
         """Why a nested DeepSpeed or DCP checkpoint is not complete, and when to look again."""
-        listing = list_dir(candidate.path)
+        root = candidate.root
+        listing = list_dir(candidate.path, root)
         if listing.has_file(LATEST):
-            tag = read_tag(candidate.path / LATEST)
+            tag = read_tag(candidate.path / LATEST, root)
             if tag is None or not listing.has_dir(tag):
                 return f"DeepSpeed tag {tag!r} named by latest is not there", None
             tag_dir = candidate.path / tag
             inner = [f for f in files if f.path.is_relative_to(tag_dir)]
-            if (problem := deepspeed_problem(tag_dir, inner)) is not None:
+            if (problem := deepspeed_problem(tag_dir, root, inner)) is not None:
                 return problem, None
         for name, entry in listing.entries.items():
             sub = candidate.path / name
-            if not (entry.is_dir and looks_like_dcp(list_dir(sub))):
+            if not (entry.is_dir and looks_like_dcp(list_dir(sub, root))):
                 continue
-            check = dcp_check(sub, [f for f in files if f.path.parent == sub])
+            check = dcp_check(sub, root, [f for f in files if f.path.parent == sub])
             if check.problem is not None:
                 return f"{name}: {check.problem}", check.retry_after
         return None, None

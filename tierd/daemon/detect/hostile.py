@@ -2,7 +2,8 @@
 
 tierd usually runs as root and tier 0 is written by training jobs, so a checkpoint's tree
 is untrusted. Before any of its files is opened, the whole tree is listed (``lstat``
-only, nothing opened) and the checkpoint is refused (``Refused``: nothing recorded, an
+only, through directory descriptors from the tier-0 root, no symlink followed: ``layout``)
+and the checkpoint is refused (``Refused``: nothing recorded, an
 audit event ``refused`` says why) when it holds:
 
 * a **symlink**: it may lead anywhere (``/etc/shadow``); tierd never follows one;
@@ -27,7 +28,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from tierd.daemon.detect.layout import FileStat
+from tierd.daemon.beneath import Root
+from tierd.daemon.detect.layout import FileStat, lstat_path, walk_tree
 from tierd.errors import Refused
 
 __all__ = ["MAX_LISTED", "Offence", "check_checkpoint", "find_offences", "name_problem", "printable"]
@@ -78,6 +80,7 @@ def _kind(mode: int) -> str | None:
 class _Collector:
     def __init__(self, tier0: Path) -> None:
         self.tier0 = tier0
+        self.root = Root(tier0)
         self.found: dict[str, Offence] = {}
 
     def add(self, path: Path, kind: str) -> None:
@@ -94,50 +97,37 @@ class _Collector:
             self.add(path, f"hard link ({st.st_nlink} links)")
 
     def walk(self, top: Path) -> None:
-        """Every entry below the directory ``top`` (no symlink followed)."""
-        stack = [top]
-        while stack:
-            directory = stack.pop()
-            try:
-                with os.scandir(directory) as it:
-                    entries = list(it)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
+        """Every entry below the directory ``top`` (``walk_tree``: raises OSError as it does)."""
+        for directory, entries in walk_tree(top, self.root):
             for item in entries:
                 try:
                     st = item.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue
-                path = Path(item.path)
-                self.entry(path, st)
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append(path)
+                self.entry(directory / item.name, st)
 
 
 def find_offences(tier0: Path, relpath: str, files: Iterable[FileStat]) -> list[Offence]:
     """What in the checkpoint at ``relpath`` (and among ``files``) tierd will not read (blocking).
 
-    Lists the tree with ``lstat`` only; opens nothing. Sorted by path.
+    Lists the tree with ``lstat`` only, through directory descriptors; opens no file.
+    Sorted by path. Raises OSError when a directory of the tree cannot be walked.
     """
     found = _Collector(tier0)
     top = tier0 / relpath
     for part in PurePosixPath(relpath).parts:
         if (problem := name_problem(part)) is not None:
             found.add(top, f"checkpoint path: {problem}")
-    try:
-        st = os.lstat(top)
-    except FileNotFoundError:
-        st = None
+    st = lstat_path(top, found.root)
     if st is not None:
         found.entry(top, st)
         if stat.S_ISDIR(st.st_mode):
             found.walk(top)
     for f in files:
-        if top not in f.path.parents and f.path != top:  # beside the checkpoint (NeMo's .ckpt)
-            try:
-                found.entry(f.path, os.lstat(f.path))
-            except FileNotFoundError:
-                continue
+        if top in f.path.parents or f.path == top:
+            continue  # listed above; a file beside the checkpoint (NeMo's .ckpt) is not
+        if (beside := lstat_path(f.path, found.root)) is not None:
+            found.entry(f.path, beside)
     return sorted(found.found.values(), key=lambda o: o.path)
 
 

@@ -8,7 +8,9 @@
   is read by :class:`StubUnpickler`, which never imports or calls anything: every
   global becomes an inert stub, so a crafted file cannot run code in the daemon.
 
-Every file is opened by ``nofollow.open_regular``: never through a symlink, never a FIFO.
+Every file is opened by ``nofollow`` from the tree it lies in (a ``beneath.Root``, or an
+``Opener`` that keeps its directory open for the next file): never through a symlink, never a
+FIFO, never by a whole path below the tree's top.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from tierd.daemon.beneath import Root
 from tierd.daemon.detect.layout import FileStat
-from tierd.daemon.nofollow import open_regular
+from tierd.daemon.nofollow import Opener, open_regular
 
 __all__ = [
     "MAX_PICKLE_BYTES",
+    "Source",
     "first_unwritten",
     "Stub",
     "StubUnpickler",
@@ -45,19 +49,28 @@ _ZIP64_EOCD = struct.Struct("<4sQHHIIQQQQ")
 ZIP_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 
 
+#: Where a file is opened from: a tree's top (a ``Root`` or a trusted directory), or an ``Opener``.
+Source = Path | Root | Opener
+
+
+def _open(path: Path, source: Source) -> int:
+    """A descriptor reading the regular file ``path`` (``nofollow``'s rules); raises OSError."""
+    return source.open(path) if isinstance(source, Opener) else open_regular(path, source)
+
+
 def _read_tail(fd: int, size: int, length: int) -> bytes:
     start = max(size - length, 0)
     return os.pread(fd, size - start, start)
 
 
-def zip_complete(path: Path) -> bool | None:
+def zip_complete(path: Path, source: Source) -> bool | None:
     """Whether the zip at ``path`` ends with a consistent end record.
 
     True when it does, False for a zip that does not (yet), None when the file is not
     a zip at all (e.g. a legacy ``torch.save``).
     """
     try:
-        fd = open_regular(path)
+        fd = _open(path, source)
     except OSError:
         return False
     try:
@@ -89,10 +102,10 @@ def _tail_consistent(fd: int, size: int, tail: bytes) -> bool:
     return bool(cd_offset + cd_size == eocd_at)
 
 
-def safetensors_complete(path: Path) -> bool:
+def safetensors_complete(path: Path, source: Source) -> bool:
     """True if the safetensors file at ``path`` is exactly as long as its header says."""
     try:
-        with os.fdopen(open_regular(path), "rb") as f:
+        with os.fdopen(_open(path, source), "rb") as f:
             size = os.fstat(f.fileno()).st_size
             raw = f.read(8)
             if len(raw) != 8:
@@ -115,21 +128,25 @@ def safetensors_complete(path: Path) -> bool:
     return bool(size == 8 + header_len + end)
 
 
-def weights_complete(path: Path) -> bool:
+def weights_complete(path: Path, source: Source) -> bool:
     """Whether a weights file is written to its end, where its format lets us tell."""
     name = path.name
     if name.endswith(".safetensors"):
-        return safetensors_complete(path)
+        return safetensors_complete(path, source)
     if name.endswith(ZIP_SUFFIXES):
-        return zip_complete(path) is not False
+        return zip_complete(path, source) is not False
     return True
 
 
-def first_unwritten(files: Iterable[FileStat]) -> str | None:
-    """The reason the first weights file that is not written to its end is not, or None."""
-    for f in files:
-        if not weights_complete(f.path):
-            return f"{f.path.name} is not written to its end yet"
+def first_unwritten(files: Iterable[FileStat], root: Path | Root) -> str | None:
+    """The reason the first weights file (below ``root``) that is not written to its end is not, or None.
+
+    Files of one directory share its descriptor (``Opener``).
+    """
+    with Opener(root) as opener:
+        for f in files:
+            if not weights_complete(f.path, opener):
+                return f"{f.path.name} is not written to its end yet"
     return None
 
 
@@ -203,13 +220,13 @@ def stub_load(data: bytes) -> Any:
         raise ValueError(f"not a readable pickle: {exc.__class__.__name__}: {exc}") from None
 
 
-def torch_pickle(path: Path) -> Any:
+def torch_pickle(path: Path, source: Source) -> Any:
     """The top-level object of a zip ``torch.save`` file, with tensors as stubs.
 
     Raises ValueError when the file is not a complete zip archive with a ``data.pkl``.
     """
     try:
-        with os.fdopen(open_regular(path), "rb") as raw, zipfile.ZipFile(raw) as archive:
+        with os.fdopen(_open(path, source), "rb") as raw, zipfile.ZipFile(raw) as archive:
             names = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
             if not names:
                 raise ValueError(f"{path.name}: no data.pkl in the archive")

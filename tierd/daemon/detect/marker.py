@@ -32,12 +32,13 @@ class MarkerDetector:
         if not entry.is_dir or not settings.marker:
             return None
         path = parent.path / entry.name
-        if not list_dir(path).has_file(settings.marker):
+        if not list_dir(path, parent.root).has_file(settings.marker):
             return None
-        return [Candidate(self.name, path, trailing_int(entry.name), str(path))]
+        return [Candidate(self.name, path, trailing_int(entry.name), str(path), root=parent.root)]
 
     def inspect(self, candidate: Candidate, settings: Settings) -> Verdict:
         """Complete while the marker is there."""
-        if not settings.marker or not list_dir(candidate.path).has_file(settings.marker):
+        if not settings.marker or not list_dir(candidate.path, candidate.root).has_file(settings.marker):
             return incomplete(f"marker {settings.marker!r} is not there")
-        return Verdict(True, f"marker {settings.marker} present", tuple(walk_files(candidate.path)))
+        files = walk_files(candidate.path, candidate.root)
+        return Verdict(True, f"marker {settings.marker} present", tuple(files))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tierd.daemon.beneath import Root
 from tierd.daemon.detect.dcp import dcp_check, looks_like_dcp
 from tierd.daemon.detect.integrity import Stub, first_unwritten, torch_pickle
 from tierd.daemon.detect.layout import (
@@ -49,10 +50,10 @@ MODEL = "model_optim_rng.pt"
 RANK_FILES = frozenset({MODEL, "distrib_optim.pt"})
 
 
-def read_tracker(path: Path) -> int | str | None:
+def read_tracker(path: Path, root: Root) -> int | str | None:
     """The tracker's iteration, ``"release"``, or None while missing, empty or garbled."""
     try:
-        text = read_file(path, 4096).decode(errors="replace").strip()
+        text = read_file(path, root, 4096).decode(errors="replace").strip()
     except OSError:
         return None
     if text == RELEASE:
@@ -71,14 +72,15 @@ class MegatronDetector:
             return None
         path = parent.path / entry.name
         if m := _ITER.match(entry.name):
-            return [Candidate(self.name, path, int(m.group(1)), str(path))]
+            return [Candidate(self.name, path, int(m.group(1)), str(path), root=parent.root)]
         if entry.name == RELEASE and parent.has_file(TRACKER):
-            return [Candidate(self.name, path, 0, str(path), {"release": True})]
+            return [Candidate(self.name, path, 0, str(path), {"release": True}, root=parent.root)]
         return None
 
     def inspect(self, candidate: Candidate, settings: Settings) -> Verdict:
         """Complete once the tracker reaches this iteration and every file is written."""
-        tracked = read_tracker(candidate.path.parent / TRACKER)
+        root = candidate.root
+        tracked = read_tracker(candidate.path.parent / TRACKER, root)
         if tracked is None:
             return incomplete(f"{TRACKER} does not hold an iteration yet")
         if candidate.extra.get("release"):
@@ -86,26 +88,30 @@ class MegatronDetector:
                 return incomplete(f"{TRACKER} holds {tracked}, not release")
         elif isinstance(tracked, str) or candidate.step is None or tracked < candidate.step:
             return incomplete(f"{TRACKER} holds {tracked}, before {candidate.step}")
-        files = walk_files(candidate.path)
-        unwritten = first_unwritten(f for f in files if f.path.suffix == ".pt")
+        files = walk_files(candidate.path, root)
+        unwritten = first_unwritten((f for f in files if f.path.suffix == ".pt"), root)
         if unwritten is not None:
             return Verdict(False, unwritten, marker=True)
-        if looks_like_dcp(list_dir(candidate.path)):  # torch_dist
-            problem, expected, retry_after = dcp_check(candidate.path, files)
+        if looks_like_dcp(list_dir(candidate.path, root)):  # torch_dist
+            problem, expected, retry_after = dcp_check(candidate.path, root, files)
         else:
-            (problem, expected), retry_after = _legacy_check(candidate.path, files), None
+            (problem, expected), retry_after = _legacy_check(candidate.path, root, files), None
         if problem is not None:  # on a node-local tier 0, other nodes hold the other ranks' files
             return Verdict(False, problem, retry_after=retry_after, marker=True, expected=expected)
         return Verdict(True, f"{TRACKER} holds {tracked}", tuple(files))
 
 
-def _legacy_check(directory: Path, files: list[FileStat]) -> tuple[str | None, tuple[str, ...] | None]:
+def _legacy_check(
+    directory: Path, root: Root, files: list[FileStat]
+) -> tuple[str | None, tuple[str, ...] | None]:
     """(why the legacy step is not complete or None, every file its parallel sizes name, if known)."""
-    listing = list_dir(directory)
+    listing = list_dir(directory, root)
     for name, entry in listing.entries.items():
-        if entry.is_dir and name.startswith("mp_rank_") and not list_dir(directory / name).has_file(MODEL):
+        if not (entry.is_dir and name.startswith("mp_rank_")):
+            continue
+        if not list_dir(directory / name, root).has_file(MODEL):
             return f"{name}/{MODEL} is missing", None
-    expected = megatron_expected(directory)
+    expected = megatron_expected(directory, root)
     held = {str(f.path.relative_to(directory)) for f in files}
     absent = [name for name in expected or () if name not in held]
     if absent:
@@ -113,21 +119,21 @@ def _legacy_check(directory: Path, files: list[FileStat]) -> tuple[str | None, t
     return None, expected
 
 
-def megatron_expected(directory: Path) -> tuple[str, ...] | None:
+def megatron_expected(directory: Path, root: Root) -> tuple[str, ...] | None:
     """Every file of a legacy step, named by rank from this node's ``args``; None where it cannot tell.
 
     Only when this node holds nothing but rank directories of the same files (``model_optim_rng.pt``,
     and ``distrib_optim.pt`` with the distributed optimizer) that the parallel sizes name.
     """
     held: dict[str, frozenset[str]] = {}
-    for name, entry in list_dir(directory).entries.items():
+    for name, entry in list_dir(directory, root).entries.items():
         if not entry.is_dir or not _RANK_DIR.match(name):
             return None
-        held[name] = frozenset(list_dir(directory / name).entries)
+        held[name] = frozenset(list_dir(directory / name, root).entries)
     kinds = set(held.values())
     if len(kinds) != 1 or not (kind := kinds.pop()) <= RANK_FILES or MODEL not in kind:
         return None
-    sizes = _parallel_sizes(directory / min(held) / MODEL)
+    sizes = _parallel_sizes(directory / min(held) / MODEL, root)
     if sizes is None:
         return None
     dirs = _rank_dirs(*sizes)
@@ -136,10 +142,10 @@ def megatron_expected(directory: Path) -> tuple[str, ...] | None:
     return tuple(sorted(f"{d}/{f}" for d in dirs for f in kind))
 
 
-def _parallel_sizes(model: Path) -> tuple[int, int, int] | None:
+def _parallel_sizes(model: Path, root: Root) -> tuple[int, int, int] | None:
     """(tensor, pipeline, expert) parallel sizes from the checkpoint's ``args``, where recorded."""
     try:
-        state = torch_pickle(model)
+        state = torch_pickle(model, root)
     except ValueError:
         return None
     args = state.get("args") if isinstance(state, dict) else None

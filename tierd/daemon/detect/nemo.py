@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tierd.daemon.beneath import Root
 from tierd.daemon.detect.dcp import dcp_check, looks_like_dcp
 from tierd.daemon.detect.integrity import first_unwritten
 from tierd.daemon.detect.layout import (
@@ -29,6 +30,7 @@ from tierd.daemon.detect.layout import (
     Settings,
     Verdict,
     incomplete,
+    is_dir,
     list_dir,
     stat_file,
     walk_files,
@@ -63,42 +65,43 @@ class NemoDetector:
         if entry.is_file and parent.has_dir(base):
             return []
         path = parent.path / entry.name
-        return [Candidate(self.name, path, int(m.group(1)), str(parent.path / base), {"base": base})]
+        key = str(parent.path / base)
+        return [Candidate(self.name, path, int(m.group(1)), key, {"base": base}, root=parent.root)]
 
     def inspect(self, candidate: Candidate, settings: Settings) -> Verdict:
         """Complete when the marker is gone and every part is written."""
         base = str(candidate.extra["base"])
-        parent = candidate.path.parent
-        if stat_file(parent / (base + UNFINISHED)) is not None:
+        parent, root = candidate.path.parent, candidate.root
+        if stat_file(parent / (base + UNFINISHED), root) is not None:
             return incomplete(f"{base}{UNFINISHED} marker is present")
-        files = self._files(parent, base)
+        files = self._files(parent, root, base)
         if not files:
             return incomplete("no checkpoint files")
-        problem, retry_after = first_unwritten(files), None
-        if problem is None and candidate.path.is_dir():
-            problem, retry_after = _dist_problem(candidate.path, files)
+        problem, retry_after = first_unwritten(files, root), None
+        if problem is None and is_dir(candidate.path, root):
+            problem, retry_after = _dist_problem(candidate.path, root, files)
         if problem is not None:
             return incomplete(problem, retry_after)
         return Verdict(True, "no -unfinished marker", tuple(files))
 
-    def _files(self, parent: Path, base: str) -> list[FileStat]:
+    def _files(self, parent: Path, root: Root, base: str) -> list[FileStat]:
         files: list[FileStat] = []
         for name in (base, base + "-EMA"):
-            if (parent / name).is_dir():
-                files.extend(walk_files(parent / name))
-            elif (found := stat_file(parent / (name + ".ckpt"))) is not None:
+            if is_dir(parent / name, root):
+                files.extend(walk_files(parent / name, root))
+            elif (found := stat_file(parent / (name + ".ckpt"), root)) is not None:
                 files.append(found)
         return files
 
 
-def _dist_problem(directory: Path, files: list[FileStat]) -> tuple[str | None, float | None]:
+def _dist_problem(directory: Path, root: Root, files: list[FileStat]) -> tuple[str | None, float | None]:
     """Why a distributed (DCP) checkpoint's directories are not complete, and when to look again."""
     stack = [directory]
     while stack:
         current = stack.pop()
-        listing = list_dir(current)
+        listing = list_dir(current, root)
         if looks_like_dcp(listing):
-            check = dcp_check(current, [f for f in files if f.path.parent == current])
+            check = dcp_check(current, root, [f for f in files if f.path.parent == current])
             if check.problem is not None:
                 return f"{current.name}: {check.problem}", check.retry_after
         stack.extend(current / n for n, e in listing.entries.items() if e.is_dir)

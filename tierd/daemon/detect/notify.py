@@ -3,7 +3,9 @@
 If a detector recognises the layout it still gets the last word: when it says files are
 missing (or the marker is not there) the step is recorded ``waiting`` and the watcher
 completes it once the detector agrees. A layout no detector recognises is recorded at
-once with every file under the path.
+once with every file under the path. Below the tier-0 root everything is reached through
+directory descriptors (``layout``); a step whose tree cannot be read is refused (422)
+naming the reason.
 """
 
 from __future__ import annotations
@@ -15,16 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from tierd.daemon.aio import blocking
+from tierd.daemon.beneath import Root
 from tierd.daemon.catalog.checkpoints import checkpoint_state, step_id_and_state
 from tierd.daemon.catalog.models import CheckpointState
 from tierd.daemon.catalog.parts import Expectation
 from tierd.daemon.context import Context
 from tierd.daemon.detect.hostile import check_checkpoint, printable
-from tierd.daemon.detect.layout import Settings, Verdict, stat_file, walk_files
+from tierd.daemon.detect.layout import Settings, Verdict, incomplete, is_dir, stat_file, walk_files
 from tierd.daemon.detect.parts import inspect_part, part_verdict
 from tierd.daemon.detect.record import Outcome, record_checkpoint, write_refused, write_waiting
 from tierd.daemon.detect.registry import detectors_for
 from tierd.daemon.detect.scan import RootSpec, detect_path
+from tierd.daemon.detect.unreadable import describe
 from tierd.errors import NotifyRejected, Refused, Unstable
 from tierd.logs import get_logger
 
@@ -60,10 +64,13 @@ def resolve_in_tier0(path: str, tier0: Path) -> Path:
     return target
 
 
-def _whole_path(target: Path) -> Verdict:
-    if target.is_dir():
-        return Verdict(True, "announced by the job", tuple(walk_files(target)))
-    st = stat_file(target)
+def _whole_path(target: Path, root: Root) -> Verdict:
+    try:
+        if is_dir(target, root):
+            return Verdict(True, "announced by the job", tuple(walk_files(target, root)))
+        st = stat_file(target, root)
+    except OSError as exc:
+        return incomplete(f"cannot be read: {describe(exc, target)}")
     return Verdict(st is not None, "announced by the job", (st,) if st else ())
 
 
@@ -100,6 +107,8 @@ async def notify_checkpoint(
     announced = _Announced(run, step, target, relpath, fmt, actor, dict(detail or {}), expect or None)
     try:
         return await _notify(ctx, announced)
+    except OSError as exc:  # a directory of the step that cannot be walked (EACCES, too deep, swapped)
+        raise NotifyRejected(f"path {path!r} cannot be read: {describe(exc, target)}") from None
     except Refused as exc:
         name = fmt or "auto"
         await blocking(
@@ -127,12 +136,13 @@ async def _notify(ctx: Context, a: _Announced) -> NotifyResult:
     existing = await blocking(step_id_and_state, ctx.db, a.run, a.step)
     if existing is not None and existing[1] != CheckpointState.WAITING.value:
         return NotifyResult(200, existing[0])
-    await blocking(check_checkpoint, ctx.config.tier0.path.resolve(), a.relpath, ())
+    root = Root(ctx.config.tier0.path.resolve())
+    await blocking(check_checkpoint, root.top, a.relpath, ())
     settings = _settings_for(ctx, a.target)
     detectors = detectors_for(a.fmt or "auto", settings.marker)
-    found = await blocking(detect_path, a.target, detectors, settings, a.step)
+    found = await blocking(detect_path, a.target, root, detectors, settings, a.step)
     if found is None and a.fmt in (None, "auto"):
-        verdict, name, recheck = await blocking(_whole_path, a.target), "unknown", None
+        verdict, name, recheck = await blocking(_whole_path, a.target, root), "unknown", None
     elif found is None:
         return await _wait(ctx, a, str(a.fmt), f"not recognised as {a.fmt}")
     else:
@@ -140,7 +150,7 @@ async def _notify(ctx: Context, a: _Announced) -> NotifyResult:
         name = detector.name
         recheck = functools.partial(detector.inspect, candidate, settings) if candidate else None
         if not verdict.complete and a.expect is not None and candidate is not None:
-            verdict = await blocking(part_verdict, candidate.path, verdict, settings)
+            verdict = await blocking(part_verdict, candidate.path, root, verdict, settings)
             recheck = functools.partial(inspect_part, detector, candidate, settings)
         if not verdict.complete and not verdict.partial:
             return await _wait(ctx, a, name, verdict.reason)

@@ -18,6 +18,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from tierd.daemon.beneath import Root
 from tierd.daemon.detect.integrity import first_unwritten
 from tierd.daemon.detect.layout import (
     Candidate,
@@ -28,7 +29,7 @@ from tierd.daemon.detect.layout import (
     Verdict,
     incomplete,
     list_dir,
-    stat_file,
+    stat_files,
 )
 
 __all__ = ["LOCAL_FILE", "NvrxDetector"]
@@ -36,13 +37,13 @@ __all__ = ["LOCAL_FILE", "NvrxDetector"]
 LOCAL_FILE = re.compile(r"^iter_(\d{7,})_(\d+)_local(\.dirty)?\.pt$")
 
 
-def _rank_files(session: Path) -> dict[int, list[tuple[str, int, bool]]]:
+def _rank_files(session: Path, root: Root) -> dict[int, list[tuple[str, int, bool]]]:
     """Rank directory -> (file name, iteration, dirty) of every local checkpoint file in it."""
     found: dict[int, list[tuple[str, int, bool]]] = defaultdict(list)
-    for name, entry in list_dir(session).entries.items():
+    for name, entry in list_dir(session, root).entries.items():
         if not (entry.is_dir and name.isdigit()):
             continue
-        for fname in list_dir(session / name).entries:
+        for fname in list_dir(session / name, root).entries:
             if m := LOCAL_FILE.match(fname):
                 found[int(name)].append((fname, int(m.group(1)), bool(m.group(3))))
     return found
@@ -58,27 +59,27 @@ class NvrxDetector:
         if not entry.is_dir:
             return None
         session = parent.path / entry.name
-        ranks = _rank_files(session)
+        ranks = _rank_files(session, parent.root)
         if not ranks:
             return None
         iterations = sorted({it for files in ranks.values() for _, it, _ in files})
-        return [Candidate(self.name, session, it, f"{session}#iter={it}") for it in iterations]
+        root = parent.root
+        return [Candidate(self.name, session, it, f"{session}#iter={it}", root=root) for it in iterations]
 
     def inspect(self, candidate: Candidate, settings: Settings) -> Verdict:
         """Complete once every rank's file of the iteration is renamed from ``.dirty``."""
-        step = candidate.step
-        files: list[FileStat] = []
-        for rank, entries in sorted(_rank_files(candidate.path).items()):
+        step, root = candidate.step, candidate.root
+        paths: list[Path] = []
+        for rank, entries in sorted(_rank_files(candidate.path, root).items()):
             mine = [(n, dirty) for n, it, dirty in entries if it == step]
             if any(dirty for _, dirty in mine):
                 return incomplete(f"rank {rank} is still writing iteration {step}")
             own = f"iter_{step:07d}_{rank}_local.pt"
             if own not in {n for n, _ in mine}:
                 return incomplete(f"rank {rank} has not saved iteration {step} yet")
-            for name, _ in mine:
-                if (st := stat_file(candidate.path / str(rank) / name)) is not None:
-                    files.append(st)
-        problem = first_unwritten(files)
+            paths.extend(candidate.path / str(rank) / name for name, _ in mine)
+        files: list[FileStat] = [st for st in stat_files(paths, root) if st is not None]
+        problem = first_unwritten(files, root)
         if problem is not None:
             return incomplete(problem)
         return Verdict(

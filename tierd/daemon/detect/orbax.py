@@ -19,6 +19,7 @@ import json
 import re
 from pathlib import Path
 
+from tierd.daemon.beneath import Root
 from tierd.daemon.detect.layout import (
     Candidate,
     Entry,
@@ -41,26 +42,26 @@ _STEP_NAME = re.compile(r"^(?:.*_)?(\d+)$")
 _ITEM_MARKERS = ("_METADATA", "manifest.ocdbt", "_sharding", "checkpoint")
 
 
-def _is_orbax_step(path: Path) -> bool:
-    listing = list_dir(path)
+def _is_orbax_step(path: Path, root: Root) -> bool:
+    listing = list_dir(path, root)
     if listing.has_file(CHECKPOINT_METADATA) or listing.has_file(COMMIT_SUCCESS):
         return True
     for name, entry in listing.entries.items():
         if TMP_SUFFIX in name:
             return True
-        if entry.is_dir and any(list_dir(path / name).has_file(m) for m in _ITEM_MARKERS):
+        if entry.is_dir and any(list_dir(path / name, root).has_file(m) for m in _ITEM_MARKERS):
             return True
     return False
 
 
-def _committed(path: Path) -> tuple[bool, str]:
-    listing = list_dir(path)
+def _committed(path: Path, root: Root) -> tuple[bool, str]:
+    listing = list_dir(path, root)
     if listing.has_file(COMMIT_SUCCESS):
         return True, f"{COMMIT_SUCCESS} written"
     if not listing.has_file(CHECKPOINT_METADATA):
         return True, "renamed into place (no step metadata)"
     try:
-        data = json.loads(read_file(path / CHECKPOINT_METADATA))
+        data = json.loads(read_file(path / CHECKPOINT_METADATA, root))
     except (OSError, ValueError):
         return False, f"{CHECKPOINT_METADATA} is not complete JSON yet"
     if isinstance(data, dict) and data.get("commit_timestamp_nsecs"):
@@ -82,16 +83,16 @@ class OrbaxDetector:
         if not _STEP_NAME.match(entry.name):
             return None
         path = parent.path / entry.name
-        if not _is_orbax_step(path):
+        if not _is_orbax_step(path, parent.root):
             return None
-        return [Candidate(self.name, path, trailing_int(entry.name), str(path))]
+        return [Candidate(self.name, path, trailing_int(entry.name), str(path), root=parent.root)]
 
     def inspect(self, candidate: Candidate, settings: Settings) -> Verdict:
         """Complete once committed by rename or commit file, with no tmp part left inside."""
-        ok, reason = _committed(candidate.path)
+        ok, reason = _committed(candidate.path, candidate.root)
         if not ok:
             return incomplete(reason)
-        files = walk_files(candidate.path)
+        files = walk_files(candidate.path, candidate.root)
         for f in files:
             if TMP_SUFFIX in str(f.path.relative_to(candidate.path)):
                 return incomplete(f"{f.path.parent.name} is still a temporary item")

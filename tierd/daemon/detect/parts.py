@@ -14,32 +14,39 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from tierd.daemon.beneath import Root
 from tierd.daemon.detect.layout import (
     Candidate,
     Detector,
+    FileStat,
     Settings,
     Verdict,
     incomplete,
+    is_dir,
     is_temp_name,
     stat_file,
+    stat_files,
     walk_files,
 )
+from tierd.daemon.detect.unreadable import describe
 
 __all__ = ["inspect_part", "late_files_verdict", "part_verdict"]
 
 
-def part_verdict(path: Path, verdict: Verdict, settings: Settings, now_ns: int | None = None) -> Verdict:
+def part_verdict(
+    path: Path, root: Root, verdict: Verdict, settings: Settings, now_ns: int | None = None
+) -> Verdict:
     """``verdict`` as this node's part (partial), or an incomplete verdict saying when to look again.
 
-    A complete verdict is returned as it is (the part is the whole checkpoint). Blocking.
+    ``path`` is reached from ``root``. A complete verdict is returned as it is (the part is
+    the whole checkpoint); a part whose tree cannot be read is incomplete. Blocking.
     """
     if verdict.complete or verdict.partial:
         return verdict
-    if path.is_dir():
-        files = tuple(walk_files(path))
-    else:
-        single = stat_file(path)
-        files = (single,) if single is not None else ()
+    try:
+        files = _part_files(path, root)
+    except OSError as exc:
+        return incomplete(f"this node's part cannot be read: {describe(exc, path)}")
     if not files:
         return incomplete("no files of this node's part yet")
     if any(is_temp_name(f.path.name) for f in files):
@@ -54,20 +61,28 @@ def part_verdict(path: Path, verdict: Verdict, settings: Settings, now_ns: int |
     return Verdict(False, reason, files, partial=True, expected=verdict.expected, marker=verdict.marker)
 
 
+def _part_files(path: Path, root: Root) -> tuple[FileStat, ...]:
+    """The files at ``path``: a directory's (``walk_files``) or the file itself."""
+    if is_dir(path, root):
+        return tuple(walk_files(path, root))
+    single = stat_file(path, root)
+    return (single,) if single is not None else ()
+
+
 def inspect_part(detector: Detector, candidate: Candidate, settings: Settings) -> Verdict:
     """The detector's verdict on ``candidate`` taken as this node's part (``part_verdict``)."""
-    return part_verdict(candidate.path, detector.inspect(candidate, settings), settings)
+    return part_verdict(candidate.path, candidate.root, detector.inspect(candidate, settings), settings)
 
 
 def late_files_verdict(
-    path: Path, names: Sequence[str], settings: Settings, now_ns: int | None = None
+    path: Path, root: Root, names: Sequence[str], settings: Settings, now_ns: int | None = None
 ) -> Verdict:
-    """The files ``names`` (relative to ``path``) present here, as a partial verdict once stable.
+    """The files ``names`` (relative to ``path``, reached from ``root``) present here, partial once stable.
 
     They are files a step expects that appeared on this node after its part was recorded.
     Blocking.
     """
-    files = tuple(f for name in names if (f := stat_file(path / name)) is not None)
+    files = tuple(f for f in stat_files([path / name for name in names], root) if f is not None)
     if not files:
         return incomplete("none of the step's missing files is here")
     if any(is_temp_name(f.path.name) for f in files):

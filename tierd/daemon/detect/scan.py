@@ -3,18 +3,33 @@
 ``scan_root`` walks a whole root (the reconcile scan); ``scan_chain`` looks only at the
 directories between the root and the directory a file system event came from, so a
 burst of events costs a few ``scandir`` calls. Both are blocking: run them off the loop.
+
+Everything below the watched directory is reached through directory descriptors from it
+(``RootSpec.root``, see ``layout``). A candidate whose tree cannot be read (``unreadable``)
+is left out of this pass, warned about once; the pass goes on with the others.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from tierd.config import WatchConfig
-from tierd.daemon.detect.layout import Candidate, Detector, Entry, Listing, Settings, Verdict, list_dir
+from tierd.daemon.beneath import Root
+from tierd.daemon.detect.layout import (
+    Candidate,
+    Detector,
+    Entry,
+    Listing,
+    Settings,
+    Verdict,
+    incomplete,
+    list_dir,
+)
 from tierd.daemon.detect.registry import detectors_for
+from tierd.daemon.detect.unreadable import Unreadable, describe
 from tierd.logs import get_logger
 
 __all__ = ["MAX_DEPTH", "Found", "Known", "RootSpec", "detect_path", "scan_chain", "scan_root"]
@@ -39,7 +54,11 @@ class Known(Protocol):
 
 @dataclass(frozen=True)
 class RootSpec:
-    """A watched root, resolved: its path, how it names runs, and its detectors."""
+    """A watched root, resolved: its path, how it names runs, and its detectors.
+
+    ``root`` reaches what lies below ``path`` through descriptors; ``unreadable`` remembers
+    the candidates its scans could not read.
+    """
 
     path: Path
     tier0: Path
@@ -48,14 +67,18 @@ class RootSpec:
     format: str
     detectors: tuple[Detector, ...]
     settings: Settings
+    root: Root
+    unreadable: Unreadable = field(default_factory=Unreadable, compare=False)
 
     @classmethod
     def of(cls, watch: WatchConfig, tier0: Path) -> RootSpec:
         """Build from a ``watch`` entry of the configuration."""
         pattern = re.compile(watch.run_pattern) if watch.run_pattern else None
+        path = watch.path.resolve()
         return cls(
-            path=watch.path.resolve(),
+            path=path,
             tier0=tier0.resolve(),
+            root=Root(path),
             run=watch.run,
             run_pattern=pattern,
             format=watch.format,
@@ -103,18 +126,41 @@ def _inspect(spec: RootSpec, detector: Detector, candidate: Candidate, known: Kn
 
 
 def _claim(spec: RootSpec, listing: Listing, entry: Entry, known: Known, out: list[Found]) -> bool:
-    """Offer ``entry`` to the detectors in order; True when one claims it."""
-    if known.has_path(spec.relpath(listing.path / entry.name)):
+    """Offer ``entry`` to the detectors in order; True when one claims it.
+
+    An entry or candidate that cannot be read is claimed and left out (``unreadable``).
+    """
+    path = listing.path / entry.name
+    if known.has_path(spec.relpath(path)):
         return True
     for detector in spec.detectors:
-        candidates = detector.match(entry, listing, spec.settings)
+        try:
+            candidates = detector.match(entry, listing, spec.settings)
+        except OSError as exc:
+            spec.unreadable.failed(path, exc, spec.path, format=detector.name)
+            return True
         if candidates is None:
             continue
         for candidate in candidates:
-            if (found := _inspect(spec, detector, candidate, known)) is not None:
+            try:
+                found = _inspect(spec, detector, candidate, known)
+            except OSError as exc:
+                spec.unreadable.failed(candidate.path, exc, spec.path, format=detector.name)
+                continue
+            spec.unreadable.read(candidate.path)
+            if found is not None:
                 out.append(found)
         return True
     return False
+
+
+def _list(spec: RootSpec, directory: Path) -> Listing:
+    """``directory``'s listing; empty (and warned about) when it cannot be read."""
+    try:
+        return list_dir(directory, spec.root)
+    except OSError as exc:
+        spec.unreadable.failed(directory, exc, spec.path)
+        return Listing(directory, {}, root=spec.root)
 
 
 def scan_root(spec: RootSpec, known: Known) -> list[Found]:
@@ -123,7 +169,7 @@ def scan_root(spec: RootSpec, known: Known) -> list[Found]:
     stack: list[tuple[Path, int]] = [(spec.path, 0)]
     while stack:
         directory, depth = stack.pop()
-        listing = list_dir(directory)
+        listing = _list(spec, directory)
         for name in sorted(listing.entries):
             entry = listing.entries[name]
             if not _claim(spec, listing, entry, known, out) and entry.is_dir and depth < MAX_DEPTH:
@@ -145,36 +191,41 @@ def scan_chain(spec: RootSpec, directory: Path, known: Known) -> list[Found]:
         return out
     current = spec.path
     for part in parts[:MAX_DEPTH]:
-        listing = list_dir(current)
+        listing = _list(spec, current)
         entry = listing.entries.get(part)
         if entry is None:
             return out
         if _claim(spec, listing, entry, known, out):
             return out
         current = current / part
-    listing = list_dir(current)
+    listing = _list(spec, current)
     for name in sorted(listing.entries):
         _claim(spec, listing, listing.entries[name], known, out)
     return out
 
 
 def detect_path(
-    path: Path, detectors: tuple[Detector, ...], settings: Settings, step: int | None = None
+    path: Path, root: Root, detectors: tuple[Detector, ...], settings: Settings, step: int | None = None
 ) -> tuple[Detector, Candidate | None, Verdict] | None:
-    """The first detector that recognises ``path`` and its verdict; None if none does.
+    """The first detector that recognises ``path`` (reached from ``root``) and its verdict; None if none does.
 
-    Among several candidates at one path (nvidia-resiliency-ext), the one of ``step``.
+    Among several candidates at one path (nvidia-resiliency-ext), the one of ``step``. A
+    checkpoint whose tree cannot be read gets an incomplete verdict saying why.
     """
-    listing = list_dir(path.parent)
+    listing = list_dir(path.parent, root)
     entry = listing.entries.get(path.name)
     if entry is None:
         return None
     for detector in detectors:
-        candidates = detector.match(entry, listing, settings)
-        if candidates is None:
-            continue
-        if not candidates:
-            return detector, None, Verdict(False, "a temporary name of this format")
-        chosen = next((c for c in candidates if c.step == step), candidates[0])
-        return detector, chosen, detector.inspect(chosen, settings)
+        chosen: Candidate | None = None
+        try:
+            candidates = detector.match(entry, listing, settings)
+            if candidates is None:
+                continue
+            if not candidates:
+                return detector, None, Verdict(False, "a temporary name of this format")
+            chosen = next((c for c in candidates if c.step == step), candidates[0])
+            return detector, chosen, detector.inspect(chosen, settings)
+        except OSError as exc:
+            return detector, chosen, incomplete(f"cannot be read: {describe(exc, path)}")
     return None

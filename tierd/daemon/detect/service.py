@@ -45,12 +45,13 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
 from tierd.daemon.aio import blocking
+from tierd.daemon.beneath import Root
 from tierd.daemon.catalog.parts import Expectation, complete_parts, lacking_files
 from tierd.daemon.context import Context
 from tierd.daemon.detect.changes import apply_change, compare, load_recorded
 from tierd.daemon.detect.hostile import printable
 from tierd.daemon.detect.known import KnownSteps, Waiting, load_growing, load_known, load_waiting
-from tierd.daemon.detect.layout import Settings, Verdict, incomplete
+from tierd.daemon.detect.layout import Settings, Verdict, exists, incomplete
 from tierd.daemon.detect.parts import inspect_part, late_files_verdict, part_verdict
 from tierd.daemon.detect.record import Outcome, record_checkpoint, write_refused
 from tierd.daemon.detect.registry import BY_NAME, detectors_for
@@ -117,6 +118,7 @@ class DetectService:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.roots = [RootSpec.of(w, ctx.config.tier0.path) for w in ctx.config.watch]
+        self.tier0 = Root(ctx.config.tier0.path.resolve())  # waiting steps are reached from it
         self.known = KnownSteps()
         self.inflight = InFlight(self.name)
         self.reconciled = asyncio.Event()
@@ -284,7 +286,7 @@ class DetectService:
             verdict = found.verdict
             recheck = functools.partial(detector.inspect, candidate, spec.settings)
             if not verdict.complete:  # this node's part of a step that spans nodes
-                verdict = await blocking(part_verdict, candidate.path, verdict, spec.settings)
+                verdict = await blocking(part_verdict, candidate.path, candidate.root, verdict, spec.settings)
                 recheck = functools.partial(inspect_part, detector, candidate, spec.settings)
                 if not verdict.partial:
                     if verdict.retry_after is not None:
@@ -484,7 +486,7 @@ class DetectService:
 
     async def _grow(self, waiting: Waiting, path: Path, lacking: list[str]) -> None:
         settings = self._settings_for(path)
-        recheck = functools.partial(late_files_verdict, path, lacking, settings)
+        recheck = functools.partial(late_files_verdict, path, self.tier0, lacking, settings)
         verdict = await blocking(recheck)
         if not verdict.partial:
             return  # not here, or still being written: a later sweep looks again
@@ -553,15 +555,16 @@ class DetectService:
         """(format, verdict, recheck) to record for a waiting step: the whole, or this node's part."""
         fmt = waiting.format if waiting.format in BY_NAME else "auto"
         result = await blocking(
-            detect_path, path, detectors_for(fmt, settings.marker), settings, waiting.step
+            detect_path, path, self.tier0, detectors_for(fmt, settings.marker), settings, waiting.step
         )
         spans = waiting.spans or settings.nodes > 1
         if result is None or result[1] is None:
             # No detector sees a checkpoint here (no marker on this node): the files are a part.
-            if not spans or waiting.unmarked or not await blocking(path.exists):
+            if not spans or waiting.unmarked or not await blocking(exists, path, self.tier0):
                 return None
             name = waiting.format if waiting.format in BY_NAME else "unknown"
-            recheck = functools.partial(part_verdict, path, incomplete("no marker on this node"), settings)
+            unmarked = incomplete("no marker on this node")
+            recheck = functools.partial(part_verdict, path, self.tier0, unmarked, settings)
             verdict = await blocking(recheck)
             return (name, verdict, recheck) if verdict.partial else None
         detector, candidate, verdict = result
@@ -572,7 +575,7 @@ class DetectService:
             return detector.name, verdict, functools.partial(detector.inspect, candidate, settings)
         if not spans or (waiting.unmarked and not verdict.vouched):  # an unmarked part waits for its marker
             return None
-        verdict = await blocking(part_verdict, candidate.path, verdict, settings)
+        verdict = await blocking(part_verdict, candidate.path, candidate.root, verdict, settings)
         recheck = functools.partial(inspect_part, detector, candidate, settings)
         return (detector.name, verdict, recheck) if verdict.partial else None
 

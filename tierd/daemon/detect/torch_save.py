@@ -63,14 +63,14 @@ class TorchSaveDetector:
         if is_temp_name(entry.name) or LOCAL_FILE.match(entry.name) or _FOREIGN.search(entry.name):
             return None
         path = parent.path / entry.name
-        return [Candidate(self.name, path, step_from_name(entry.name), str(path))]
+        return [Candidate(self.name, path, step_from_name(entry.name), str(path), root=parent.root)]
 
     def inspect(self, candidate: Candidate, settings: Settings) -> Verdict:
         """Complete when the zip is whole, or (legacy format) after ``settle_seconds`` unchanged."""
-        st = stat_file(candidate.path)
+        st = stat_file(candidate.path, candidate.root)
         if st is None:
             return incomplete("file is gone")
-        whole = zip_complete(candidate.path)
+        whole = zip_complete(candidate.path, candidate.root)
         if whole:
             return Verdict(True, "zip end record written", (st,))
         if whole is False:

@@ -117,6 +117,7 @@ class RestoreRunner:
         )
         self.cancel_requested = False  # set by the service before it cancels the task (DELETE)
         self.lost = False
+        self._ending = False  # the copy is over: the heartbeat stops (``_stop_heartbeat``)
         #: Stopped because the lease could not be renewed for ``fence_seconds`` (catalog away).
         self.fenced = False
         #: When the last lease renewal that worked was sent (the claim's, at first).
@@ -142,14 +143,27 @@ class RestoreRunner:
         try:
             await self._copy(work, plan)
         except asyncio.CancelledError:
-            heartbeat.cancel()
+            await self._stop_heartbeat(heartbeat)
             return await self._interrupted(work, main)
         except Exception as exc:
-            heartbeat.cancel()
+            await self._stop_heartbeat(heartbeat)
             return await self._fail(work, exc)
         finally:
-            heartbeat.cancel()
+            await self._stop_heartbeat(heartbeat)
         return await self._done(work)
+
+    async def _stop_heartbeat(self, heartbeat: asyncio.Task[None]) -> None:
+        """Stop the heartbeat, and wait until it has, before the restore's end is recorded.
+
+        A cancel alone did not do: on Python 3.11 ``asyncio.wait_for`` returns a save's
+        result that lands with the cancel and drops the cancel, and the heartbeat ran on,
+        found the finished restore no longer running at its next save, set ``lost`` and
+        cancelled the restore's task (in ``_done``, or whatever it ran next). ``_ending``
+        stops it whatever the cancel did.
+        """
+        self._ending = True
+        heartbeat.cancel()
+        await asyncio.wait([heartbeat])
 
     def _prepare(self, plan: RestorePlan) -> _Work:
         """The layout, destination and sources (blocking). Raises RestoreRefused, Conflict."""
@@ -279,13 +293,15 @@ class RestoreRunner:
         runs out, and two must never write the same files.
         """
         failing = False
-        while True:
+        while not self._ending:
             await asyncio.sleep(self.options.progress_interval)
             sent = time.monotonic()
             renew = sent - self.renewed_at >= self.options.renew_interval
             try:
                 ok = await asyncio.wait_for(self._save(renew=renew), timeout=max(self._fence_left(), 0.01))
             except (CatalogError, TimeoutError) as exc:
+                if self._ending:
+                    return
                 if not failing:
                     error = str(exc) or "timed out"
                     log.warning("restore_progress_not_saved", restore=self.claim.job_id, error=error)
@@ -295,6 +311,8 @@ class RestoreRunner:
                     main.cancel()
                     return
                 continue
+            if self._ending:  # the save raced the copy's end: its answer is no news
+                return
             if failing:
                 log.info("restore_progress_saved_again", restore=self.claim.job_id)
                 failing = False
