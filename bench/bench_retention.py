@@ -175,13 +175,17 @@ def _profile_top(fn: Callable[[], object], count: int = 10) -> list[str]:
     """
     here, worker = cProfile.Profile(), cProfile.Profile()
     pool = ThreadPoolExecutor(1, thread_name_prefix="tierd-io", initializer=worker.enable)
-    previous, aio._executor = aio._executor, pool
+    previous = aio._executors.get("io")
+    aio._executors["io"] = pool
     try:
         here.runcall(fn)
     finally:
         pool.submit(worker.disable).result()
         pool.shutdown()
-        aio._executor = previous
+        if previous is None:
+            del aio._executors["io"]
+        else:
+            aio._executors["io"] = previous
     stats = pstats.Stats(here)
     stats.add(worker)
     table: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = stats.stats  # type: ignore[attr-defined]

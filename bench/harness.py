@@ -11,6 +11,7 @@ exactly as detection records it (``detect.record.write_complete`` with the check
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
@@ -24,8 +25,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -58,6 +59,7 @@ __all__ = [
     "Cpu",
     "Dataset",
     "HopResult",
+    "Load",
     "OtherLoad",
     "Runs",
     "S3Endpoint",
@@ -81,6 +83,8 @@ NODE = "bench"
 RUN_NAME = "bench"
 STEP_DIR = "job/step_1"
 WRITE_BLOCK = 16 * MIB
+#: What runs beside a hop (``run_hop(load=...)``): given the daemon's API URL and its catalog.
+Load = Callable[[str, Database], AbstractContextManager[object]]
 
 
 @dataclass(frozen=True)
@@ -535,13 +539,17 @@ def run_hop(
     *,
     timeout: float = 600.0,
     profile: Path | None = None,
+    load: Load | None = None,
 ) -> HopResult:
     """Record ``dataset`` in a fresh catalog, start the daemon, wait for tier 1 ``verified``.
 
     ``tiers[0]`` must be ``dataset.tier0``. With ``profile`` the daemon runs under cProfile
     (event-loop thread only) and writes its stats there when it stops. The catalog goes in
     ``workdir``, or in ``$TIERD_BENCH_CATALOG_DIR`` when set (to keep its fsyncs off the
-    tiers' disk) and is removed from there afterwards.
+    tiers' disk) and is removed from there afterwards. With ``load`` the daemon starts on a
+    catalog without the checkpoint; ``load(api_url, db)`` is entered once it runs, and the
+    checkpoint is recorded inside it (the pipeline takes it up at its next poll), so the
+    whole hop runs under whatever the load does.
     """
     workdir.mkdir(parents=True)
     catalog = Path(os.environ.get("TIERD_BENCH_CATALOG_DIR") or workdir) / f"catalog-{workdir.name}.db"
@@ -559,7 +567,8 @@ def run_hop(
     db = Database(config.catalog.url)
     try:
         upgrade(db)
-        _, checkpoint_id = write_complete(db, config, dataset.detection())
+        if load is None:
+            _, checkpoint_id = write_complete(db, config, dataset.detection())
         argv = [sys.executable, "-m", "tierd", "run", "--config", str(config_path)]
         if profile is not None:
             argv[1:1] = ["-m", "cProfile", "-o", str(profile)]
@@ -575,7 +584,10 @@ def run_hop(
                 preexec_fn=die_with_parent,
             )
         try:
-            peak, cpu = _wait_verified(proc, db, checkpoint_id, tiers[1]["name"], log, timeout)
+            with load(f"http://{data['api']['listen']}", db) if load else contextlib.nullcontext():
+                if load is not None:
+                    _, checkpoint_id = write_complete(db, config, dataset.detection())
+                peak, cpu = _wait_verified(proc, db, checkpoint_id, tiers[1]["name"], log, timeout)
         finally:
             _stop(proc)
     finally:

@@ -1,15 +1,26 @@
-"""The HTTP server as a daemon service: uvicorn, started programmatically on a socket we bind."""
+"""The HTTP server as a daemon service: uvicorn, started programmatically on a socket we bind.
+
+The app is served behind ``admission.Admission`` (a bound on requests in progress and
+waiting, a deadline per request, abandoned requests dropped), and anyio's thread limiter,
+which runs FastAPI's synchronous routes and dependencies, is cut from its 40 threads to
+``aio.API_THREADS``: the API's work holds at most that many threads and catalog connections
+however many clients call.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+import anyio.to_thread
 import uvicorn
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
+from tierd.api.admission import Admission
+from tierd.daemon.aio import API_THREADS
 from tierd.logs import get_logger
 
 __all__ = ["ApiService"]
@@ -26,14 +37,17 @@ class _Server(uvicorn.Server):
 
 
 class ApiService:
-    """Serves the API on ``host:port``; ``start`` returns once the socket listens."""
+    """Serves the API on ``host:port`` behind ``admission``; ``start`` returns once the socket listens."""
 
     name = "api"
 
-    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+    def __init__(
+        self, app: FastAPI, host: str, port: int, *, admission: Callable[[ASGIApp], ASGIApp] = Admission
+    ) -> None:
         self.app = app
         self.host = host
         self.port = port
+        self._admission = admission
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -41,8 +55,13 @@ class ApiService:
         """Bind, listen and serve; the bound port is in ``self.port`` afterwards."""
         sock = _bind(self.host, self.port)
         self.port = sock.getsockname()[1]
+        anyio.to_thread.current_default_thread_limiter().total_tokens = API_THREADS
         config = uvicorn.Config(
-            self.app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5
+            self._admission(self.app),
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=5,
         )
         self._server = _Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="api:serve")

@@ -5,6 +5,13 @@ without the SQL statement (``database or disk is full``, ``connection refused``)
 line says what went wrong. On PostgreSQL a pooled connection is pinged before use
 (``pool_pre_ping``): after a server restart the stale ones are replaced, and a call fails
 within ``CONNECT_TIMEOUT_SECONDS`` while the server is away instead of hanging.
+
+Each engine's pool has a connection for every thread that can hold a session at once
+(``POOL_CONNECTIONS``: the I/O threads, the API's, and anyio's that serve synchronous
+routes, see ``tierd.daemon.aio``), so no catalog call waits for a connection; it keeps
+``POOL_KEPT`` of them open between calls. SQLAlchemy's default for a SQLite file (5 kept +
+10 more) was what fifty API clients ran dry (``QueuePool limit of size 5 overflow 10
+reached``), stalling the pipeline's commits behind them.
 """
 
 from __future__ import annotations
@@ -19,13 +26,20 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from tierd.daemon.aio import API_THREADS, MAX_THREADS
 from tierd.errors import CatalogConflict, CatalogError
 
-__all__ = ["CONNECT_TIMEOUT_SECONDS", "Database", "catalog_error"]
+__all__ = ["CONNECT_TIMEOUT_SECONDS", "POOL_CONNECTIONS", "POOL_KEPT", "Database", "catalog_error"]
 
 #: How long opening a PostgreSQL connection may take before the call fails (libpq's
 #: ``connect_timeout``): an unreachable catalog answers ``/readyz`` with 503, not a hang.
 CONNECT_TIMEOUT_SECONDS = 5
+#: The most connections an engine opens: one per thread that may hold a session (the API's
+#: requests hold theirs on anyio's threads and on the API's pool, each ``API_THREADS``).
+POOL_CONNECTIONS = MAX_THREADS + 2 * API_THREADS
+#: Connections kept open between calls (the others are closed when given back): a fleet of
+#: daemons on one PostgreSQL keeps its idle connection count low.
+POOL_KEPT = 10
 #: The longest driver message kept in a CatalogError.
 _MESSAGE_CHARS = 300
 
@@ -91,7 +105,7 @@ def catalog_error(exc: SQLAlchemyError) -> CatalogError:
 def _make_engine(url: str, busy_timeout_ms: int, *, immediate: bool) -> Engine:
     if url.startswith("sqlite"):
         _ensure_sqlite_dir(url)
-        engine = create_engine(url, connect_args={"timeout": busy_timeout_ms / 1000})
+        engine = create_engine(url, connect_args={"timeout": busy_timeout_ms / 1000}, **_pool_sizes(url))
         event.listen(engine, "connect", _sqlite_pragmas(busy_timeout_ms))
         # pysqlite defers BEGIN; emit it ourselves so that write transactions take the
         # lock up front instead of failing to upgrade a read lock later.
@@ -101,10 +115,16 @@ def _make_engine(url: str, busy_timeout_ms: int, *, immediate: bool) -> Engine:
     return create_engine(
         url,
         pool_pre_ping=True,
-        pool_size=10,
-        max_overflow=10,
+        **_pool_sizes(url),
         connect_args={"connect_timeout": CONNECT_TIMEOUT_SECONDS},
     )
+
+
+def _pool_sizes(url: str) -> dict[str, int]:
+    """QueuePool's sizes (none for an in-memory SQLite database, which has one connection)."""
+    if url.startswith("sqlite") and (":memory:" in url or url.rstrip("/").endswith(":")):
+        return {}
+    return {"pool_size": POOL_KEPT, "max_overflow": POOL_CONNECTIONS - POOL_KEPT}
 
 
 def _ensure_sqlite_dir(url: str) -> None:
