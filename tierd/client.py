@@ -278,6 +278,25 @@ def _settings(url: str | None, token: str | None, timeout: float) -> dict[str, A
     }
 
 
+#: How often a call the daemon turned away as busy (503 with Retry-After) is sent again.
+BUSY_RETRIES = 5
+_BUSY_WAIT_CAP = 10.0
+
+
+def _busy_wait(response: httpx.Response, attempt: int) -> float | None:
+    """Seconds to wait before sending again a call answered 503 with Retry-After; None: do not.
+
+    The daemon answers so before doing any of the call's work (too many requests at once, or
+    the catalog away), so sending it again is safe.
+    """
+    if response.status_code != 503 or attempt >= BUSY_RETRIES:
+        return None
+    try:
+        return min(max(float(response.headers["Retry-After"]), 0.05), _BUSY_WAIT_CAP)
+    except (KeyError, ValueError):
+        return None
+
+
 def _answer(call: _Call, response: httpx.Response) -> Any:
     """The decoded body; None for a 404 the call expects; raises ApiError for any other 4xx/5xx."""
     if call.missing_ok and response.status_code == 404:
@@ -323,11 +342,19 @@ class Client:
             elif isinstance(need, _Local):
                 sent = need.work()
             else:
-                try:
-                    response = self._http.request(need.method, need.path, params=need.params, json=need.json)
-                except httpx.TransportError as exc:
-                    raise Unreachable(f"cannot reach tierd at {self._http.base_url}: {exc}") from exc
-                sent = _answer(need, response)
+                sent = _answer(need, self._send(need))
+
+    def _send(self, call: _Call) -> httpx.Response:
+        """Send ``call``, again after the wait a busy daemon asks for (``BUSY_RETRIES`` times)."""
+        for attempt in range(BUSY_RETRIES + 1):
+            try:
+                response = self._http.request(call.method, call.path, params=call.params, json=call.json)
+            except httpx.TransportError as exc:
+                raise Unreachable(f"cannot reach tierd at {self._http.base_url}: {exc}") from exc
+            if (wait := _busy_wait(response, attempt)) is None:
+                break
+            time.sleep(wait)
+        return response
 
     def notify(
         self,
@@ -439,13 +466,21 @@ class AsyncClient:
             elif isinstance(need, _Local):
                 sent = await asyncio.to_thread(need.work)
             else:
-                try:
-                    response = await self._http.request(
-                        need.method, need.path, params=need.params, json=need.json
-                    )
-                except httpx.TransportError as exc:
-                    raise Unreachable(f"cannot reach tierd at {self._http.base_url}: {exc}") from exc
-                sent = _answer(need, response)
+                sent = _answer(need, await self._send(need))
+
+    async def _send(self, call: _Call) -> httpx.Response:
+        """:meth:`Client._send`, waiting without blocking the loop."""
+        for attempt in range(BUSY_RETRIES + 1):
+            try:
+                response = await self._http.request(
+                    call.method, call.path, params=call.params, json=call.json
+                )
+            except httpx.TransportError as exc:
+                raise Unreachable(f"cannot reach tierd at {self._http.base_url}: {exc}") from exc
+            if (wait := _busy_wait(response, attempt)) is None:
+                break
+            await asyncio.sleep(wait)
+        return response
 
     async def notify(
         self,

@@ -306,28 +306,30 @@ class Place:
 def walk(top: Dir) -> Iterator[tuple[tuple[str, ...], Dir, list[os.DirEntry[str]]]]:
     """Every directory below ``top`` (itself first): its components, an open ``Dir``, its entries.
 
-    Depth first, in name order. Subdirectories are opened from their parent's descriptor
-    without following a symlink; a symlink is listed as the entry it is, never entered. A
-    ``Dir`` yielded is closed once the walk moves past it. Raises OSError when a directory
-    cannot be opened or read (the caller decides whether that ends its walk).
+    Depth first, in name order. A subdirectory is opened from its parent's descriptor, without
+    following a symlink, only when the walk comes to it: a directory's ``Dir`` stays open while
+    subdirectories of it are still to be walked, so a walk holds about one descriptor per level,
+    however wide the tree. A symlink is listed as the entry it is, never entered. Raises OSError
+    when a directory cannot be opened or read (the caller decides whether that ends its walk).
     """
-    stack: list[tuple[tuple[str, ...], Dir]] = [((), top)]
+    stack: list[tuple[tuple[str, ...], Dir | None]] = [((), None)]
     while stack:
-        parts, here = stack.pop()
-        try:
-            with os.scandir(here.fd) as listing:
-                entries = sorted(listing, key=lambda e: e.name)
-            yield parts, here, entries
-            below = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
-            for name in reversed(below):
-                try:
-                    fd = _open_child(here.fd, name, here.path / name)
-                except FileNotFoundError:
-                    continue  # removed meanwhile
-                stack.append(((*parts, name), Dir(fd, here.path / name)))
-        finally:
-            if here is not top:
-                here.close()
+        parts, parent = stack.pop()
+        if parent is None:
+            here = top
+        else:
+            try:
+                here = Dir(
+                    _open_child(parent.fd, parts[-1], parent.path / parts[-1]), parent.path / parts[-1]
+                )
+            except FileNotFoundError:
+                continue  # removed meanwhile
+        parent = None  # closed (by its finalizer) once its last pending child is opened
+        with os.scandir(here.fd) as listing:
+            entries = sorted(listing, key=lambda e: e.name)
+        yield parts, here, entries
+        below = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+        stack.extend(((*parts, name), here) for name in reversed(below))
 
 
 def lstat_in(directory: Dir, name: str) -> os.stat_result | None:
