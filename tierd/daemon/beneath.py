@@ -108,11 +108,6 @@ class Dir:
             if exc.errno != errno.EINVAL:  # some network file systems refuse directory fsync
                 raise
 
-    def key(self) -> tuple[int, int]:
-        """The directory's identity (device, inode)."""
-        st = os.fstat(self.fd)
-        return st.st_dev, st.st_ino
-
     def __enter__(self) -> Dir:
         return self
 

@@ -89,7 +89,7 @@ from tierd.daemon.backends.posix.temp import (
     temp_names_in,
     temp_stem,
 )
-from tierd.daemon.beneath import Dir, Place, Root
+from tierd.daemon.beneath import Dir, Place, Root, lstat_in
 from tierd.daemon.nofollow import open_regular
 from tierd.errors import (
     IntegrityError,
@@ -750,10 +750,11 @@ class PosixBackend(Backend):
 def _lstat(place: Place) -> os.stat_result | None:
     """``lstat`` of ``place``, reached without a symlink; None when missing or behind a symlink."""
     try:
-        with place.root.open(place.parts) as directory:
-            return os.stat(place.name, dir_fd=directory.fd, follow_symlinks=False)
+        directory = place.root.open(place.parts)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    with directory:
+        return lstat_in(directory, place.name)
 
 
 def _temp_names(final: Place) -> set[str]:
