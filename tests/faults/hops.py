@@ -175,7 +175,7 @@ async def add_download_tier(world: World, **posix_settings: Any) -> None:
     world.proxy.reset_counts()
 
 
-#: Sends of one request per file in one pass, by the README's "Retries" table.
+#: Sends of one request per file in one pass, by the retries table (docs/retries.md).
 LEAN_BOUND = FILE_ATTEMPTS * (1 + REQUEST_ATTEMPTS)  # a small object's PutObject, HeadObject, GET
 BOTOCORE_BOUND = FILE_ATTEMPTS * REQUEST_ATTEMPTS  # parts, multipart calls, ranged GETs
 LEAN_OPERATIONS = frozenset({"PutObject", "HeadObject", "GetObject"})
@@ -185,7 +185,7 @@ IDEMPOTENT = frozenset({"PutObject", "UploadPart", "HeadObject", "GetObject", "D
 
 
 def attempts_over_table(proxy: FaultProxy, *, dropped: bool = False) -> dict[tuple[str, str, str], int]:
-    """The requests sent more often in this pass than the README's table allows (none, if right).
+    """The requests sent more often in this pass than docs/retries.md allows (none, if right).
 
     Keyed by (operation, key, part number); GETs of one key count together (ranges too,
     which makes this stricter than the table for big objects). ``dropped``: the faults

@@ -3,7 +3,7 @@
 A retryable fault ends with the replica verified and the store holding the source's
 bytes; a refusal ends ``failed`` with an error naming the store's answer; a fault that
 does not stop ends the pass ``failed`` (to be tried again later) after no more sends than
-the README's "Retries" table allows. No case ends verified with other bytes.
+the retries table (docs/retries.md) allows. No case ends verified with other bytes.
 """
 
 from __future__ import annotations

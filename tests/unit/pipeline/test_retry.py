@@ -68,7 +68,7 @@ def test_integrity_errors_are_retried_a_bounded_number_of_times() -> None:
     assert should_retry(TransientBackendError("503"), 2, 1, **limits)
 
 
-# -- the README's "Retries" table: its numbers are these constants, and the code uses them --
+# -- the retries table (docs/retries.md): its numbers are these constants, and the code uses them --
 
 
 def test_the_pipeline_uses_the_file_and_job_constants() -> None:
@@ -87,10 +87,10 @@ def test_botocore_sends_a_request_at_most_request_attempts_times() -> None:
     assert REQUEST_ATTEMPTS == 2
 
 
-def test_the_readme_table_states_the_constants() -> None:
-    readme = (Path(__file__).parents[3] / "README.md").read_text()
-    section = readme[readme.index("### Retries") :]
-    section = section[: section.index("\n### ", 1)]
+def test_the_retries_table_states_the_constants() -> None:
+    page = (Path(__file__).parents[3] / "docs" / "retries.md").read_text()
+    section = page[page.index("\n## Three levels\n") :]
+    section = section[: section.index("\n## ", 1)]
     for stated in (
         f"`REQUEST_ATTEMPTS` = {REQUEST_ATTEMPTS}",
         f"`FILE_ATTEMPTS` = {FILE_ATTEMPTS}",
