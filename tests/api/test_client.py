@@ -8,7 +8,7 @@ import pytest
 
 from tests.fixtures.served_api import ServedApi
 from tierd.api.client import Client
-from tierd.cli import main
+from tierd.cli.main import main
 from tierd.config import Config
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.context import Context
