@@ -11,5 +11,6 @@ Modules:
 - ``tiers``: ``tiers``, ``reserve``, ``retention plan``.
 - ``restores``: ``restore`` and ``jobs``.
 - ``fleet``: ``status`` and ``fleet``.
+- ``http``: :class:`~tierd.cli.http.DaemonApi`, the commands' HTTP client for the daemon's API.
 - ``display``: text for people from the API's JSON (sizes, times, tables), escaped.
 """

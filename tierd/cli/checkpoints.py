@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tierd.api.client import JsonObject
 from tierd.cli.display import (
     checkpoint_label,
     format_bytes,
@@ -14,6 +13,7 @@ from tierd.cli.display import (
     protection,
     table,
 )
+from tierd.cli.http import JsonObject
 from tierd.cli.remote import checkpoint_ref, command, connect, emit, resolve, with_ref
 
 __all__ = ["add_audit", "add_listing", "add_runs", "add_verify"]

@@ -6,8 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from tierd.api.client import JsonObject
 from tierd.cli.display import format_duration, printable, table
+from tierd.cli.http import JsonObject
 from tierd.cli.remote import command, connect, emit
 from tierd.errors import ApiError
 

@@ -6,8 +6,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from tierd.api.client import Client, JsonObject
 from tierd.cli.display import checkpoint_label, format_time, holds_text, table
+from tierd.cli.http import DaemonApi, JsonObject
 from tierd.cli.remote import command, connect, emit, resolve, with_ref
 
 __all__ = ["add_commands"]
@@ -35,7 +35,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _mutate(
-    args: argparse.Namespace, call: Callable[[Client, int], JsonObject], say: Callable[[JsonObject], str]
+    args: argparse.Namespace, call: Callable[[DaemonApi, int], JsonObject], say: Callable[[JsonObject], str]
 ) -> int:
     """Resolve the checkpoint, call the API on it, print its JSON or ``label: say(...)``."""
     with connect(args) as client:

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tierd.api.client import Client
 from tierd.cli.display import printable
+from tierd.cli.http import DaemonApi
 from tierd.config import default_config_path, load_config
 from tierd.errors import NotFound
 
@@ -79,7 +79,7 @@ def with_ref(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def connect(args: argparse.Namespace) -> Client:
+def connect(args: argparse.Namespace) -> DaemonApi:
     """The API at ``--url``, else at the config's ``api.listen`` (a wildcard host as loopback)."""
     url = args.url
     if url is None:
@@ -87,10 +87,10 @@ def connect(args: argparse.Namespace) -> Client:
         host = config.api.host
         host = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
         url = f"http://{'[' + host + ']' if ':' in host else host}:{config.api.port}"
-    return Client(url, token=args.token)
+    return DaemonApi(url, token=args.token)
 
 
-def resolve(client: Client, ref: CheckpointRef) -> int:
+def resolve(client: DaemonApi, ref: CheckpointRef) -> int:
     """The id of the checkpoint ``ref`` names; raises NotFound for a run and step not recorded."""
     if ref.id is not None:
         return ref.id

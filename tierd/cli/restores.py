@@ -8,8 +8,8 @@ import sys
 import time
 from typing import Any
 
-from tierd.api.client import Client, JsonObject
 from tierd.cli.display import format_bytes, format_duration, format_time, printable, table
+from tierd.cli.http import DaemonApi, JsonObject
 from tierd.cli.remote import DIGITS, CheckpointRef, checkpoint_ref, command, connect, emit
 
 __all__ = ["WAIT_POLL", "add_commands"]
@@ -97,7 +97,7 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     return 0 if restore["state"] in ("done", "queued", "running") else 1
 
 
-def _follow(client: Client, restore: JsonObject, *, live: bool) -> JsonObject:
+def _follow(client: DaemonApi, restore: JsonObject, *, live: bool) -> JsonObject:
     """Poll the restore until it ends, rewriting one progress line when ``live``."""
     while restore["state"] not in _RESTORE_END:
         if live:

@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
-from tierd.api.client import JsonObject
 from tierd.cli.display import format_bytes, format_duration, format_time, table
+from tierd.cli.http import JsonObject
 from tierd.cli.remote import command, connect, emit
 
 __all__ = ["add_reserve", "add_retention", "add_tiers"]
