@@ -2,6 +2,6 @@
 
 import sys
 
-from tierd.cli import main
+from tierd.cli.main import main
 
 sys.exit(main())

@@ -14,7 +14,7 @@ from tests.conftest import posix_config_dict
 from tests.fixtures.postgres import PostgresServer
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
-from tierd.commands import _fleet_lines as fleet_lines
+from tierd.cli.fleet import fleet_lines
 from tierd.config import Config
 from tierd.daemon.catalog import fleet
 from tierd.daemon.catalog.db import Database

@@ -2,7 +2,7 @@
 
 Importing tierd's daemon (FastAPI, SQLAlchemy, aioboto3, ...) takes 1-5 s on a loaded CI
 machine: more than a whole kill cycle of a soak. So a parent process (the "zygote") imports
-it once, then forks a child per run that calls ``tierd.cli.main(["run", ...])`` with its
+it once, then forks a child per run that calls ``tierd.cli.main.main(["run", ...])`` with its
 output appended to the log: the daemon's real code in a real process, killed with a real
 SIGKILL, without paying the imports fifty times. The zygote ignores SIGCHLD, so the kernel
 reaps each child the moment it dies: a gone pid means a dead daemon.
@@ -25,7 +25,7 @@ __all__ = ["ForkedDaemon"]
 
 ZYGOTE = r"""
 import ctypes, json, os, signal, sys
-import tierd.cli, tierd.daemon.runtime, tierd.api.app  # the imports every child shares
+import tierd.cli.main, tierd.daemon.runtime, tierd.api.app  # the imports every child shares
 
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped by the kernel as they die
 for line in sys.stdin:
@@ -41,7 +41,7 @@ for line in sys.stdin:
         os.dup2(log, 2)
         code = 1
         try:
-            code = tierd.cli.main(request["argv"])
+            code = tierd.cli.main.main(request["argv"])
         finally:
             sys.stdout.flush()
             sys.stderr.flush()

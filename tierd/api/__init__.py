@@ -1,1 +1,1 @@
-"""The HTTP API (FastAPI), its errors, and the client the CLI uses."""
+"""The HTTP API (FastAPI) and its errors (the CLI's client for it is :mod:`tierd.cli.http`)."""

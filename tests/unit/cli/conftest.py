@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from tests.unit.retention.world import World, served_world
-from tierd.cli import main
+from tierd.cli.main import main
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Hold
 

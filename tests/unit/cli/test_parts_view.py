@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tierd.display import parts_lines
+from tierd.cli.display import parts_lines
 
 PART = {"files": 2, "bytes": 2048, "recorded_at": "2026-01-01T00:05:00Z"}
 

@@ -13,8 +13,8 @@ import yaml
 
 from tests.conftest import posix_config_dict
 from tests.unit.cli.conftest import BOTH, TOKENS, Cli
-from tierd.cli import main
-from tierd.commands import CheckpointRef, checkpoint_ref
+from tierd.cli.main import main
+from tierd.cli.remote import CheckpointRef, checkpoint_ref
 
 
 @pytest.mark.parametrize(

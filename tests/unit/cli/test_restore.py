@@ -15,7 +15,7 @@ from tests.unit.restore.world import FAST, RestoreWorld
 from tests.unit.retention.world import posix_tier
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
-from tierd.cli import main
+from tierd.cli.main import main
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.context import Context
 from tierd.daemon.restore.service import RestoreService

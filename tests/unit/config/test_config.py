@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tierd.cli import EXIT_CONFIG, main
+from tierd.cli.main import EXIT_CONFIG, main
 from tierd.config import PosixTier, S3Tier, load_config
 from tierd.errors import ConfigError
 

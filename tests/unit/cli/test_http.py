@@ -1,4 +1,4 @@
-"""The synchronous client and the CLI over it: API problems arrive as ``tierd.errors.ApiError``."""
+"""The CLI's HTTP client and the CLI over it: API problems arrive as ``tierd.errors.ApiError``."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.fixtures.served_api import ServedApi
-from tierd.api.client import Client
-from tierd.cli import main
+from tierd.cli.http import DaemonApi
+from tierd.cli.main import main
 from tierd.config import Config
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.context import Context
@@ -25,21 +25,21 @@ def served(sqlite_db: Database, make_config: Callable[..., Config]) -> Iterator[
 
 
 def test_a_problem_becomes_an_api_error_with_its_status_and_detail(served: ServedApi) -> None:
-    with Client(served.base_url, token="v") as client:
+    with DaemonApi(served.base_url, token="v") as client:
         assert client.checkpoints()["total"] == 0
         with pytest.raises(ApiError) as missing:
             client.checkpoint(999)
     assert isinstance(missing.value, TierdError)
     assert (missing.value.status, missing.value.detail) == (404, "checkpoint 999 does not exist")
     assert not missing.value.retryable
-    with Client(served.base_url) as anonymous, pytest.raises(ApiError) as denied:
+    with DaemonApi(served.base_url) as anonymous, pytest.raises(ApiError) as denied:
         anonymous.checkpoints()
     assert (denied.value.status, denied.value.detail) == (401, "a bearer token is required")
 
 
 def test_a_draining_daemon_is_worth_asking_again(served: ServedApi) -> None:
     served.ctx.draining = True
-    with Client(served.base_url) as client, pytest.raises(ApiError) as draining:
+    with DaemonApi(served.base_url) as client, pytest.raises(ApiError) as draining:
         client.ready()
     assert draining.value.status == 503
     assert draining.value.detail == "draining for shutdown"

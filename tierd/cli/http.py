@@ -1,6 +1,7 @@
-"""A small synchronous HTTP client for the tierd API (used by the CLI and training jobs).
+"""The CLI's synchronous HTTP client for the daemon's API: one method per call a command makes.
 
-Every method returns the decoded JSON body and raises ApiError when the API answers 4xx/5xx
+Training jobs use :mod:`tierd.client` instead (httpx and the standard library only). Every
+method returns the decoded JSON body and raises ApiError when the API answers 4xx/5xx
 (its ``problem`` holds the problem+json body); a daemon that cannot be reached raises httpx's
 own transport errors.
 """
@@ -14,23 +15,21 @@ import httpx
 
 from tierd.errors import ApiError
 
-# ApiError lives in tierd.errors with every other error; it is re-exported here because it is
-# what this client raises, and callers catch it beside the client they hold.
-__all__ = ["ApiError", "Client", "JsonObject", "PlanAction"]
+__all__ = ["DaemonApi", "JsonObject", "PlanAction"]
 
 #: A JSON object as the API answers it (its shape is in tierd.api.schemas).
 JsonObject = dict[str, Any]
 PlanAction = Literal["keep", "delete", "blocked"]
 
 
-class Client:
+class DaemonApi:
     """Calls ``base_url`` (e.g. ``http://127.0.0.1:8470``) with an optional bearer token."""
 
     def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout)
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> DaemonApi:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,0 +1,16 @@
+"""The ``tierd`` command line (the ``tierd`` script and ``python -m tierd`` run :func:`tierd.cli.main.main`).
+
+Modules:
+
+- ``main``: the parser of every command, and errors as exit codes.
+- ``daemon``: the daemon's own commands, run on its node: ``run``, ``db``, ``config``.
+- ``remote``: what every command that talks to a running daemon shares (``--url``, ``--token``,
+  ``--json``, a checkpoint named by id or ``RUN:STEP``).
+- ``checkpoints``: ``ls``, ``show``, ``verify``, ``audit``, ``runs``, ``latest``.
+- ``protection``: ``pin``, ``unpin``, ``hold``, ``release``, ``delete``, ``undelete``.
+- ``tiers``: ``tiers``, ``reserve``, ``retention plan``.
+- ``restores``: ``restore`` and ``jobs``.
+- ``fleet``: ``status`` and ``fleet``.
+- ``http``: :class:`~tierd.cli.http.DaemonApi`, the commands' HTTP client for the daemon's API.
+- ``display``: text for people from the API's JSON (sizes, times, tables), escaped.
+"""

@@ -1,0 +1,127 @@
+"""The whole configuration, :class:`Config`: every section, and the checks across them."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from tierd.config.sections import (
+    ApiConfig,
+    CatalogConfig,
+    FleetSettings,
+    LogConfig,
+    RestoreSettings,
+    RetentionSettings,
+    WatchConfig,
+)
+from tierd.config.tiers import PosixTier, S3Tier, TierBase, TierConfig
+
+__all__ = ["Config"]
+
+
+class Config(BaseSettings):
+    """The whole tierd configuration."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TIERD_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    node: str = Field(default_factory=socket.gethostname)
+    catalog: CatalogConfig = Field(default_factory=CatalogConfig)
+    api: ApiConfig = Field(default_factory=ApiConfig)
+    drain_timeout_seconds: float = Field(default=30.0, ge=0)
+    reconcile_interval_seconds: float = Field(default=300.0, gt=0)
+    log: LogConfig = Field(default_factory=LogConfig)
+    watch: list[WatchConfig] = Field(default_factory=list)
+    tiers: list[TierConfig] = Field(min_length=1)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    restore: RestoreSettings = Field(default_factory=RestoreSettings)
+    fleet: FleetSettings = Field(default_factory=FleetSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tier_defaults(cls, data: Any) -> Any:
+        """Tier 0 is node-local and not durable unless it says so; every other tier is shared and durable."""
+        tiers = data.get("tiers") if isinstance(data, dict) else None
+        if not isinstance(tiers, list) or not tiers:
+            return data
+        first = tiers[0]
+        defaults = {"durable": False, "shared": False}
+        if isinstance(first, dict):
+            first = {**defaults, **first}
+        elif isinstance(first, TierBase):
+            unset = {key: value for key, value in defaults.items() if key not in first.model_fields_set}
+            first = first.model_copy(update=unset)
+        return {**data, "tiers": [first, *tiers[1:]]}
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Config:
+        names = [t.name for t in self.tiers]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"tiers: duplicate tier names {dupes}")
+        first = self.tiers[0]
+        if not isinstance(first, PosixTier):
+            raise ValueError("tiers.0: the first tier must be kind: posix (it holds the watched paths)")
+        for i, tier in enumerate(self.tiers):
+            if i > 0 and not tier.shared and self.tiers[i - 1].shared:
+                raise ValueError(
+                    f"tiers.{i}.shared: a node-local tier cannot follow a shared one "
+                    f"({self.tiers[i - 1].name}): copies only move from node-local tiers to shared ones"
+                )
+        for i, watch in enumerate(self.watch):
+            if not _is_within(watch.path, first.path):
+                raise ValueError(f"watch.{i}.path: {watch.path} is not inside tier 0 path {first.path}")
+        return self
+
+    @property
+    def tier0(self) -> PosixTier:
+        """The first tier, where checkpoints are written."""
+        tier = self.tiers[0]
+        assert isinstance(tier, PosixTier)
+        return tier
+
+    def tier(self, name: str) -> PosixTier | S3Tier:
+        """The tier named ``name``; raises KeyError for a name the config does not have."""
+        for tier in self.tiers:
+            if tier.name == name:
+                return tier
+        raise KeyError(name)
+
+    @property
+    def restore_roots(self) -> list[Path]:
+        """The directories a restore may write into: ``restore.allowed_roots``, else tier 0's path."""
+        return list(self.restore.allowed_roots or [self.tier0.path])
+
+    def marker_for(self, relpath: str) -> str | None:
+        """The marker file name configured for the watch holding ``relpath`` (relative to tier 0)."""
+        target = self.tier0.path / relpath
+        return next((w.marker for w in self.watch if w.marker and _is_within(target, w.path)), None)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The environment wins over the file."""
+        # The file's contents arrive as init kwargs; the environment wins over them.
+        return (env_settings, init_settings)
+
+
+def _is_within(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,213 @@
+"""The config's sections beside its tiers.
+
+The catalog, the API and its tokens, watched directories, retention, restores, the fleet and logging.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import ByteSize, Field, SecretStr, field_validator, model_validator
+
+from tierd.config.values import Duration, Strict
+
+__all__ = [
+    "FORMATS",
+    "ApiConfig",
+    "CatalogConfig",
+    "FleetSettings",
+    "Format",
+    "LogConfig",
+    "RestoreSettings",
+    "RetentionSettings",
+    "TokenConfig",
+    "WatchConfig",
+]
+
+FORMATS = (
+    "auto",
+    "dcp",
+    "deepspeed",
+    "megatron",
+    "nemo",
+    "orbax",
+    "hf",
+    "nvrx_local",
+    "torch_save",
+    "marker",
+)
+Format = Literal[
+    "auto", "dcp", "deepspeed", "megatron", "nemo", "orbax", "hf", "nvrx_local", "torch_save", "marker"
+]
+
+
+class CatalogConfig(Strict):
+    """Where the catalog lives: ``sqlite:///path`` or ``postgresql+psycopg://...``."""
+
+    url: str = "sqlite:///var/catalog.db"
+    busy_timeout_ms: int = Field(default=30_000, ge=0)
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, url: str) -> str:
+        if not re.match(r"^(sqlite|postgresql(\+psycopg)?)://", url):
+            raise ValueError("must start with sqlite:// or postgresql+psycopg://")
+        if url.startswith("postgresql://"):
+            url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+        return url
+
+
+class TokenConfig(Strict):
+    """A bearer token and the role it grants."""
+
+    name: str = Field(min_length=1, max_length=128)
+    token: SecretStr | None = None
+    token_file: Path | None = None
+    role: Literal["read", "operate", "admin"] = "read"
+
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, name: str) -> str:
+        if not name.isprintable():
+            raise ValueError("must be printable: it names the caller in the audit log and the CLI's tables")
+        return name
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TokenConfig:
+        if (self.token is None) == (self.token_file is None):
+            raise ValueError("set exactly one of token or token_file")
+        return self
+
+    def secret(self) -> str:
+        """The token's value, read from ``token_file`` now when that is how it is given.
+
+        The API never calls this per request: ``tierd.keyring`` reads it at start and on reload.
+        """
+        if self.token is not None:
+            return self.token.get_secret_value()
+        assert self.token_file is not None
+        return self.token_file.read_text().strip()
+
+
+class ApiConfig(Strict):
+    """The HTTP API: where it listens and who may call it."""
+
+    listen: str = "127.0.0.1:8470"
+    tokens: list[TokenConfig] = Field(default_factory=list)
+    #: A request body longer than this is refused (413) before it is read. 8 MiB holds a notify
+    #: naming 100,000 files (the most it may) at ~60 bytes a path; every other body is tiny.
+    max_body_bytes: ByteSize = Field(default=ByteSize(8 * 1024 * 1024), ge=64 * 1024)
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, listen: str) -> str:
+        host, sep, port = listen.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:8470")
+        return listen
+
+    @property
+    def host(self) -> str:
+        """The address to bind, without IPv6 brackets."""
+        return self.listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        """The TCP port to bind (0 picks a free one)."""
+        return int(self.listen.rpartition(":")[2])
+
+
+class WatchConfig(Strict):
+    """A directory a training job writes checkpoints into.
+
+    ``run`` names the run outright; ``run_pattern`` is a regular expression with a
+    ``run`` group matched against each checkpoint's path relative to ``path``.
+    """
+
+    path: Path
+    run: str | None = None
+    run_pattern: str | None = None
+    format: Format = "auto"
+    marker: str | None = None
+    settle_seconds: float = Field(default=30.0, gt=0)
+    #: How many nodes write each step, each its part on its own node-local tier 0: a step is
+    #: complete once that many parts are recorded (unless the format or notify says more).
+    nodes: int = Field(default=1, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _run_source(self) -> WatchConfig:
+        if (self.run is None) == (self.run_pattern is None):
+            raise ValueError("set exactly one of run or run_pattern")
+        if self.run_pattern is not None:
+            try:
+                compiled = re.compile(self.run_pattern)
+            except re.error as exc:
+                raise ValueError(f"run_pattern is not a valid regular expression: {exc}") from exc
+            if "run" not in compiled.groupindex:
+                raise ValueError("run_pattern needs a named group (?P<run>...)")
+        if self.format == "marker" and not self.marker:
+            raise ValueError("format: marker needs a marker file name")
+        return self
+
+
+class RetentionSettings(Strict):
+    """The retention service: how often it evaluates, and whether it only logs (``dry_run``)."""
+
+    dry_run: bool = False
+    interval: Annotated[Duration, Field(gt=0)] = 60.0
+
+
+class RestoreSettings(Strict):
+    """Restores: where a restore may write, and who may give a restored tree to another owner.
+
+    ``allowed_roots`` absent: tier 0's path only. ``owner`` in a request: ``owner_role`` or above.
+    """
+
+    allowed_roots: list[Path] | None = Field(default=None, min_length=1)
+    #: A restore naming an ``owner`` may hand another user's private checkpoint to the caller:
+    #: by default only an admin token may ask; ``operate`` lets every operate token ask too.
+    owner_role: Literal["operate", "admin"] = "admin"
+
+    @field_validator("allowed_roots")
+    @classmethod
+    def _absolute(cls, roots: list[Path] | None) -> list[Path] | None:
+        for index, root in enumerate(roots or []):
+            if not root.is_absolute():
+                raise ValueError(f"entry {index}: {root} is not an absolute path")
+            if ".." in root.parts:
+                raise ValueError(f"entry {index}: {root} has a '..' component")
+        return roots
+
+
+class FleetSettings(Strict):
+    """The fleet on one PostgreSQL catalog: heartbeats, the shared tiers' leader lease, silence.
+
+    A leader that dies is replaced within ``lease`` + ``heartbeat_interval`` (at most twice
+    the lease); a node not heard from for ``node_timeout`` is shown ``silent``.
+    """
+
+    heartbeat_interval: Annotated[Duration, Field(gt=0)] = 5.0
+    lease: Annotated[Duration, Field(gt=0)] = 15.0
+    node_timeout: Annotated[Duration, Field(gt=0)] = 60.0
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FleetSettings:
+        if self.heartbeat_interval * 2 > self.lease:
+            raise ValueError(
+                f"lease: {self.lease:g}s must be at least twice heartbeat_interval "
+                f"({self.heartbeat_interval:g}s), so a leader renews it in time"
+            )
+        if self.node_timeout < self.lease:
+            raise ValueError(
+                f"node_timeout: {self.node_timeout:g}s must be at least the lease ({self.lease:g}s)"
+            )
+        return self
+
+
+class LogConfig(Strict):
+    """Logging: level and rendering (``auto`` is JSON unless stderr is a terminal)."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "json", "console"] = "auto"
