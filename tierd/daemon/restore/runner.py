@@ -1,10 +1,10 @@
 """Run one claimed restore: the selected files from the nearest verified tier into the target.
 
-The copy is the pipeline's (``transfer.copyset.copy_checkpoint_files`` over a
+The copy is the one a hop makes (``transfer.copyset.copy_checkpoint_files`` over a
 ``FileCopier``): each file is written under a temporary name in the target, verified
 against the checksum taken at first sight while it is written, renamed into place and
 fsynced (reads pay the source tier's ``bandwidth_limit``, as copies into it do). The data
-goes first, and the format's completion markers (``detect.markers``) only once the data is
+goes first, and the format's completion markers (``tierd.daemon.markers``) only once the data is
 durable. A file whose copy on the source is bad is taken from the next tier with a
 verified replica (``copier.FallbackCopier``), and the bad replica is marked failed for the
 pipeline to copy again. A heartbeat saves progress and renews the lease. Each file and
@@ -36,7 +36,7 @@ from tierd.daemon.backends.posix.errors import os_errors
 from tierd.daemon.catalog import restores
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.restores import RestoreClaim, RestoreFile, RestorePlan
-from tierd.daemon.detect.markers import split_markers
+from tierd.daemon.markers import split_markers
 from tierd.daemon.restore.cleanup import remove_restored, remove_temps
 from tierd.daemon.restore.copier import FallbackCopier
 from tierd.daemon.restore.fallback import Fallbacks
