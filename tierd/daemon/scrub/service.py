@@ -26,8 +26,9 @@ from tierd.daemon.catalog.models import ReplicaState, utcnow
 from tierd.daemon.catalog.part_deletions import part_files
 from tierd.daemon.catalog.scrub import ScrubCandidate, VerifyTarget, due_for_scrub, verify_target
 from tierd.daemon.context import Context
-from tierd.daemon.scrub.check import CheckOutcome, ReplicaChecker
+from tierd.daemon.scrub.check import ReplicaChecker
 from tierd.daemon.service import InFlight
+from tierd.daemon.transfer.recheck import CheckOutcome
 from tierd.daemon.transfer.throttle import TokenBucket
 from tierd.errors import TierdError
 from tierd.logs import get_logger
