@@ -54,7 +54,7 @@ class RecordingBatch(posixbatch.PosixBatch):
     """A PosixBatch that logs what it was asked to write and what each commit returned."""
 
     def __init__(self, backend: PosixBackend) -> None:
-        super().__init__(backend)
+        super().__init__(backend, backend)
         self.events: list[tuple[str, Any]] = []
         self.staged_ever: set[str] = set()
         self.committed: set[str] = set()
