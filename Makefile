@@ -48,9 +48,11 @@ test: $(DEVSTAMP) lint typecheck
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not serial"
 	$(BIN)/python -m pytest -m serial
 
+# lint-imports checks the import contracts in pyproject.toml ([tool.importlinter]).
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(DEVSTAMP)
 	$(BIN)/mypy
@@ -59,4 +61,4 @@ bench: $(DEVSTAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -45,8 +45,8 @@ from tierd.config import PosixTier
 from tierd.daemon.backends.budget import MIB
 from tierd.daemon.backends.posix import batch as posixbatch
 from tierd.daemon.backends.posix.backend import CHUNKS_PER_FILE
-from tierd.daemon.pipeline import copyset
 from tierd.daemon.pipeline.options import PipelineOptions
+from tierd.daemon.transfer import copyset
 
 TIME_GOAL = 1.1
 RSS_GOAL = 200_000_000

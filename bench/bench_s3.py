@@ -8,7 +8,7 @@ baseline is ``s5cmd cp 'SRC/*' s3://BUCKET/job/step_1/`` with s5cmd's defaults. 
 writes into a fresh bucket.
 
 ``s3_download_<kind>``: tierd's side is the copy a restore makes, in a fresh process (this
-module with ``--download-worker``): ``pipeline.copyset.copy_checkpoint_files``, as a hop
+module with ``--download-worker``): ``transfer.copyset.copy_checkpoint_files``, as a hop
 runs it, with a ``FileCopier`` from an ``S3Backend`` (one GET opens a reader, ranged GETs
 read the rest) to a ``PosixBackend`` through its ``PosixBatch``: files of one chunk or less
 are hashed and written under temporary names and committed together (one ``syncfs``, the
@@ -98,7 +98,7 @@ def _upload_path() -> str:
 def _download_path() -> str:
     _, posix, budget = _defaults()
     return (
-        "pipeline.copyset.copy_checkpoint_files in a fresh process: FileCopier from S3Backend to "
+        "transfer.copyset.copy_checkpoint_files in a fresh process: FileCopier from S3Backend to "
         f"PosixBackend through its PosixBatch ({posix.concurrency} files at once, the marker last and "
         f"alone; one GET opening each reader then {CHUNK_SIZE // MIB} MiB ranged GETs; files up to "
         f"{CHUNK_SIZE // MIB} MiB staged and committed up to {MAX_FILES} at a time, bigger ones "
@@ -278,11 +278,11 @@ async def _restore(spec: dict[str, Any]) -> dict[str, Any]:
     """The download itself (runs in the worker process)."""
     from tierd.config import PosixTier, S3Tier
     from tierd.daemon.backends import ByteBudget, ObjectInfo, PosixBackend, S3Backend
-    from tierd.daemon.pipeline.copyset import copy_checkpoint_files
     from tierd.daemon.pipeline.options import PipelineOptions
-    from tierd.daemon.pipeline.records import FileSpec
-    from tierd.daemon.pipeline.throttle import PriorityPool
-    from tierd.daemon.pipeline.transfer import FileCopier
+    from tierd.daemon.transfer.copier import FileCopier
+    from tierd.daemon.transfer.copyset import copy_checkpoint_files
+    from tierd.daemon.transfer.spec import FileSpec
+    from tierd.daemon.transfer.throttle import PriorityPool
 
     options = PipelineOptions()
     budget = ByteBudget(options.memory_budget)

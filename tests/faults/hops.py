@@ -32,8 +32,8 @@ from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.catalog.models import Job, Replica
 from tierd.daemon.context import Context
 from tierd.daemon.pipeline.options import PipelineOptions
-from tierd.daemon.pipeline.retry import FILE_ATTEMPTS, Backoff
 from tierd.daemon.pipeline.service import PipelineService
+from tierd.daemon.transfer.retry import FILE_ATTEMPTS, Backoff
 
 __all__ = [
     "BOTOCORE_BOUND",

@@ -17,7 +17,7 @@ from tests.faults.hops import LEAN_BOUND, World, attempts_over_table, stall_time
 from tests.fixtures.faultproxy import ACCESS_DENIED, INTERNAL_ERROR, SLOW_DOWN, Fault, Rule
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import MiB
-from tierd.daemon.pipeline.retry import FILE_ATTEMPTS
+from tierd.daemon.transfer.retry import FILE_ATTEMPTS
 
 SIZES = {
     "big.bin": 7 * MiB + 5,  # multipart: two 5 MiB parts

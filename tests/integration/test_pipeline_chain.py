@@ -35,10 +35,10 @@ from tierd.daemon.context import Context
 from tierd.daemon.detect.changes import CHANGED_ON_TIER0
 from tierd.daemon.detect.service import DetectService
 from tierd.daemon.pipeline.options import PipelineOptions
-from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.pipeline.runner import HopRunner, Limits
 from tierd.daemon.pipeline.scheduler import schedule_pass
 from tierd.daemon.pipeline.service import PipelineService
+from tierd.daemon.transfer.retry import Backoff
 
 FAST = PipelineOptions(
     poll_interval=0.05,

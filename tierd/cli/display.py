@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from tierd.daemon.retention.eviction import format_bytes
+from tierd.units import format_bytes
 
 __all__ = [
     "parts_lines",

@@ -1,1 +1,4 @@
-"""Everything that runs on the node: runtime, detect, catalog, pipeline, backends, retention, fleet."""
+"""Everything that runs on the node.
+
+runtime, detect, catalog, pipeline, transfer, backends, retention, restore, scrub, fleet.
+"""

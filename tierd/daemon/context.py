@@ -1,24 +1,165 @@
-"""What every service on the node shares: config, catalog, and a few signals between them."""
+"""What every service on the node shares: config, catalog, and a few signals between them.
+
+Context sits below the services and names none of them. What the API and the other services
+ask of a running retention, restore or scrub service is a protocol here (``RetentionHandle``,
+``RestoreHandle``, ``ScrubHandle``) that the service class meets, and the fleet's standing is a
+``Leadership`` (the fleet's ``Elector``, or ``FixedLeadership`` for a daemon alone).
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from datetime import datetime
+from enum import Enum
+from typing import TYPE_CHECKING, Protocol
 
 from tierd.config import Config
+from tierd.daemon.backends.base import Space
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.fleet.election import FixedLeadership, Leadership
 from tierd.daemon.metrics import Metrics
+from tierd.daemon.transfer.recheck import CheckOutcome
 from tierd.keyring import Keyring
 
 if TYPE_CHECKING:
     from tierd.daemon.outage import CatalogOutage
-    from tierd.daemon.restore.service import RestoreService
-    from tierd.daemon.retention.service import RetentionService
-    from tierd.daemon.scrub.service import ScrubService
 
-__all__ = ["Context"]
+__all__ = [
+    "BlockedView",
+    "Context",
+    "FixedLeadership",
+    "Leadership",
+    "PressureHandle",
+    "RestoreHandle",
+    "RetentionHandle",
+    "RoomView",
+    "ScrubHandle",
+    "TierPressureView",
+]
+
+
+class Leadership(Protocol):
+    """Whether this daemon may act on shared tiers at this instant."""
+
+    def leads(self) -> bool:
+        """True while this daemon leads."""
+
+
+@dataclass
+class FixedLeadership:
+    """A daemon alone (SQLite), which always leads; or a standing fixed by hand."""
+
+    value: bool = True
+
+    def leads(self) -> bool:
+        """The fixed standing."""
+        return self.value
+
+
+class TierPressureView(Protocol):
+    """What the last look at one tier's free space found."""
+
+    @property
+    def blocked(self) -> str | None:
+        """Why eviction cannot make the room the tier wants (None: it can, or need not)."""
+
+
+class BlockedView(Protocol):
+    """Replicas on a tier that eviction may not take, summed by their first blocker."""
+
+    @property
+    def blocker(self) -> Enum:
+        """The protection that keeps them (pinned, held, no durable copy elsewhere, ...)."""
+
+    @property
+    def reason(self) -> str:
+        """The blocker in words."""
+
+    @property
+    def checkpoints(self) -> int:
+        """How many checkpoints it keeps."""
+
+    @property
+    def bytes(self) -> int:
+        """How many bytes it keeps."""
+
+
+class RoomView(Protocol):
+    """The outcome of making room on a tier: enough or not, and what blocks the rest."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the room is there."""
+
+    @property
+    def space(self) -> Space:
+        """The tier's space after the evictions."""
+
+    @property
+    def target_free(self) -> int:
+        """The free bytes wanted."""
+
+    @property
+    def evicted(self) -> Sequence[int]:
+        """The checkpoints evicted to make the room."""
+
+    @property
+    def evicted_bytes(self) -> int:
+        """The bytes they freed."""
+
+    @property
+    def blocked(self) -> Sequence[BlockedView]:
+        """What kept the rest."""
+
+    def describe(self) -> str:
+        """One line for a log or a 409."""
+
+
+class PressureHandle(Protocol):
+    """Disk pressure on the POSIX tiers that set ``free_space``: space, eviction, reservations."""
+
+    @property
+    def state(self) -> Mapping[str, TierPressureView]:
+        """What the last look at each tier found, by tier name."""
+
+    async def space(self, tier: str) -> Space | None:
+        """The tier's size and free bytes now (None for a tier without ``free_space``)."""
+
+    async def reserve(self, tier_name: str, nbytes: int) -> RoomView:
+        """Make room for ``nbytes`` plus the low mark, evicting what may safely go."""
+
+
+class RetentionHandle(Protocol):
+    """What the API and the fleet ask of the running retention service."""
+
+    @property
+    def pressure(self) -> PressureHandle:
+        """Its disk-pressure half."""
+
+    def wake(self) -> None:
+        """Plan again now (a pin, hold, metric or delete changed what retention decides)."""
+
+
+class RestoreHandle(Protocol):
+    """What the API asks of the running restore service."""
+
+    def wake(self) -> None:
+        """Look for queued restores now."""
+
+    async def cancel(self, job_id: int, *, actor: str, reason: str) -> None:
+        """Cancel a restore and remove what it wrote; raises NotFound, Conflict (done or failed)."""
+
+
+class ScrubHandle(Protocol):
+    """What the API asks of the running scrubber."""
+
+    @property
+    def last_pass_at(self) -> Mapping[str, datetime | None]:
+        """When each scrubbed tier last finished a pass, by tier name."""
+
+    async def verify(self, checkpoint_id: int, *, actor: str) -> Sequence[CheckOutcome]:
+        """Re-check every verified replica of a checkpoint now, one outcome per replica."""
 
 
 @dataclass
@@ -44,11 +185,11 @@ class Context:
     #: Node-local tiers are every daemon's own, whatever this says: see ``acts_on``.
     leadership: Leadership = field(default_factory=FixedLeadership)
     #: The running retention service (pins, deletes and reservations from the API go through it).
-    retention: RetentionService | None = None
+    retention: RetentionHandle | None = None
     #: The running restore service (the API's restores are woken and cancelled through it).
-    restore: RestoreService | None = None
+    restore: RestoreHandle | None = None
     #: The running scrubber (the API's tier list shows its progress).
-    scrub: ScrubService | None = None
+    scrub: ScrubHandle | None = None
     #: Each service's view of the catalog, by service name (``/readyz`` warns while one fails).
     outages: dict[str, CatalogOutage] = field(default_factory=dict)
 

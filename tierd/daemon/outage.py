@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from tierd.daemon.pipeline.retry import Backoff
+from tierd.daemon.transfer.retry import Backoff
 from tierd.errors import CatalogError
 from tierd.logs import get_logger
 

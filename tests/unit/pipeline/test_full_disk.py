@@ -23,8 +23,8 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Job, utcnow
 from tierd.daemon.context import Context
 from tierd.daemon.pipeline.options import PipelineOptions
-from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.pipeline.service import PipelineService
+from tierd.daemon.transfer.retry import Backoff
 
 FAST = PipelineOptions(
     poll_interval=0.05,

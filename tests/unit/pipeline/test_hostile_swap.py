@@ -21,8 +21,8 @@ from tierd.config import Config
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.context import Context
 from tierd.daemon.pipeline.options import PipelineOptions
-from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.pipeline.service import PipelineService
+from tierd.daemon.transfer.retry import Backoff
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "O_PATH"), reason="inotify and O_PATH are Linux's")
 

@@ -23,9 +23,9 @@ from tierd.daemon.catalog.retention import load_retention_rows
 from tierd.daemon.catalog.runs import latest_checkpoint, run_summaries
 from tierd.daemon.context import Context
 from tierd.daemon.pipeline.options import PipelineOptions
-from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.pipeline.scheduler import schedule_pass
 from tierd.daemon.pipeline.service import PipelineService
+from tierd.daemon.transfer.retry import Backoff
 from tierd.errors import NotFound
 
 FAST = PipelineOptions(

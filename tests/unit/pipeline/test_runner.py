@@ -37,10 +37,10 @@ from tierd.daemon.context import Context
 from tierd.daemon.pipeline import records
 from tierd.daemon.pipeline import runner as runner_module
 from tierd.daemon.pipeline.options import PipelineOptions
-from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.pipeline.runner import HopRunner, Limits
 from tierd.daemon.pipeline.scheduler import schedule_pass
 from tierd.daemon.pipeline.service import PipelineService
+from tierd.daemon.transfer.retry import Backoff
 from tierd.errors import PermanentBackendError, TierdError, TransientBackendError
 
 FAST = PipelineOptions(

@@ -22,10 +22,10 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.jobs import owner_id
 from tierd.daemon.catalog.models import Replica, utcnow
 from tierd.daemon.context import Context
-from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.restore.requests import RestoreRequest, request_restore
 from tierd.daemon.restore.runner import RestoreOptions, RestoreRunner
 from tierd.daemon.restore.source import Rebased
+from tierd.daemon.transfer.retry import Backoff
 
 FAST = RestoreOptions(poll_interval=0.05, progress_interval=0.02, file_backoff=Backoff(0.0, 0.0))
 

@@ -23,8 +23,8 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.jobs import owner_id
 from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.catalog.retention import load_retention_rows
-from tierd.daemon.pipeline.copyset import copy_checkpoint_files
 from tierd.daemon.restore import runner as runner_module
+from tierd.daemon.transfer.copyset import copy_checkpoint_files
 from tierd.errors import CatalogError, Conflict, NotFound, RestoreRefused
 
 STEP = {"__0_0.distcp": os.urandom(300_000), "__1_0.distcp": os.urandom(2_500_000), ".metadata": b"meta" * 50}

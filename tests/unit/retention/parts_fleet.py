@@ -14,8 +14,8 @@ from tierd.config import Config
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.context import Context
 from tierd.daemon.pipeline.options import PipelineOptions
-from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.pipeline.service import PipelineService
+from tierd.daemon.transfer.retry import Backoff
 
 __all__ = ["make_fleet", "node_context", "part_states", "step_dir"]
 

@@ -10,7 +10,6 @@ from tierd.daemon.retention.eviction import (
     describe_blocked,
     eviction_blockers,
     eviction_candidates,
-    format_bytes,
 )
 from tierd.daemon.retention.policies import KeepLast
 from tierd.daemon.retention.state import Blocker, ReplicaState
@@ -97,11 +96,3 @@ def test_blockers_sum_each_replica_once_under_its_first_reason() -> None:
         describe_blocked(blocked[1:3]) == "1 checkpoint, 200.0 GB, pinned; 1 checkpoint, 7.0 GB, not complete"
     )
     assert describe_blocked(()) == "nothing"
-
-
-@pytest.mark.parametrize(
-    ("size", "text"),
-    [(0, "0 bytes"), (999, "999 bytes"), (1000, "1.0 kB"), (1_500_000, "1.5 MB"), (1_100 * GB, "1.1 TB")],
-)
-def test_format_bytes(size: int, text: str) -> None:
-    assert format_bytes(size) == text

@@ -16,8 +16,8 @@ from tests.unit.retention.world import BASE, World, posix_tier
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Checkpoint
 from tierd.daemon.retention import deleter as deleter_module
-from tierd.daemon.retention import recheck
 from tierd.daemon.retention.deleter import NOT_LEADER
+from tierd.daemon.transfer import recheck
 
 EVERYWHERE = {"nvme": "verified", "pfs": "verified", "object": "verified"}
 LATER = BASE.replace(year=2027)

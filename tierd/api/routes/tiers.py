@@ -16,8 +16,7 @@ from tierd.daemon.aio import blocking
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.scrub import ScrubProgress, scrub_progress
 from tierd.daemon.catalog.stats import ReplicaStats, replica_stats
-from tierd.daemon.context import Context
-from tierd.daemon.retention.eviction import BlockedSpace
+from tierd.daemon.context import BlockedView, Context
 from tierd.daemon.retention.state import tier_rules
 from tierd.errors import NotFound, ShuttingDown, TierdError
 
@@ -129,5 +128,5 @@ async def reserve(
     )
 
 
-def _blocked(b: BlockedSpace) -> dict[str, object]:
+def _blocked(b: BlockedView) -> dict[str, object]:
     return {"reason": b.reason, "blocker": b.blocker.value, "checkpoints": b.checkpoints, "bytes": b.bytes}

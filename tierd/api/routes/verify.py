@@ -14,7 +14,7 @@ from tierd.api.problems import ProblemRoute, problem_responses
 from tierd.api.schemas import INTEGER_MAX, Tier0CheckOut, VerifiedFileOut, VerifyOut, VerifyTierOut
 from tierd.daemon.aio import blocking
 from tierd.daemon.detect.presence import check_tier0
-from tierd.daemon.scrub import CheckOutcome
+from tierd.daemon.transfer.recheck import CheckOutcome
 from tierd.errors import CatalogError, NotFound, ShuttingDown
 
 __all__ = ["router"]

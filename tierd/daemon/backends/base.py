@@ -374,7 +374,7 @@ class Backend(ABC):
     async def local_disk(self) -> bool:
         """Whether the tier is a file system of this node's own disks (by default not); never raises.
 
-        Small files cost such a tier CPU rather than round trips (see ``copyset``).
+        Small files cost such a tier CPU rather than round trips (see ``transfer.copyset``).
         """
         return False
 

@@ -42,13 +42,13 @@ from tierd.daemon.detect.layout import (
     trailing_int,
     walk_files,
 )
+from tierd.daemon.markers import METADATA
 from tierd.logs import get_logger
 
 __all__ = ["DcpCheck", "DcpDetector", "dcp_check", "looks_like_dcp"]
 
 log = get_logger(__name__)
 
-METADATA = ".metadata"
 _RANK_METADATA = re.compile(r"^__(\d+)\.metadata$")
 _SHARD = re.compile(r"^__(\d+)_\d+\.distcp$")
 #: Clock skew allowed between the node that wrote a shard and the one that wrote .metadata.

@@ -41,12 +41,11 @@ from tierd.daemon.detect.layout import (
     trailing_int,
     walk_files,
 )
+from tierd.daemon.markers import LATEST, LATEST_UNIVERSAL
 from tierd.limits import MAX_EXPECTED_FILES, MAX_WORLD_SIZE
 
 __all__ = ["DeepSpeedDetector", "deepspeed_expected", "deepspeed_problem", "read_tag"]
 
-LATEST = "latest"
-LATEST_UNIVERSAL = "latest_universal"
 TAG_LIMIT = 4096  # a ``latest`` file holds one tag
 _GLOBAL_STEP = re.compile(r"^global_step(\d+)(_universal)?$")
 _ZERO = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt$")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tierd.daemon.beneath import Root
 from tierd.daemon.detect.dcp import dcp_check, looks_like_dcp
-from tierd.daemon.detect.deepspeed import LATEST, deepspeed_problem, read_tag
+from tierd.daemon.detect.deepspeed import deepspeed_problem, read_tag
 from tierd.daemon.detect.integrity import first_unwritten
 from tierd.daemon.detect.layout import (
     Candidate,
@@ -36,10 +36,10 @@ from tierd.daemon.detect.layout import (
     read_file,
     walk_files,
 )
+from tierd.daemon.markers import LATEST, TRAINER_STATE
 
-__all__ = ["TRAINER_STATE", "HfDetector", "trainer_metrics"]
+__all__ = ["HfDetector", "trainer_metrics"]
 
-TRAINER_STATE = "trainer_state.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _TMP_CHECKPOINT = re.compile(r"^tmp-checkpoint-\d+$")
 _RNG = re.compile(r"^rng_state_(\d+)\.pth$")

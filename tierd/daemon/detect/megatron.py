@@ -38,11 +38,11 @@ from tierd.daemon.detect.layout import (
     read_file,
     walk_files,
 )
+from tierd.daemon.markers import TRACKER
 from tierd.limits import MAX_EXPECTED_FILES
 
-__all__ = ["TRACKER", "MegatronDetector", "megatron_expected", "read_tracker"]
+__all__ = ["MegatronDetector", "megatron_expected", "read_tracker"]
 
-TRACKER = "latest_checkpointed_iteration.txt"
 RELEASE = "release"
 _ITER = re.compile(r"^iter_(\d{7,})$")
 _RANK_DIR = re.compile(r"^mp_rank_\d{2}(?:_\d{3}){0,2}$")

@@ -32,12 +32,11 @@ from tierd.daemon.detect.layout import (
     trailing_int,
     walk_files,
 )
+from tierd.daemon.markers import CHECKPOINT_METADATA, COMMIT_SUCCESS
 
-__all__ = ["CHECKPOINT_METADATA", "COMMIT_SUCCESS", "TMP_SUFFIX", "OrbaxDetector"]
+__all__ = ["TMP_SUFFIX", "OrbaxDetector"]
 
 TMP_SUFFIX = ".orbax-checkpoint-tmp"
-COMMIT_SUCCESS = "commit_success.txt"
-CHECKPOINT_METADATA = "_CHECKPOINT_METADATA"
 _STEP_NAME = re.compile(r"^(?:.*_)?(\d+)$")
 _ITEM_MARKERS = ("_METADATA", "manifest.ocdbt", "_sharding", "checkpoint")
 

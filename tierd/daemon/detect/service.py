@@ -58,8 +58,8 @@ from tierd.daemon.detect.registry import BY_NAME, detectors_for
 from tierd.daemon.detect.removals import Removals
 from tierd.daemon.detect.scan import Found, RootSpec, detect_path, scan_chain, scan_root
 from tierd.daemon.outage import CatalogOutage
-from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.service import InFlight
+from tierd.daemon.transfer.retry import Backoff
 from tierd.errors import CatalogError, Refused, TierdError, Unstable
 from tierd.logs import get_logger
 

@@ -20,35 +20,16 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from tierd.daemon.catalog import fleet
 from tierd.daemon.catalog.db import Database
 from tierd.errors import CatalogError
 
-__all__ = ["Change", "Elector", "FixedLeadership", "Leadership"]
+__all__ = ["Change", "Elector"]
 
 #: Of the lease, how long a renewal lets this daemon act (the rest is a margin for pauses in
 #: the renewal itself, and for the two clocks' rates).
 LOCAL_FRACTION = 2 / 3
-
-
-class Leadership(Protocol):
-    """Whether this daemon may act on shared tiers at this instant."""
-
-    def leads(self) -> bool:
-        """True while this daemon leads."""
-
-
-@dataclass
-class FixedLeadership:
-    """A daemon alone (SQLite), which always leads; or a standing fixed by hand."""
-
-    value: bool = True
-
-    def leads(self) -> bool:
-        """The fixed standing."""
-        return self.value
 
 
 @dataclass(frozen=True)
@@ -62,7 +43,7 @@ class Change:
 
 
 class Elector:
-    """Takes and renews the shared tiers' lease for ``owner`` (``node:pid``); see the module docstring."""
+    """Takes and renews the shared tiers' lease for ``owner`` (``node:pid``): a ``context.Leadership``."""
 
     def __init__(
         self,

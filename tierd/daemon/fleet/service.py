@@ -20,8 +20,8 @@ from tierd import __version__
 from tierd.daemon.aio import blocking
 from tierd.daemon.catalog import audit, fleet
 from tierd.daemon.catalog.jobs import owner_id
-from tierd.daemon.context import Context
-from tierd.daemon.fleet.election import Change, Elector, FixedLeadership
+from tierd.daemon.context import Context, FixedLeadership
+from tierd.daemon.fleet.election import Change, Elector
 from tierd.errors import CatalogError
 from tierd.logs import get_logger
 

@@ -20,7 +20,7 @@ from psycopg.conninfo import make_conninfo
 from sqlalchemy.engine import make_url
 
 from tierd.daemon.catalog.dialect import JOBS_CHANNEL, notified_nodes
-from tierd.daemon.pipeline.retry import Backoff
+from tierd.daemon.transfer.retry import Backoff
 from tierd.logs import get_logger
 
 __all__ = ["JobListener", "libpq_url"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tierd.daemon.pipeline.retry import FILE_ATTEMPTS, FILE_BACKOFF, INTEGRITY_ATTEMPTS, JOB_BACKOFF, Backoff
+from tierd.daemon.transfer.lease import lease_fence
+from tierd.daemon.transfer.retry import FILE_ATTEMPTS, FILE_BACKOFF, INTEGRITY_ATTEMPTS, JOB_BACKOFF, Backoff
 
 __all__ = ["PipelineOptions"]
 
@@ -51,14 +52,6 @@ class PipelineOptions:
     def fence_seconds(self) -> float:
         """How long a running job goes on without renewing its lease (the catalog is away).
 
-        Counted from when the last renewal that worked was sent, it ends the longer of a renew
-        interval and a quarter of the lease before the lease can run out (but never before half
-        of it): the job stops before another worker, or this one, may claim it again, so a job
-        never runs twice at once. 45 s of the default 60 s lease.
+        See ``transfer.lease.lease_fence``: 45 s of the default 60 s lease.
         """
         return lease_fence(self.lease_seconds, self.renew_interval)
-
-
-def lease_fence(lease_seconds: float, renew_interval: float) -> float:
-    """Seconds a job holding a lease goes on without renewing it (see ``fence_seconds``)."""
-    return max(min(lease_seconds - renew_interval, lease_seconds * 0.75), lease_seconds / 2)

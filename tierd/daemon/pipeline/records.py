@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from tierd.daemon.backends.base import Ownership, recorded_owner
+from tierd.daemon.backends.base import Ownership
 from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.checkpoints import files_of, find_checkpoint
 from tierd.daemon.catalog.db import Database
@@ -28,7 +28,7 @@ from tierd.daemon.catalog.jobs import (
     owned_job,
     set_job_source,
 )
-from tierd.daemon.catalog.models import File, Job, JobState, Replica, ReplicaState
+from tierd.daemon.catalog.models import Job, JobState, Replica, ReplicaState
 from tierd.daemon.catalog.ownership import directories_of
 from tierd.daemon.catalog.parts import (
     files_of_part,
@@ -53,12 +53,12 @@ from tierd.daemon.catalog.replicas import (
 )
 from tierd.daemon.catalog.uploads import forget_part_uploads, forget_uploads
 from tierd.daemon.pipeline.scheduler import choose_source
+from tierd.daemon.transfer.spec import FileSpec
 from tierd.errors import CatalogError
 from tierd.logs import get_logger
 
 __all__ = [
     "ACTOR",
-    "FileSpec",
     "HopPlan",
     "Verified",
     "cancel",
@@ -71,24 +71,6 @@ __all__ = [
 ACTOR = "pipeline"
 
 log = get_logger(__name__)
-
-
-@dataclass(frozen=True)
-class FileSpec:
-    """A file to copy, with the checksum, owner and mode recorded at first sight."""
-
-    relpath: str
-    size: int
-    checksum: str
-    mtime_ns: int
-    owner: Ownership | None = None  # None: recorded before tierd kept owners
-
-    @classmethod
-    def of(cls, row: File) -> FileSpec:
-        """The spec of a catalog file row."""
-        return cls(
-            row.relpath, row.size, row.checksum, row.mtime_ns, recorded_owner(row.uid, row.gid, row.mode)
-        )
 
 
 @dataclass(frozen=True)

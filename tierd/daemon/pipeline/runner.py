@@ -39,13 +39,14 @@ from tierd.daemon.catalog.uploads import hop_upload_ids
 from tierd.daemon.libc import trim_freed_memory
 from tierd.daemon.metrics import Metrics
 from tierd.daemon.pipeline import records
-from tierd.daemon.pipeline.copyset import copy_checkpoint_files
 from tierd.daemon.pipeline.options import PipelineOptions
-from tierd.daemon.pipeline.records import FileSpec, HopPlan
+from tierd.daemon.pipeline.records import HopPlan
 from tierd.daemon.pipeline.resume import CatalogResumeStore
-from tierd.daemon.pipeline.retry import failure_reason
-from tierd.daemon.pipeline.throttle import PriorityPool, TokenBucket
-from tierd.daemon.pipeline.transfer import FileCopier, already_there
+from tierd.daemon.transfer.copier import FileCopier, already_there
+from tierd.daemon.transfer.copyset import copy_checkpoint_files
+from tierd.daemon.transfer.retry import failure_reason
+from tierd.daemon.transfer.spec import FileSpec
+from tierd.daemon.transfer.throttle import PriorityPool, TokenBucket
 from tierd.errors import CatalogError, IntegrityError, PermanentBackendError, TierdError
 from tierd.logs import get_logger
 

@@ -1,4 +1,4 @@
-"""The pipeline's file copier, with a second (and third...) source for a file whose bytes are bad.
+"""The shared FileCopier, with a second (and third...) source for a file whose bytes are bad.
 
 A restore reads each file from the nearest tier with a verified replica that holds it (a
 node-local tier 0 holds only this node's part of a step written by several nodes: the other
@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tierd.daemon.backends.base import ObjectInfo
-from tierd.daemon.pipeline.records import FileSpec
-from tierd.daemon.pipeline.transfer import FileCopier
+from tierd.daemon.transfer.copier import FileCopier
+from tierd.daemon.transfer.spec import FileSpec
 from tierd.errors import IntegrityError, NotFound, TierdError
 
 __all__ = ["BAD_REPLICA", "FallbackCopier", "FallbackHook"]

@@ -13,7 +13,7 @@ from typing import Any
 from tierd.daemon.aio import blocking
 from tierd.daemon.catalog import deletions
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.pipeline.records import FileSpec
+from tierd.daemon.transfer.spec import FileSpec
 from tierd.errors import CatalogError, TierdError
 from tierd.logs import get_logger
 

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tierd.daemon.pipeline.records import FileSpec
+from tierd.daemon.transfer.spec import FileSpec
 
 __all__ = ["Meter"]
 

@@ -1,10 +1,10 @@
 """Run one claimed restore: the selected files from the nearest verified tier into the target.
 
-The copy is the pipeline's (``pipeline.copyset.copy_checkpoint_files`` over a
+The copy is the one a hop makes (``transfer.copyset.copy_checkpoint_files`` over a
 ``FileCopier``): each file is written under a temporary name in the target, verified
 against the checksum taken at first sight while it is written, renamed into place and
 fsynced (reads pay the source tier's ``bandwidth_limit``, as copies into it do). The data
-goes first, and the format's completion markers (``detect.markers``) only once the data is
+goes first, and the format's completion markers (``tierd.daemon.markers``) only once the data is
 durable. A file whose copy on the source is bad is taken from the next tier with a
 verified replica (``copier.FallbackCopier``), and the bad replica is marked failed for the
 pipeline to copy again. A heartbeat saves progress and renews the lease. Each file and
@@ -36,13 +36,7 @@ from tierd.daemon.backends.posix.errors import os_errors
 from tierd.daemon.catalog import restores
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.restores import RestoreClaim, RestoreFile, RestorePlan
-from tierd.daemon.detect.markers import split_markers
-from tierd.daemon.pipeline.copyset import copy_checkpoint_files
-from tierd.daemon.pipeline.options import lease_fence
-from tierd.daemon.pipeline.records import FileSpec
-from tierd.daemon.pipeline.retry import FILE_ATTEMPTS, FILE_BACKOFF, Backoff
-from tierd.daemon.pipeline.throttle import PriorityPool, TokenBucket
-from tierd.daemon.pipeline.transfer import FileCopier
+from tierd.daemon.markers import split_markers
 from tierd.daemon.restore.cleanup import remove_restored, remove_temps
 from tierd.daemon.restore.copier import FallbackCopier
 from tierd.daemon.restore.fallback import Fallbacks
@@ -50,6 +44,12 @@ from tierd.daemon.restore.layout import Layout, layout_of, roots_of
 from tierd.daemon.restore.paths import check_target, is_fresh
 from tierd.daemon.restore.progress import Meter
 from tierd.daemon.restore.source import Rebased
+from tierd.daemon.transfer.copier import FileCopier
+from tierd.daemon.transfer.copyset import copy_checkpoint_files
+from tierd.daemon.transfer.lease import lease_fence
+from tierd.daemon.transfer.retry import FILE_ATTEMPTS, FILE_BACKOFF, Backoff
+from tierd.daemon.transfer.spec import FileSpec
+from tierd.daemon.transfer.throttle import PriorityPool, TokenBucket
 from tierd.errors import CatalogError, IntegrityError, NotFound, RestoreRefused, TierdError
 from tierd.logs import get_logger
 

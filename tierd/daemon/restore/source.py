@@ -1,6 +1,6 @@
 """A tier seen from one checkpoint's directory, so a copy names each file as the target will.
 
-The pipeline's copy (``pipeline.transfer.FileCopier``, ``pipeline.copyset``) names a file by
+The shared copy (``transfer.copier.FileCopier``, ``transfer.copyset``) names a file by
 the same relative path on both sides. A restore into ``<target>`` writes
 ``<target>/<name>`` for the file a tier holds at ``<checkpoint path>/<name>``: reading through
 ``Rebased(tier, "<checkpoint path>")`` lets the copy name it ``<name>`` on both sides.

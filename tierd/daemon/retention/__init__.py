@@ -5,8 +5,8 @@ Pure, no I/O: ``policies`` (keep_last, keep_every_steps, keep_within, keep_best,
 tier and replica: keep, delete or blocked, each with its reason), ``eviction`` (what disk
 pressure may take, and what blocks the rest).
 
-With I/O: ``snapshot`` (the catalog read once, then planned), ``recheck`` (a replica's bytes
-against their first-sight checksums), ``deleter`` (the one path that removes a replica's
-bytes: claim, protection, re-check of a durable copy, markers first), ``pressure`` (eviction
-below the low mark, reservations), ``service`` (the passes).
+With I/O: ``snapshot`` (the catalog read once, then planned), ``deleter`` (the one path that
+removes a replica's bytes: claim, protection, re-check of a durable copy with
+``transfer.recheck``, markers first), ``pressure`` (eviction below the low mark,
+reservations), ``service`` (the passes).
 """

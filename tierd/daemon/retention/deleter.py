@@ -37,10 +37,10 @@ from tierd.daemon.catalog import deletions, part_deletions
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.deletions import DeletionContext, DueDeletion, Origin
 from tierd.daemon.catalog.models import ReplicaState, utcnow
-from tierd.daemon.detect.markers import split_markers
+from tierd.daemon.markers import split_markers
 from tierd.daemon.metrics import Metrics
-from tierd.daemon.retention.recheck import FileRecord, Recheck, recheck_replica
 from tierd.daemon.retention.state import tier_rules
+from tierd.daemon.transfer.recheck import FileRecord, Recheck, recheck_replica
 from tierd.errors import TierdError
 from tierd.logs import get_logger
 

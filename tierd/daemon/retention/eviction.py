@@ -11,7 +11,6 @@ first blocker, the replicas that must stay (the body of a reservation's 409).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,6 +24,7 @@ from tierd.daemon.retention.state import (
     TierRules,
     protections,
 )
+from tierd.units import format_bytes
 
 __all__ = [
     "BlockedSpace",
@@ -33,7 +33,6 @@ __all__ = [
     "describe_blocked",
     "eviction_blockers",
     "eviction_candidates",
-    "format_bytes",
 ]
 
 _NO_DURABLE_COPY = "without a verified copy on another durable tier"
@@ -157,14 +156,3 @@ def _summary_reason(block: Block) -> str:
 def describe_blocked(blocked: Sequence[BlockedSpace]) -> str:
     """One line for a log or a 409: ``2 checkpoints, 1.1 TB, pinned; ...`` (``nothing`` if empty)."""
     return "; ".join(str(b) for b in blocked) or "nothing"
-
-
-_UNITS = ("kB", "MB", "GB", "TB", "PB", "EB")
-
-
-def format_bytes(size: int) -> str:
-    """``size`` in decimal units with one decimal, as disks are sold: ``1.1 TB``."""
-    if size < 1000:
-        return f"{size} bytes"
-    exponent = min(len(_UNITS), int(math.log10(size) // 3))
-    return f"{size / 1000**exponent:.1f} {_UNITS[exponent - 1]}"

@@ -30,11 +30,11 @@ from tierd.daemon.retention.eviction import (
     describe_blocked,
     eviction_blockers,
     eviction_candidates,
-    format_bytes,
 )
 from tierd.daemon.retention.snapshot import Snapshot
 from tierd.errors import NotFound
 from tierd.logs import get_logger
+from tierd.units import format_bytes
 
 __all__ = ["Pressure", "Room"]
 

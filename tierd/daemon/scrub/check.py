@@ -1,6 +1,6 @@
 """One replica's re-check and what follows from it: the same for the scrubber and a verify call.
 
-The bytes are re-checked by ``retention.recheck`` (the re-check deletion runs), every file
+The bytes are re-checked by ``transfer.recheck`` (the re-check deletion runs), every file
 of the replica. Good: ``checked_at`` moves on. Bad (a file missing or not matching): the
 replica is marked failed by the one way tierd has (``mark_recheck_failed``, audited per
 file with the expected and actual checksum) and the pipeline is woken to copy it again
@@ -13,9 +13,7 @@ records the outcome on it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
 
 from tierd.config import Config
 from tierd.daemon.aio import blocking
@@ -25,25 +23,12 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.catalog.scrub import ScrubCandidate, mark_part_checked, mark_replica_checked
 from tierd.daemon.metrics import Metrics
-from tierd.daemon.retention.recheck import BadFile, FileRecord, Pay, Recheck, recheck_replica
+from tierd.daemon.transfer.recheck import CheckOutcome, FileRecord, Pay, Recheck, recheck_replica
 from tierd.logs import get_logger
 
-__all__ = ["CheckOutcome", "CheckResult", "ReplicaChecker"]
+__all__ = ["ReplicaChecker"]
 
 log = get_logger(__name__)
-
-#: What a re-check found; ``gone``: the replica left (was deleted) while it was read.
-CheckResult = Literal["ok", "mismatch", "missing", "inconclusive", "gone", "skipped"]
-
-
-@dataclass(frozen=True)
-class CheckOutcome:
-    """A replica's re-check: ``ok``, ``mismatch``, ``missing``, ``inconclusive`` or ``gone``."""
-
-    tier: str
-    result: CheckResult
-    bad: tuple[BadFile, ...] = ()
-    detail: str = ""
 
 
 class ReplicaChecker:

@@ -4,7 +4,7 @@ One loop per tier with a ``scrub`` block. Each replica is due ``every`` after it
 check (its copy's verification, until a scrub first re-checks it), so a pass is spread
 over ``every`` as the checkpoints were, rather than bunched at one moment; replicas never
 re-checked go first, then the oldest check. The bytes read are capped by the tier's
-``scrub.bandwidth`` with the pipeline's TokenBucket (a backlog, as on the first start
+``scrub.bandwidth`` with transfer's TokenBucket (a backlog, as on the first start
 after an upgrade, is worked off at that rate). Shared tiers are scrubbed by the fleet's
 leader alone (``ctx.acts_on``, asked before each replica); a node-local tier by each
 daemon, for the checkpoints its node wrote.
@@ -26,9 +26,10 @@ from tierd.daemon.catalog.models import ReplicaState, utcnow
 from tierd.daemon.catalog.part_deletions import part_files
 from tierd.daemon.catalog.scrub import ScrubCandidate, VerifyTarget, due_for_scrub, verify_target
 from tierd.daemon.context import Context
-from tierd.daemon.pipeline.throttle import TokenBucket
-from tierd.daemon.scrub.check import CheckOutcome, ReplicaChecker
+from tierd.daemon.scrub.check import ReplicaChecker
 from tierd.daemon.service import InFlight
+from tierd.daemon.transfer.recheck import CheckOutcome
+from tierd.daemon.transfer.throttle import TokenBucket
 from tierd.errors import TierdError
 from tierd.logs import get_logger
 

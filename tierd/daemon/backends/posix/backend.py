@@ -461,7 +461,7 @@ class PosixBackend(Backend):
 
     def batch(self) -> WriteBatch:
         """Files of one chunk are staged and made durable together (``PosixBatch``)."""
-        return PosixBatch(self)
+        return PosixBatch(self, self)
 
     async def prefetch(self, relpaths: Sequence[str]) -> None:
         """Start reading these files into the page cache (``POSIX_FADV_WILLNEED``); never raises.

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends.base import (
+    Backend,
     ObjectInfo,
     Ownership,
     Progress,
@@ -32,22 +34,48 @@ from tierd.daemon.backends.posix.temp import TempFile, discard_all
 from tierd.daemon.beneath import Place
 from tierd.errors import TierdError
 
-if TYPE_CHECKING:
-    from tierd.daemon.backends.posix.backend import PosixBackend
-
-__all__ = ["MAX_BYTES", "MAX_FILES", "PosixBatch"]
+__all__ = ["MAX_BYTES", "MAX_FILES", "PosixBatch", "Stager"]
 
 MAX_FILES = 1024
 MAX_BYTES = 256 * 1024 * 1024
 
 
+class Stager(Protocol):
+    """What a batch asks of its ``PosixBackend`` beyond ``Backend`` (named here, not imported)."""
+
+    @property
+    def root(self) -> Path:
+        """The tier's root directory."""
+
+    @property
+    def chunk_size(self) -> int:
+        """Files up to this size are staged; bigger ones are written at once."""
+
+    @property
+    def readback(self) -> bool:
+        """Whether the tier reads every file back (``verify: readback``): nothing is staged."""
+
+    async def stage(
+        self,
+        relpath: str,
+        reader: RangeReader,
+        expected: str,
+        progress: Progress | None,
+        owner: Ownership | None = None,
+    ) -> tuple[TempFile, Place]:
+        """A file hashed and written under its temporary name, neither durable nor visible."""
+
+    async def stage_many(self, files: Sequence[SmallFile]) -> Sequence[tuple[TempFile, Place] | TierdError]:
+        """``stage`` for each file, in one trip to the I/O pool; each file's staging or error."""
+
+
 class PosixBatch(WriteBatch):
     """Stages a hop's small files and commits them with one file-system sync."""
 
-    backend: PosixBackend
-
-    def __init__(self, backend: PosixBackend) -> None:
+    def __init__(self, backend: Backend, stager: Stager) -> None:
+        """``backend`` and ``stager`` are the same ``PosixBackend``, seen through its two roles."""
         super().__init__(backend)
+        self.stager = stager
         self._staged: dict[str, tuple[TempFile, Place]] = {}
         self._committing: dict[str, tuple[TempFile, Place]] = {}  # taken by the commit under way
         self._bytes = 0
@@ -73,9 +101,9 @@ class PosixBatch(WriteBatch):
         owner: Ownership | None = None,
     ) -> ObjectInfo:
         """Stage a file of one chunk; write anything bigger (or on a ``readback`` tier) at once."""
-        backend = self.backend
-        if backend.readback or reader.size > backend.chunk_size or relpath in self._staged:
-            return await backend.write(
+        tier = self.stager
+        if tier.readback or reader.size > tier.chunk_size or relpath in self._staged:
+            return await self.backend.write(
                 relpath,
                 reader,
                 expected_checksum=expected_checksum,
@@ -83,7 +111,7 @@ class PosixBatch(WriteBatch):
                 progress=progress,
                 owner=owner,
             )
-        temp, final = await backend.stage(relpath, reader, expected_checksum, progress, owner)
+        temp, final = await tier.stage(relpath, reader, expected_checksum, progress, owner)
         self._staged[relpath] = (temp, final)
         self._bytes += reader.size
         return ObjectInfo(relpath, reader.size, expected_checksum, None, "stream")
@@ -96,16 +124,16 @@ class PosixBatch(WriteBatch):
         groups never send those (no groups into ``readback`` tiers; grouped files are at
         most 1 MiB, a chunk 8 MiB).
         """
-        backend = self.backend
-        if backend.readback:
+        tier = self.stager
+        if tier.readback:
             return await super().write_whole(files)
         together: list[SmallFile] = []
         alone: list[SmallFile] = []
         for file in files:
-            big = len(file.data) > backend.chunk_size
+            big = len(file.data) > tier.chunk_size
             (alone if big or file.relpath in self._staged else together).append(file)
         results: dict[str, ObjectInfo | TierdError] = {}
-        for file, staged in zip(together, await backend.stage_many(together), strict=True):
+        for file, staged in zip(together, await tier.stage_many(together), strict=True):
             if isinstance(staged, TierdError):
                 results[file.relpath] = staged
                 continue
@@ -124,7 +152,7 @@ class PosixBatch(WriteBatch):
                 return []
             self._committing = staged
             try:
-                with os_errors("commit staged files under", str(self.backend.root)):
+                with os_errors("commit staged files under", str(self.stager.root)):
                     await blocking(posixcopy.commit_staged, list(staged.values()))
             except BaseException:
                 await asyncio.shield(blocking(discard_all, [temp for temp, _ in staged.values()]))

@@ -3,7 +3,7 @@
 Small files cost a local file system CPU (the kernel's work and Python's between system
 calls), while on NFS, Lustre or GPFS each open and create also waits for a server. The
 pipeline runs fewer groups of small files at once between two local file systems (see
-``copyset``): there, more threads only hand the GIL to each other. The type comes from
+``transfer.copyset``): there, more threads only hand the GIL to each other. The type comes from
 ``/proc/self/mountinfo``, matched on the device number of the path, so bind mounts and
 symlinks resolve to the file system that really holds it. Anything not known to be local,
 or not found, counts as not local: the pipeline then keeps every lane. Blocking: call

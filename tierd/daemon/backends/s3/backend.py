@@ -39,7 +39,7 @@ one connection (``fast.pipeline``); ``fast.paths`` says what is used where. With
 botocore sends a request at most ``REQUEST_ATTEMPTS`` times (standard retry mode): one
 retry, so a throttled or dropped multipart part or ranged GET is sent again in place
 rather than failing its file's try and cancelling the parts in flight beside it; the
-file level (``tierd.daemon.pipeline.retry``) retries everything else. The README's
+file level (``tierd.daemon.transfer.retry``) retries everything else. The README's
 "Retries" section has the whole table.
 """
 

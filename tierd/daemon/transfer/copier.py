@@ -23,9 +23,9 @@ from tierd.daemon.backends.base import (
     WriteBatch,
     copies_server_side,
 )
-from tierd.daemon.pipeline.records import FileSpec
-from tierd.daemon.pipeline.retry import Backoff, should_retry
-from tierd.daemon.pipeline.throttle import PriorityPool, TokenBucket
+from tierd.daemon.transfer.retry import Backoff, should_retry
+from tierd.daemon.transfer.spec import FileSpec
+from tierd.daemon.transfer.throttle import PriorityPool, TokenBucket
 from tierd.errors import IntegrityError, NotFound, TierdError
 from tierd.logs import get_logger
 

@@ -21,12 +21,12 @@ from tierd.daemon.backends import Backend, ByteBudget, BytesReader, PosixBackend
 from tierd.daemon.backends.base import WriteBatch
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix.backend import is_temp_name
-from tierd.daemon.pipeline import copyset
-from tierd.daemon.pipeline.copyset import copy_checkpoint_files, in_groups
-from tierd.daemon.pipeline.records import FileSpec
-from tierd.daemon.pipeline.retry import Backoff
-from tierd.daemon.pipeline.throttle import PriorityPool
-from tierd.daemon.pipeline.transfer import FileCopier
+from tierd.daemon.transfer import copyset
+from tierd.daemon.transfer.copier import FileCopier
+from tierd.daemon.transfer.copyset import copy_checkpoint_files, in_groups
+from tierd.daemon.transfer.retry import Backoff
+from tierd.daemon.transfer.spec import FileSpec
+from tierd.daemon.transfer.throttle import PriorityPool
 from tierd.errors import IntegrityError, NotFound
 
 KIB = 1024

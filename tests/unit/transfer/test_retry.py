@@ -12,7 +12,7 @@ from tierd.config import S3Tier
 from tierd.daemon.backends import S3Backend
 from tierd.daemon.backends.s3.backend import REQUEST_ATTEMPTS
 from tierd.daemon.pipeline.options import PipelineOptions
-from tierd.daemon.pipeline.retry import (
+from tierd.daemon.transfer.retry import (
     FAILURE_REASONS,
     FILE_ATTEMPTS,
     FILE_BACKOFF,

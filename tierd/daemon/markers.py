@@ -2,6 +2,8 @@
 
 Whatever removes a checkpoint removes these first, and whatever restores one places them
 last, so no framework ever takes a half-removed or half-restored checkpoint for a whole one.
+The names live here, below every service, so the formats that detect them, the deleter and
+the restore runner all import them downward.
 """
 
 from __future__ import annotations
@@ -9,13 +11,31 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Sequence
 
-from tierd.daemon.detect.dcp import METADATA
-from tierd.daemon.detect.deepspeed import LATEST, LATEST_UNIVERSAL
-from tierd.daemon.detect.hf import TRAINER_STATE
-from tierd.daemon.detect.megatron import TRACKER
-from tierd.daemon.detect.orbax import CHECKPOINT_METADATA, COMMIT_SUCCESS
+__all__ = [
+    "CHECKPOINT_METADATA",
+    "COMMIT_SUCCESS",
+    "LATEST",
+    "LATEST_UNIVERSAL",
+    "MARKER_NAMES",
+    "METADATA",
+    "SELF_MARKED_FORMATS",
+    "TRACKER",
+    "TRAINER_STATE",
+    "split_markers",
+]
 
-__all__ = ["MARKER_NAMES", "split_markers"]
+#: PyTorch DCP: the coordinator's metadata file, written last.
+METADATA = ".metadata"
+#: DeepSpeed: the files naming the newest ``global_step`` tag (plain and universal).
+LATEST = "latest"
+LATEST_UNIVERSAL = "latest_universal"
+#: Hugging Face Trainer: written into ``checkpoint-N/`` once the step is saved.
+TRAINER_STATE = "trainer_state.json"
+#: Megatron-LM: holds the newest complete iteration (or ``release``).
+TRACKER = "latest_checkpointed_iteration.txt"
+#: Orbax: the commit marker on object stores, and the step's metadata with commit timestamps.
+COMMIT_SUCCESS = "commit_success.txt"
+CHECKPOINT_METADATA = "_CHECKPOINT_METADATA"
 
 #: Every format's marker file names (a file of one of these names is a marker in any format).
 MARKER_NAMES = frozenset(

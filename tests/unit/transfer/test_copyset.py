@@ -38,12 +38,12 @@ from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix import fstype
 from tierd.daemon.backends.posix.backend import is_temp_name
 from tierd.daemon.beneath import Place
-from tierd.daemon.pipeline import copyset
-from tierd.daemon.pipeline.copyset import copy_checkpoint_files, marker_last
-from tierd.daemon.pipeline.records import FileSpec
-from tierd.daemon.pipeline.retry import Backoff
-from tierd.daemon.pipeline.throttle import PriorityPool
-from tierd.daemon.pipeline.transfer import FileCopier
+from tierd.daemon.transfer import copyset
+from tierd.daemon.transfer.copier import FileCopier
+from tierd.daemon.transfer.copyset import copy_checkpoint_files, marker_last
+from tierd.daemon.transfer.retry import Backoff
+from tierd.daemon.transfer.spec import FileSpec
+from tierd.daemon.transfer.throttle import PriorityPool
 from tierd.errors import IntegrityError, TierdError, TransientBackendError
 
 CHUNK = 16 * 1024
@@ -54,7 +54,7 @@ class RecordingBatch(posixbatch.PosixBatch):
     """A PosixBatch that logs what it was asked to write and what each commit returned."""
 
     def __init__(self, backend: PosixBackend) -> None:
-        super().__init__(backend)
+        super().__init__(backend, backend)
         self.events: list[tuple[str, Any]] = []
         self.staged_ever: set[str] = set()
         self.committed: set[str] = set()

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tierd.daemon.pipeline.throttle import PriorityPool, TokenBucket
+from tierd.daemon.transfer.throttle import PriorityPool, TokenBucket
 
 MiB = 1024 * 1024
 

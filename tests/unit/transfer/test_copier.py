@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from tierd.daemon.backends.base import BytesReader, Features, ObjectInfo
-from tierd.daemon.pipeline.records import FileSpec
-from tierd.daemon.pipeline.throttle import TokenBucket
-from tierd.daemon.pipeline.transfer import ThrottledReader, already_there, confirm
+from tierd.daemon.transfer.copier import ThrottledReader, already_there, confirm
+from tierd.daemon.transfer.spec import FileSpec
+from tierd.daemon.transfer.throttle import TokenBucket
 from tierd.errors import IntegrityError, NotFound
 
 SPEC = FileSpec("r/s1/a", 10, "GOOD", 0)

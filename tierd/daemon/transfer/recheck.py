@@ -18,7 +18,15 @@ from typing import Literal
 from tierd.daemon.backends import Backend
 from tierd.errors import IntegrityError, NotFound, TierdError
 
-__all__ = ["BadFile", "FileRecord", "Recheck", "RecheckMode", "recheck_replica"]
+__all__ = [
+    "BadFile",
+    "CheckOutcome",
+    "CheckResult",
+    "FileRecord",
+    "Recheck",
+    "RecheckMode",
+    "recheck_replica",
+]
 
 #: Files checked at once: HEADs on an object store are round trips, re-hashes are disk reads.
 RECHECK_CONCURRENCY = 16
@@ -73,6 +81,21 @@ class Recheck:
     def missing(self) -> bool:
         """Whether every bad file found is missing (rather than holding other bytes)."""
         return bool(self.bad) and all(b.problem == "missing" for b in self.bad)
+
+
+#: What a replica's re-check found; ``gone``: the replica left (was deleted) while it was read;
+#: ``skipped``: not checked (not verified, or on another node's own tier).
+CheckResult = Literal["ok", "mismatch", "missing", "inconclusive", "gone", "skipped"]
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """A replica's re-check as the scrubber and a verify call report it, on one tier."""
+
+    tier: str
+    result: CheckResult
+    bad: tuple[BadFile, ...] = ()
+    detail: str = ""
 
 
 async def recheck_replica(

@@ -36,8 +36,8 @@ from typing import NamedTuple
 
 from tierd.daemon.backends.base import Backend, ObjectInfo, WriteBatch
 from tierd.daemon.backends.concurrency import for_each
-from tierd.daemon.pipeline.records import FileSpec
-from tierd.daemon.pipeline.transfer import FileCopier
+from tierd.daemon.transfer.copier import FileCopier
+from tierd.daemon.transfer.spec import FileSpec
 from tierd.errors import TierdError
 from tierd.logs import get_logger
 
