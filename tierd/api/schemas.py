@@ -6,7 +6,6 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
-from sqlalchemy.orm import object_session
 
 from tierd.api.bounds import (
     HOLD_NAME,
@@ -21,8 +20,8 @@ from tierd.api.bounds import (
     TierName,
 )
 from tierd.config import Format
-from tierd.daemon.catalog.models import Checkpoint, CheckpointState, Directory, File, Hold, Part, Replica
-from tierd.daemon.catalog.parts import Missing, missing_of
+from tierd.daemon.catalog.models import Checkpoint, Directory, File, Hold, Part, Replica
+from tierd.daemon.catalog.parts import Missing
 from tierd.daemon.catalog.restores import RestoreRow
 
 __all__ = [
@@ -316,9 +315,9 @@ class CheckpointOut(BaseModel):
     missing: MissingOut | None = Field(description="while waiting: what is not recorded yet")
 
     @classmethod
-    def of(cls, row: Checkpoint) -> CheckpointOut:
-        """Build from a catalog row with its run and replicas loaded."""
-        return cls(**_checkpoint_fields(row))
+    def of(cls, row: Checkpoint, missing: Missing | None) -> CheckpointOut:
+        """Build from a catalog row with its run and replicas loaded, and what it lacks while waiting."""
+        return cls(**_checkpoint_fields(row, missing))
 
 
 class CheckpointDetail(CheckpointOut):
@@ -330,10 +329,10 @@ class CheckpointDetail(CheckpointOut):
     )
 
     @classmethod
-    def of(cls, row: Checkpoint) -> CheckpointDetail:
+    def of(cls, row: Checkpoint, missing: Missing | None) -> CheckpointDetail:
         """Build from a catalog row with run, replicas, files and directories loaded."""
         return cls(
-            **_checkpoint_fields(row),
+            **_checkpoint_fields(row, missing),
             files=[FileOut.of(f) for f in row.files],
             directories=[DirectoryOut.of(d) for d in row.directories],
         )
@@ -349,7 +348,7 @@ class CheckpointPage(BaseModel):
     next_offset: int | None
 
 
-def _checkpoint_fields(row: Checkpoint) -> dict[str, object]:
+def _checkpoint_fields(row: Checkpoint, missing: Missing | None) -> dict[str, object]:
     return {
         "id": row.id,
         "run": row.run.name,
@@ -369,15 +368,8 @@ def _checkpoint_fields(row: Checkpoint) -> dict[str, object]:
         "parts": [PartOut.of(p) for p in row.parts],
         "waiting_since": row.waiting_since,
         "expected_source": row.expected_source,
-        "missing": _missing(row),
+        "missing": MissingOut.of(missing, row.expected_nodes) if missing is not None else None,
     }
-
-
-def _missing(row: Checkpoint) -> MissingOut | None:
-    session = object_session(row)
-    if row.state != CheckpointState.WAITING.value or session is None:
-        return None
-    return MissingOut.of(missing_of(session, row), row.expected_nodes)
 
 
 class ReasonIn(BaseModel):

@@ -67,4 +67,4 @@ def latest(
         if not wanted:
             raise NotFound(f"tier {tier!r} is not durable")
     checkpoint_id = latest_checkpoint(session, run, tiers=wanted)
-    return CheckpointOut.of(queries.load_checkpoint(session, checkpoint_id))
+    return CheckpointOut.of(queries.load_checkpoint(session, checkpoint_id), None)  # complete: lacks nothing
