@@ -8,5 +8,6 @@ pressure may take, and what blocks the rest).
 With I/O: ``snapshot`` (the catalog read once, then planned), ``recheck`` (a replica's bytes
 against their first-sight checksums), ``deleter`` (the one path that removes a replica's
 bytes: claim, protection, re-check of a durable copy, markers first), ``pressure`` (eviction
-below the low mark, reservations), ``service`` (the passes).
+below the low mark, reservations), ``service`` (the passes), ``view`` (the plan the API
+shows: a dry run).
 """
