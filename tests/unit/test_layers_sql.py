@@ -16,7 +16,7 @@ from sqlalchemy import Engine, event
 
 import tierd
 from tests.unit.catalog.helpers import add_checkpoint
-from tierd.api.schemas import CheckpointOut
+from tierd.api.schemas.checkpoints import CheckpointOut
 from tierd.daemon.catalog.checkpoints import load_checkpoint
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.parts import Expectation, missing_while_waiting, set_expectation

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from tests.unit.detect.fleet import age, dcp_across, node_context, reconcile, step_missing, step_row
-from tierd.api.schemas import CheckpointDetail
+from tierd.api.schemas.checkpoints import CheckpointDetail
 from tierd.daemon.catalog.checkpoints import get_checkpoint
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.parts import Expectation, missing_while_waiting

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from tierd.api.deps import Reader, ReadSessionDep
 from tierd.api.problems import ProblemRoute
-from tierd.api.schemas import INTEGER_MAX, AuditOut, AuditPage
+from tierd.api.schemas.checkpoints import INTEGER_MAX, AuditOut, AuditPage
 from tierd.daemon.catalog.audit import recent_events
 
 __all__ = ["router"]

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Path, Query, Response
 from tierd.api.bounds import HOLD_NAME, Reason, RunName
 from tierd.api.deps import Admin, ContextDep, Operator, Reader, ReadSessionDep, SessionDep
 from tierd.api.problems import ProblemRoute, problem_responses
-from tierd.api.schemas import (
+from tierd.api.schemas.checkpoints import (
     BIGINT_MAX,
     INTEGER_MAX,
     CheckpointDetail,

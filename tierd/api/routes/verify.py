@@ -11,7 +11,13 @@ from fastapi import APIRouter, Path
 
 from tierd.api.deps import ContextDep, Operator, Reader
 from tierd.api.problems import ProblemRoute, problem_responses
-from tierd.api.schemas import INTEGER_MAX, Tier0CheckOut, VerifiedFileOut, VerifyOut, VerifyTierOut
+from tierd.api.schemas.checkpoints import (
+    INTEGER_MAX,
+    Tier0CheckOut,
+    VerifiedFileOut,
+    VerifyOut,
+    VerifyTierOut,
+)
 from tierd.daemon.aio import blocking
 from tierd.daemon.detect.presence import check_tier0
 from tierd.daemon.scrub import CheckOutcome

@@ -1,0 +1,1 @@
+"""The API's JSON shapes, in and out."""
