@@ -11,8 +11,6 @@ from tierd.api.bounds import HOLD_NAME, Reason, RunName
 from tierd.api.deps import Admin, ContextDep, Operator, Reader, ReadSessionDep, SessionDep
 from tierd.api.problems import ProblemRoute, problem_responses
 from tierd.api.schemas.checkpoints import (
-    BIGINT_MAX,
-    INTEGER_MAX,
     CheckpointDetail,
     CheckpointOut,
     CheckpointPage,
@@ -21,6 +19,7 @@ from tierd.api.schemas.checkpoints import (
     NotifyIn,
     ReasonIn,
 )
+from tierd.api.schemas.common import BIGINT_MAX, INTEGER_MAX
 from tierd.daemon.aio import blocking
 from tierd.daemon.catalog import checkpoints as queries
 from tierd.daemon.catalog import deletions, protection

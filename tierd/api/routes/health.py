@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 from tierd import __version__
 from tierd.api.deps import ContextDep
 from tierd.api.problems import ProblemRoute, problem, problem_responses
-from tierd.api.schemas.checkpoints import Health, Ready
+from tierd.api.schemas.health import Health, Ready
 from tierd.daemon.aio import blocking
 from tierd.daemon.context import Context
 from tierd.errors import CatalogError

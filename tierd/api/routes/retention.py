@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 from tierd.api.bounds import RunName, TierName
 from tierd.api.deps import ContextDep, Reader
 from tierd.api.problems import ProblemRoute
-from tierd.api.schemas.checkpoints import PlanOut
+from tierd.api.schemas.retention import PlanOut
 from tierd.daemon.aio import blocking
 from tierd.daemon.retention.plan import Action
 from tierd.daemon.retention.view import plan_view

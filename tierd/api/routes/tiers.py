@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 from tierd.api.bounds import TierName
 from tierd.api.deps import ContextDep, Operator, Reader
 from tierd.api.problems import ProblemRoute, problem, problem_responses
-from tierd.api.schemas.checkpoints import ReservationIn, ReservationOut, TierOut
+from tierd.api.schemas.tiers import ReservationIn, ReservationOut, TierOut
 from tierd.daemon.retention.eviction import BlockedSpace
 from tierd.daemon.tierview import tier_views
 from tierd.errors import NotFound, ShuttingDown
