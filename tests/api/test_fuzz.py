@@ -34,7 +34,7 @@ from tests.conftest import posix_config_dict
 from tests.fixtures.postgres import PostgresServer
 from tests.fixtures.served_api import ServedApi
 from tierd.api.app import create_app
-from tierd.api.schemas import NotifyIn
+from tierd.api.schemas.checkpoints import NotifyIn
 from tierd.config import Config, PosixTier
 from tierd.daemon.backends import make_backend
 from tierd.daemon.catalog.db import Database

@@ -14,9 +14,9 @@ from typing import Annotated, Literal
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.orm import Session
 
 from tierd.api.problems import answers, problem_responses
+from tierd.daemon.catalog.db import Session
 from tierd.daemon.context import Context
 from tierd.errors import CatalogError
 

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tierd.api.schemas import Problem
+from tierd.api.schemas.common import Problem
 from tierd.errors import (
     CatalogError,
     Conflict,

@@ -30,12 +30,10 @@ __all__ = [
     "Context",
     "FixedLeadership",
     "Leadership",
-    "PressureHandle",
     "RestoreHandle",
     "RetentionHandle",
     "RoomView",
     "ScrubHandle",
-    "TierPressureView",
 ]
 
 
@@ -55,14 +53,6 @@ class FixedLeadership:
     def leads(self) -> bool:
         """The fixed standing."""
         return self.value
-
-
-class TierPressureView(Protocol):
-    """What the last look at one tier's free space found."""
-
-    @property
-    def blocked(self) -> str | None:
-        """Why eviction cannot make the room the tier wants (None: it can, or need not)."""
 
 
 class BlockedView(Protocol):
@@ -116,26 +106,18 @@ class RoomView(Protocol):
         """One line for a log or a 409."""
 
 
-class PressureHandle(Protocol):
-    """Disk pressure on the POSIX tiers that set ``free_space``: space, eviction, reservations."""
-
-    @property
-    def state(self) -> Mapping[str, TierPressureView]:
-        """What the last look at each tier found, by tier name."""
-
-    async def space(self, tier: str) -> Space | None:
-        """The tier's size and free bytes now (None for a tier without ``free_space``)."""
-
-    async def reserve(self, tier_name: str, nbytes: int) -> RoomView:
-        """Make room for ``nbytes`` plus the low mark, evicting what may safely go."""
-
-
 class RetentionHandle(Protocol):
     """What the API and the fleet ask of the running retention service."""
 
+    async def space(self, tier: str) -> Space | None:
+        """The tier's size and free bytes now (None for stores that do not fill up)."""
+
     @property
-    def pressure(self) -> PressureHandle:
-        """Its disk-pressure half."""
+    def blocked(self) -> Mapping[str, str]:
+        """The tiers whose disk pressure is stuck (nothing evictable below the low mark), and why."""
+
+    async def reserve(self, tier: str, nbytes: int) -> RoomView:
+        """Make room for ``nbytes`` plus the low mark, evicting what may safely go."""
 
     def wake(self) -> None:
         """Plan again now (a pin, hold, metric or delete changed what retention decides)."""

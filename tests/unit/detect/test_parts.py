@@ -9,15 +9,23 @@ from __future__ import annotations
 import shutil
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from tests.unit.detect.fleet import age, dcp_across, node_context, reconcile, step_missing, step_row
-from tierd.api.schemas import CheckpointDetail
+from tierd.api.schemas.checkpoints import CheckpointDetail
 from tierd.daemon.catalog.checkpoints import get_checkpoint
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.parts import Expectation
+from tierd.daemon.catalog.parts import Expectation, missing_while_waiting
 from tierd.daemon.detect.notify import notify_checkpoint
+
+
+def _shown(db: Database, checkpoint_id: int) -> dict[str, Any]:
+    """The checkpoint as ``GET /v1/checkpoints/{id}`` answers it."""
+    with db.read_session() as session:
+        row = get_checkpoint(session, checkpoint_id)
+        return CheckpointDetail.of(row, missing_while_waiting(session, row)).model_dump(mode="json")
 
 
 async def test_dcp_step_over_three_nodes_is_complete_only_with_every_shard(
@@ -45,8 +53,7 @@ async def test_dcp_step_over_three_nodes_is_complete_only_with_every_shard(
     assert missing.files == ("__0_2.distcp",)
     assert missing.file_count == 1
     assert missing.nodes_heard == ("n0", "n1")
-    with db.read_session() as session:  # what GET /v1/checkpoints/{id} answers
-        shown = CheckpointDetail.of(get_checkpoint(session, row.id)).model_dump(mode="json")
+    shown = _shown(db, row.id)
     tiers = {"nvme": "verified", "object": "pending", "pfs": "pending", "replica": "pending"}
     assert [(p["node"], p["files"]) for p in shown["parts"]] == [("n0", 2), ("n1", 1)]
     assert all({t: v["state"] for t, v in p["tiers"].items()} == tiers for p in shown["parts"])
@@ -158,8 +165,7 @@ async def test_a_huge_world_size_already_in_the_catalog_is_read_in_bounded_memor
     try:
         missing = step_missing(db, 4)
         await reconcile(ctx)  # scan, then the waiting sweep
-        with db.read_session() as session:
-            shown = CheckpointDetail.of(get_checkpoint(session, result.checkpoint_id)).model_dump(mode="json")
+        shown = _shown(db, result.checkpoint_id)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -258,8 +264,7 @@ async def test_a_count_of_parts_never_completes_a_step_before_its_marker_lands(
     missing = step_missing(db, 11)
     assert missing.nodes == 0
     assert missing.marker is True
-    with db.read_session() as session:
-        shown = CheckpointDetail.of(get_checkpoint(session, row.id)).model_dump(mode="json")
+    shown = _shown(db, row.id)
     assert shown["missing"]["marker"] is True
 
     shutil.move(held, coordinator / ".metadata")

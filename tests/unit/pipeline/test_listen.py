@@ -13,9 +13,9 @@ import psycopg
 from tests.unit.catalog.helpers import TIERS, add_checkpoint
 from tierd.config import Config
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.dialect import notify_jobs
+from tierd.daemon.catalog.dialect import libpq_url, notify_jobs
 from tierd.daemon.context import Context
-from tierd.daemon.pipeline.listen import JobListener, libpq_url
+from tierd.daemon.pipeline.listen import JobListener
 from tierd.daemon.pipeline.scheduler import schedule_pass
 from tierd.daemon.pipeline.service import BACKSTOP_POLLS, PipelineService
 

@@ -11,6 +11,7 @@ import pytest
 from tests.unit.retention.world import LATER_DAY, World, posix_tier
 from tierd.daemon.catalog import protection
 from tierd.daemon.catalog.db import Database
+from tierd.daemon.tierview import FreeSpaceMarks, tier_views
 
 MIB = 1024 * 1024
 BOTH = {"nvme": "verified", "pfs": "verified"}
@@ -73,24 +74,30 @@ async def test_nothing_evictable_is_said_loudly_and_deletes_nothing(
     ids = [await w.add(step, on={"nvme": "verified", "pfs": "pending"}, size=MIB) for step in range(1, 7)]
     await w.service.run_pass(LATER_DAY)
     assert all(w.states(i)["nvme"] == "verified" for i in ids)
-    state = w.service.pressure.state["nvme"]
-    assert state.blocked is not None
-    assert "without a verified copy on another durable tier" in state.blocked
+    blocked = w.service.blocked  # what /v1/tiers and /readyz show
+    assert list(blocked) == ["nvme"]
+    assert "without a verified copy on another durable tier" in blocked["nvme"]
+    space = await w.service.space("nvme")
+    assert space is not None
+    assert space.free < 0.4 * space.total
+    w.service.ctx.retention = w.service
+    nvme = (await tier_views(w.service.ctx))[0]  # GET /v1/tiers
+    assert (nvme.pressure_blocked, nvme.free_space) == (blocked["nvme"], FreeSpaceMarks("40%", "60%"))
     assert w.service.ctx.metrics.pressure_blocked.labels("nvme")._value.get() == 1
 
 
 async def test_reservation_evicts_then_answers(small_fs: Path, tmp_path: Path, sqlite_db: Database) -> None:
     w = pressured(tmp_path, sqlite_db)
     ids = [await w.add(step, on=BOTH, size=MIB // 2) for step in range(1, 5)]
-    room = await w.service.pressure.reserve("nvme", 4 * MIB)
+    room = await w.service.reserve("nvme", 4 * MIB)
     assert room.ok
     assert room.evicted == ()  # 4 MiB used of 16: 4 MiB + the 40 % mark fit without evicting
-    room = await w.service.pressure.reserve("nvme", 8 * MIB)
+    room = await w.service.reserve("nvme", 8 * MIB)
     assert room.ok
     assert room.evicted
     assert all(w.states(i)["nvme"] == "deleted" for i in room.evicted)
     assert ids[-1] not in room.evicted  # the newest step of the run stays
-    room = await w.service.pressure.reserve("nvme", 15 * MIB)
+    room = await w.service.reserve("nvme", 15 * MIB)
     assert not room.ok
     assert "the newest complete step of their run" in room.describe()
 
@@ -100,7 +107,7 @@ async def test_a_reservation_that_cannot_fit_evicts_nothing(
 ) -> None:
     w = pressured(tmp_path, sqlite_db)
     ids = [await w.add(step, on=BOTH, size=MIB // 2) for step in range(1, 5)]
-    room = await w.service.pressure.reserve("nvme", 64 * MIB)
+    room = await w.service.reserve("nvme", 64 * MIB)
     assert not room.ok
     assert room.evicted == ()
     assert all(w.states(i)["nvme"] == "verified" for i in ids)
@@ -115,7 +122,7 @@ async def test_dry_run_reservations_evict_nothing(
     ]
     w = World.make(tmp_path, sqlite_db, tiers, retention={"dry_run": True})
     ids = [await w.add(step, on=BOTH, size=MIB // 2) for step in range(1, 5)]
-    room = await w.service.pressure.reserve("nvme", 8 * MIB)
+    room = await w.service.reserve("nvme", 8 * MIB)
     assert not room.ok
     assert room.evicted == ()
     assert all(w.states(i)["nvme"] == "verified" for i in ids)

@@ -8,7 +8,8 @@ from fastapi import APIRouter, Query
 
 from tierd.api.deps import Reader, ReadSessionDep
 from tierd.api.problems import ProblemRoute
-from tierd.api.schemas import INTEGER_MAX, AuditOut, AuditPage
+from tierd.api.schemas.audit import AuditOut, AuditPage
+from tierd.api.schemas.common import INTEGER_MAX
 from tierd.daemon.catalog.audit import recent_events
 
 __all__ = ["router"]

@@ -6,14 +6,11 @@ from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
-from sqlalchemy.orm import Session
 
 from tierd.api.bounds import HOLD_NAME, Reason, RunName
 from tierd.api.deps import Admin, ContextDep, Operator, Reader, ReadSessionDep, SessionDep
 from tierd.api.problems import ProblemRoute, problem_responses
-from tierd.api.schemas import (
-    BIGINT_MAX,
-    INTEGER_MAX,
+from tierd.api.schemas.checkpoints import (
     CheckpointDetail,
     CheckpointOut,
     CheckpointPage,
@@ -22,12 +19,13 @@ from tierd.api.schemas import (
     NotifyIn,
     ReasonIn,
 )
+from tierd.api.schemas.common import BIGINT_MAX, INTEGER_MAX
 from tierd.daemon.aio import blocking
 from tierd.daemon.catalog import checkpoints as queries
 from tierd.daemon.catalog import deletions, protection
-from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.db import Database, Session
 from tierd.daemon.catalog.models import utcnow
-from tierd.daemon.catalog.parts import Expectation
+from tierd.daemon.catalog.parts import Expectation, missing_while_waiting
 from tierd.daemon.context import Context
 from tierd.daemon.detect.notify import notify_checkpoint
 from tierd.errors import CatalogError, Conflict, NotFound
@@ -54,7 +52,7 @@ def list_checkpoints(
     rows, total = queries.list_checkpoints(session, run=run, step=step, limit=limit, offset=offset)
     next_offset = offset + limit if offset + limit < total else None
     return CheckpointPage(
-        items=[CheckpointOut.of(r) for r in rows],
+        items=[CheckpointOut.of(r, missing_while_waiting(session, r)) for r in rows],
         total=total,
         limit=limit,
         offset=offset,
@@ -65,12 +63,19 @@ def list_checkpoints(
 @router.get("/{checkpoint_id}", responses=problem_responses(NotFound))
 def get_checkpoint(session: ReadSessionDep, _caller: Reader, checkpoint_id: CheckpointId) -> CheckpointDetail:
     """One checkpoint with its replicas and its files' checksums."""
-    return CheckpointDetail.of(queries.get_checkpoint(session, checkpoint_id))
+    row = queries.get_checkpoint(session, checkpoint_id)
+    return CheckpointDetail.of(row, missing_while_waiting(session, row))
+
+
+def _shown(session: Session, checkpoint_id: int) -> CheckpointOut:
+    """The checkpoint as it now is, with what it lacks while waiting."""
+    row = queries.load_checkpoint(session, checkpoint_id)
+    return CheckpointOut.of(row, missing_while_waiting(session, row))
 
 
 def _out(db: Database, checkpoint_id: int) -> CheckpointOut:
     with db.read_session() as session:
-        return CheckpointOut.of(queries.load_checkpoint(session, checkpoint_id))
+        return _shown(session, checkpoint_id)
 
 
 @router.post(
@@ -121,7 +126,7 @@ def _after(
     session.flush()
     if wake_retention and ctx.retention is not None:
         ctx.retention.wake()
-    return CheckpointOut.of(queries.load_checkpoint(session, checkpoint_id))
+    return _shown(session, checkpoint_id)
 
 
 @router.put("/{checkpoint_id}/pin", responses=CheckpointProblems)

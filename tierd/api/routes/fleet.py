@@ -8,7 +8,7 @@ from fastapi import APIRouter
 
 from tierd.api.deps import ContextDep, Reader, ReadSessionDep
 from tierd.api.problems import ProblemRoute
-from tierd.api.schemas import FleetJobOut, FleetNodeOut, FleetOut, FleetPartOut, UnfinishedOut
+from tierd.api.schemas.fleet import FleetJobOut, FleetNodeOut, FleetOut, FleetPartOut, UnfinishedOut
 from tierd.daemon.fleet.view import NodeView, fleet_view
 
 __all__ = ["router"]

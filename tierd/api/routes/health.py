@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 from tierd import __version__
 from tierd.api.deps import ContextDep
 from tierd.api.problems import ProblemRoute, problem, problem_responses
-from tierd.api.schemas import Health, Ready
+from tierd.api.schemas.health import Health, Ready
 from tierd.daemon.aio import blocking
 from tierd.daemon.context import Context
 from tierd.errors import CatalogError
@@ -53,8 +53,4 @@ def _warnings(ctx: Context) -> list[str]:
     failing = [text for outage in ctx.outages.values() if (text := outage.describe()) is not None]
     if ctx.retention is None:
         return failing
-    return failing + [
-        f"tier {tier}: disk pressure: {state.blocked}"
-        for tier, state in ctx.retention.pressure.state.items()
-        if state.blocked is not None
-    ]
+    return failing + [f"tier {tier}: disk pressure: {why}" for tier, why in ctx.retention.blocked.items()]

@@ -6,7 +6,8 @@ from fastapi import APIRouter
 
 from tierd.api.deps import Reader, ReadSessionDep
 from tierd.api.problems import ProblemRoute
-from tierd.api.schemas import CopyJobOut, DeletionOut, JobsOut, RestoreOut
+from tierd.api.schemas.jobs import CopyJobOut, DeletionOut, JobsOut
+from tierd.api.schemas.restores import RestoreOut
 from tierd.daemon.catalog import inflight, restores
 from tierd.daemon.catalog.restores import OPEN
 

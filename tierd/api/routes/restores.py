@@ -9,7 +9,8 @@ from fastapi import APIRouter, HTTPException, Path, Query
 from tierd.api.bounds import Reason
 from tierd.api.deps import CallerRole, ContextDep, Operator, Reader, ReadSessionDep, role_at_least
 from tierd.api.problems import ProblemRoute, problem_responses
-from tierd.api.schemas import INTEGER_MAX, RestoreIn, RestoreOut, RestorePage, RestoreState
+from tierd.api.schemas.common import INTEGER_MAX
+from tierd.api.schemas.restores import RestoreIn, RestoreOut, RestorePage, RestoreState
 from tierd.daemon.aio import blocking
 from tierd.daemon.catalog import restores as queries
 from tierd.daemon.catalog.db import Database

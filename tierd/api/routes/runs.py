@@ -9,7 +9,8 @@ from fastapi import APIRouter, Path, Query
 from tierd.api.bounds import RunName, TierName
 from tierd.api.deps import ContextDep, Reader, ReadSessionDep
 from tierd.api.problems import ProblemRoute, problem_responses
-from tierd.api.schemas import CheckpointOut, RunOut, RunPage, RunTierOut
+from tierd.api.schemas.checkpoints import CheckpointOut
+from tierd.api.schemas.runs import RunOut, RunPage, RunTierOut
 from tierd.daemon.catalog import checkpoints as queries
 from tierd.daemon.catalog.runs import latest_checkpoint, run_summaries
 from tierd.errors import NotFound
@@ -67,4 +68,4 @@ def latest(
         if not wanted:
             raise NotFound(f"tier {tier!r} is not durable")
     checkpoint_id = latest_checkpoint(session, run, tiers=wanted)
-    return CheckpointOut.of(queries.load_checkpoint(session, checkpoint_id))
+    return CheckpointOut.of(queries.load_checkpoint(session, checkpoint_id), None)  # complete: lacks nothing

@@ -11,7 +11,8 @@ from fastapi import APIRouter, Path
 
 from tierd.api.deps import ContextDep, Operator, Reader
 from tierd.api.problems import ProblemRoute, problem_responses
-from tierd.api.schemas import INTEGER_MAX, Tier0CheckOut, VerifiedFileOut, VerifyOut, VerifyTierOut
+from tierd.api.schemas.common import INTEGER_MAX
+from tierd.api.schemas.verify import Tier0CheckOut, VerifiedFileOut, VerifyOut, VerifyTierOut
 from tierd.daemon.aio import blocking
 from tierd.daemon.detect.presence import check_tier0
 from tierd.daemon.transfer.recheck import CheckOutcome

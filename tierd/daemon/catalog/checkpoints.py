@@ -26,6 +26,7 @@ from tierd.errors import NotFound
 
 __all__ = [
     "FileFields",
+    "checkpoint_path",
     "checkpoint_state",
     "complete_checkpoint",
     "complete_checkpoints_with_files",
@@ -41,6 +42,8 @@ __all__ = [
     "list_checkpoints",
     "load_checkpoint",
     "mark_checkpoint_changed",
+    "mark_waiting",
+    "merge_metrics",
     "recorded_steps",
     "step_id_and_state",
     "steps_awaiting_part",
@@ -200,6 +203,17 @@ def mark_checkpoint_changed(row: Checkpoint) -> None:
     row.state = CheckpointState.CHANGED.value
 
 
+def mark_waiting(row: Checkpoint, since: datetime) -> None:
+    """The step waits for more of its files from ``since`` on, unless it was waiting already."""
+    if row.waiting_since is None:
+        row.waiting_since = since
+
+
+def merge_metrics(row: Checkpoint, metrics: Mapping[str, float]) -> None:
+    """Metrics a format wrote join those already set (by a notify call, which wins)."""
+    row.metrics = {**metrics, **(row.metrics or {})}
+
+
 def update_file_mtimes(session: Session, mtimes: Mapping[int, int]) -> None:
     """Set each file's (by id) mtime; files gone meanwhile are skipped."""
     for file_id, mtime_ns in mtimes.items():
@@ -249,6 +263,12 @@ def checkpoint_state(db: Database, checkpoint_id: int) -> str | None:
     """The checkpoint's state, or None when there is no such checkpoint."""
     with db.read_session() as session:
         return session.scalar(select(Checkpoint.state).where(Checkpoint.id == checkpoint_id))
+
+
+def checkpoint_path(db: Database, checkpoint_id: int) -> str | None:
+    """The checkpoint's path (relative to the tier roots), or None when there is no such checkpoint."""
+    with db.read_session() as session:
+        return session.scalar(select(Checkpoint.path).where(Checkpoint.id == checkpoint_id))
 
 
 def recorded_steps(db: Database, node: str | None = None) -> list[tuple[str, int, str, str]]:

@@ -12,6 +12,9 @@ routes, see ``tierd.daemon.aio``), so no catalog call waits for a connection; it
 ``POOL_KEPT`` of them open between calls. SQLAlchemy's default for a SQLite file (5 kept +
 10 more) was what fifty API clients ran dry (``QueuePool limit of size 5 overflow 10
 reached``), stalling the pipeline's commits behind them.
+
+``Session`` is the type of what ``Database.session`` yields: code outside the catalog names it
+from here (to pass a transaction on to catalog functions), never from SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tierd.daemon.aio import API_THREADS, MAX_THREADS
 from tierd.errors import CatalogConflict, CatalogError
 
-__all__ = ["CONNECT_TIMEOUT_SECONDS", "POOL_CONNECTIONS", "POOL_KEPT", "Database", "catalog_error"]
+__all__ = ["CONNECT_TIMEOUT_SECONDS", "POOL_CONNECTIONS", "POOL_KEPT", "Database", "Session", "catalog_error"]
 
 #: How long opening a PostgreSQL connection may take before the call fails (libpq's
 #: ``connect_timeout``): an unreachable catalog answers ``/readyz`` with 503, not a hang.

@@ -13,22 +13,27 @@
   between nodes cannot make a live lease look expired; SQLite serves one node, whose clock
   it is (its own ``CURRENT_TIMESTAMP`` has whole seconds only).
 - Telling the other daemons that jobs were queued: ``NOTIFY`` on ``JOBS_CHANNEL``, sent at
-  commit to every daemon that ``LISTEN``s (``pipeline.listen``); SQLite serves one daemon.
+  commit to every daemon that ``LISTEN``s (``listen_for_jobs``, on a connection of its own
+  outside the pool; ``pipeline.listen`` reconnects it); SQLite serves one daemon.
 
 The engine set-up (pragmas, BEGIN IMMEDIATE, a separate read engine) lives in ``db.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Insert, Select, Table, func, select, text, type_coerce
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from sqlalchemy import Insert, Select, Table, func, make_url, select, text, type_coerce
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.models import UTCDateTime, utcnow
+from tierd.errors import CatalogError
 
 __all__ = [
     "JOBS_CHANNEL",
@@ -36,7 +41,10 @@ __all__ = [
     "insert_ignoring_duplicates",
     "insert_or_update",
     "is_postgresql",
+    "jobs_conninfo",
     "lease_clock",
+    "libpq_url",
+    "listen_for_jobs",
     "notified_nodes",
     "notify_jobs",
     "skip_locked",
@@ -117,3 +125,39 @@ def notify_jobs(session: Session, nodes: Collection[str] | None = None) -> None:
 def notified_nodes(payload: str) -> frozenset[str] | None:
     """The nodes a ``notify_jobs`` payload names; None when it is for every daemon."""
     return frozenset(payload.split(",")) if payload else None
+
+
+#: libpq settings of a listening connection: give up connecting after 10 s; notice a silent
+#: peer within about a minute.
+LISTEN_OPTIONS = {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10}
+
+
+def libpq_url(url: str) -> str:
+    """The SQLAlchemy URL of a PostgreSQL catalog, as libpq spells it (no driver name)."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def jobs_conninfo(url: str) -> str:
+    """The libpq connection string ``listen_for_jobs`` takes, for the catalog at ``url``."""
+    return make_conninfo(libpq_url(url), **LISTEN_OPTIONS)
+
+
+async def listen_for_jobs(
+    conninfo: str,
+    on_listening: Callable[[], None],
+    on_jobs: Callable[[frozenset[str] | None], None],
+) -> None:
+    """``LISTEN`` on ``JOBS_CHANNEL`` over a connection of its own, until it breaks (PostgreSQL).
+
+    Calls ``on_listening`` once listening, then ``on_jobs`` with the nodes each notification
+    names (``notified_nodes``). Raises CatalogError when the connection cannot be made or breaks.
+    """
+    try:
+        conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+        async with conn:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(JOBS_CHANNEL)))
+            on_listening()
+            async for notify in conn.notifies():
+                on_jobs(notified_nodes(notify.payload))
+    except (psycopg.Error, OSError) as exc:
+        raise CatalogError(str(exc).strip()) from exc

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -68,10 +68,14 @@ __all__ = [
     "share_replica",
     "mark_part_copying",
     "mark_step_copying",
+    "mark_part_deleted",
     "mark_part_failed",
+    "mark_part_unverified",
     "mark_part_verified",
     "missing_of",
     "missing_ranks",
+    "missing_while_waiting",
+    "nodes_of_parts",
     "part_replica",
     "parts_gone_from",
     "parts_left_on",
@@ -291,6 +295,11 @@ def part_replica(session: Session, part_id: int, tier: str) -> PartReplica | Non
     ).one_or_none()
 
 
+def nodes_of_parts(session: Session, part_ids: Collection[int]) -> set[str]:
+    """The nodes holding the parts ``part_ids`` (each node once)."""
+    return set(session.scalars(select(Part.node).where(Part.id.in_(part_ids)).distinct()))
+
+
 def parts_verified_on(session: Session, checkpoint_id: int, tier: str) -> bool:
     """Whether the checkpoint has parts and every one is verified on ``tier``."""
     return parts_left_on(session, checkpoint_id, tier) == 0
@@ -344,6 +353,13 @@ def missing_of(session: Session, row: Checkpoint) -> Missing:
         parts_to_come = max(0, row.expected_nodes - len(nodes))
         return Missing(nodes=parts_to_come, nodes_heard=nodes, marker=not marked)
     return Missing(nodes_heard=nodes)
+
+
+def missing_while_waiting(session: Session, row: Checkpoint) -> Missing | None:
+    """What the step lacks while it is ``waiting`` (``missing_of``); None in any other state."""
+    if row.state != CheckpointState.WAITING.value:
+        return None
+    return missing_of(session, row)
 
 
 def missing_ranks(expected: int, present: Iterable[int]) -> tuple[tuple[int, ...], int]:
@@ -459,6 +475,16 @@ def mark_part_verified(row: PartReplica, total_bytes: int) -> None:
 def mark_part_failed(row: PartReplica, error: str) -> None:
     """The part's hop into the replica's tier failed with ``error``."""
     row.state, row.error = ReplicaState.FAILED.value, error
+
+
+def mark_part_unverified(row: PartReplica, error: str) -> None:
+    """The part's copy on the replica's tier no longer holds its first-sight bytes: failed, not verified."""
+    row.state, row.error, row.verified_at = ReplicaState.FAILED.value, error, None
+
+
+def mark_part_deleted(row: PartReplica) -> None:
+    """The part's bytes are gone from the replica's tier."""
+    row.state, row.bytes_done, row.verified_at = ReplicaState.DELETED.value, 0, None
 
 
 def record_part_bytes(session: Session, part_id: int, tier: str, bytes_done: int) -> None:

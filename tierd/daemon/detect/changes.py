@@ -28,8 +28,6 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy.orm import Session
-
 from tierd.daemon import checksum
 from tierd.daemon.beneath import Root
 from tierd.daemon.catalog.audit import append_event
@@ -40,9 +38,9 @@ from tierd.daemon.catalog.checkpoints import (
     mark_checkpoint_changed,
     update_file_mtimes,
 )
-from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.db import Database, Session
 from tierd.daemon.catalog.models import CheckpointState, File, Replica, ReplicaState
-from tierd.daemon.catalog.parts import part_replica, parts_gone_from
+from tierd.daemon.catalog.parts import mark_part_deleted, mark_part_unverified, part_replica, parts_gone_from
 from tierd.daemon.catalog.replicas import first_tier_replica, mark_replica_deleted, mark_replica_failed
 from tierd.daemon.detect.layout import exists, is_dir, stat_files, walk_files
 from tierd.daemon.detect.unreadable import Unreadable
@@ -198,7 +196,7 @@ def _part_vanished(session: Session, rec: Recorded, replica: Replica) -> bool:
     if rec.part_id is not None:
         own = part_replica(session, rec.part_id, replica.tier)
         if own is not None and own.state != ReplicaState.DELETED.value:
-            own.state, own.bytes_done, own.verified_at = ReplicaState.DELETED.value, 0, None
+            mark_part_deleted(own)
             why = "this node's part of the checkpoint is gone from its tier 0"
             append_event(
                 session,
@@ -220,7 +218,7 @@ def _tier0_copy_changed(session: Session, rec: Recorded, replica: Replica) -> No
     """Tier 0 no longer holds the first-sight bytes: its replica (and this node's part there) fails."""
     mark_replica_failed(replica, CHANGED_ON_TIER0)
     if rec.part_id is not None and (own := part_replica(session, rec.part_id, replica.tier)) is not None:
-        own.state, own.error, own.verified_at = ReplicaState.FAILED.value, CHANGED_ON_TIER0, None
+        mark_part_unverified(own, CHANGED_ON_TIER0)
 
 
 def apply_change(db: Database, rec: Recorded, change: Change) -> None:

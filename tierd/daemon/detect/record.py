@@ -22,14 +22,19 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from tierd.config import Config
 from tierd.daemon import checksum
 from tierd.daemon.aio import blocking
 from tierd.daemon.catalog.audit import append_event
-from tierd.daemon.catalog.checkpoints import find_run, find_step, get_or_create_run, insert_checkpoint
-from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.checkpoints import (
+    find_run,
+    find_step,
+    get_or_create_run,
+    insert_checkpoint,
+    mark_waiting,
+    merge_metrics,
+)
+from tierd.daemon.catalog.db import Database, Session
 from tierd.daemon.catalog.models import Checkpoint, CheckpointState, utcnow
 from tierd.daemon.catalog.ownership import record_directories
 from tierd.daemon.catalog.parts import (
@@ -207,15 +212,14 @@ def _record_part(
     row, created = _step_row(session, config, det, now)
     if row.state != CheckpointState.WAITING.value:
         return Outcome.EXISTING, row, created
-    if row.waiting_since is None:
-        row.waiting_since = now
+    mark_waiting(row, now)
     part = find_part(session, row.id, config.node)
     if part is not None and (part.marked or not marked) and not unheld_files(session, row, det.files):
         return Outcome.EXISTING, row, created
     if expect:
         set_expectation(row, expect)
     if det.metrics:
-        row.metrics = {**det.metrics, **(row.metrics or {})}
+        merge_metrics(row, det.metrics)
     tiers = [t.name for t in config.tiers]
     if part is None:
         add_part(session, row, config.node, det.files, tiers, now=now, marked=marked)
@@ -317,13 +321,14 @@ def write_waiting(
             return Outcome.EXISTING, row.id
         run_row = get_or_create_run(session, run)  # only now: a step is inserted under it
         waiting = CheckpointState.WAITING.value
-        row = insert_checkpoint(session, run_row, step, relpath, fmt, config.node, state=waiting)
+        row = insert_checkpoint(
+            session, run_row, step, relpath, fmt, config.node, state=waiting, waiting_since=utcnow()
+        )
         if row is None:  # another writer recorded the step since we looked
             existing = find_step(session, run_row, step, relpath, config.node)
             assert existing is not None
             _expect_more(session, existing.id, config, expect)
             return Outcome.EXISTING, existing.id
-        row.waiting_since = utcnow()
         if expect:
             set_expectation(row, expect)
         event = {

@@ -12,10 +12,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy.orm import Session
-
 from tierd.config import Config
 from tierd.daemon.catalog import fleet
+from tierd.daemon.catalog.db import Session
 from tierd.daemon.catalog.fleet import NodeJob, NodePart, NodeRow
 from tierd.daemon.catalog.jobs import owner_id
 from tierd.daemon.catalog.models import JobState

@@ -3,39 +3,30 @@
 A daemon whose scheduler pass queued copy jobs sends ``NOTIFY`` (``dialect.notify_jobs``)
 at commit; every daemon listening claims at once instead of at its next poll, so the parts
 of a step, queued by whichever node completed it, start on their own nodes in
-milliseconds. One connection per daemon, outside the catalog's pool. When it breaks
-(PostgreSQL restarted, the network cut), the listener reconnects with backoff and asks for
-a full pass: jobs queued meanwhile are found by it. SQLite serves one daemon: nobody to hear.
+milliseconds. One connection per daemon, outside the catalog's pool
+(``dialect.listen_for_jobs``). When it breaks (PostgreSQL restarted, the network cut), the
+listener reconnects with backoff and asks for a full pass: jobs queued meanwhile are found
+by it. SQLite serves one daemon: nobody to hear.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable
 
-import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
-from sqlalchemy.engine import make_url
-
-from tierd.daemon.catalog.dialect import JOBS_CHANNEL, notified_nodes
+from tierd.daemon.catalog.dialect import jobs_conninfo, listen_for_jobs
 from tierd.daemon.transfer.retry import Backoff
+from tierd.errors import CatalogError
 from tierd.logs import get_logger
 
-__all__ = ["JobListener", "libpq_url"]
+__all__ = ["JobListener"]
 
 log = get_logger(__name__)
 
 #: Between reconnection attempts: 0.5 s doubling to 30 s.
 RECONNECT = Backoff(base=0.5, cap=30.0)
-#: libpq settings: give up connecting after 10 s; notice a silent peer within about a minute.
-CONNECT_OPTIONS = {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10}
-
-
-def libpq_url(url: str) -> str:
-    """The SQLAlchemy URL of a PostgreSQL catalog, as libpq spells it (no driver name)."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 class JobListener:
@@ -48,7 +39,7 @@ class JobListener:
     def __init__(
         self, url: str, node: str, on_jobs: Callable[[], None], on_reconnect: Callable[[], None]
     ) -> None:
-        self.conninfo = make_conninfo(libpq_url(url), **CONNECT_OPTIONS)
+        self.conninfo = jobs_conninfo(url)
         self.node = node
         self.on_jobs, self.on_reconnect = on_jobs, on_reconnect
         self.listening = asyncio.Event()
@@ -71,7 +62,7 @@ class JobListener:
         while True:
             try:
                 await self._listen(reconnected=failures > 0)
-            except (psycopg.Error, OSError) as exc:
+            except CatalogError as exc:
                 self.listening.clear()
                 if failures == 0:
                     log.warning("jobs_listener_lost", error=str(exc).strip())
@@ -81,14 +72,14 @@ class JobListener:
                 failures = 0
 
     async def _listen(self, *, reconnected: bool) -> None:
-        conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
-        async with conn:
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(JOBS_CHANNEL)))
-            self.listening.set()
-            if reconnected:
-                log.info("jobs_listener_reconnected")
-                self.on_reconnect()
-            async for notify in conn.notifies():
-                nodes = notified_nodes(notify.payload)
-                if nodes is None or self.node in nodes:
-                    self.on_jobs()
+        await listen_for_jobs(self.conninfo, functools.partial(self._listening, reconnected), self._heard)
+
+    def _listening(self, reconnected: bool) -> None:
+        self.listening.set()
+        if reconnected:
+            log.info("jobs_listener_reconnected")
+            self.on_reconnect()
+
+    def _heard(self, nodes: frozenset[str] | None) -> None:
+        if nodes is None or self.node in nodes:
+            self.on_jobs()

@@ -14,12 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from tierd.daemon.backends.base import Ownership
 from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.checkpoints import files_of, find_checkpoint
-from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.db import Database, Session
 from tierd.daemon.catalog.jobs import (
     Claim,
     end_job_run,

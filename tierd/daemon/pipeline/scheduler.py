@@ -20,14 +20,12 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
-from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.checkpoints import checkpoint_path
+from tierd.daemon.catalog.db import Database, Session
 from tierd.daemon.catalog.dialect import notify_jobs
 from tierd.daemon.catalog.jobs import enqueue_copy_job
-from tierd.daemon.catalog.models import Checkpoint, Part, ReplicaState
-from tierd.daemon.catalog.parts import settle_parts
+from tierd.daemon.catalog.models import ReplicaState
+from tierd.daemon.catalog.parts import nodes_of_parts, settle_parts
 from tierd.daemon.catalog.replicas import GONE, NEEDS_COPY, add_pending_replica
 from tierd.daemon.catalog.replication import CheckpointReplicas, checkpoints_to_replicate, lock_scheduling
 from tierd.logs import get_logger
@@ -155,14 +153,12 @@ def _claimers(session: Session, plan: _Plan) -> set[str] | None:
     """The nodes that may claim the plan's jobs: the parts' own; None when any daemon may."""
     if any(part_id is None for *_, part_id in plan.hops):
         return None
-    part_ids = {part_id for *_, part_id in plan.hops}
-    return set(session.scalars(select(Part.node).where(Part.id.in_(part_ids)).distinct()))
+    return nodes_of_parts(session, {part_id for *_, part_id in plan.hops if part_id is not None})
 
 
 def _settle(db: Database, steps: Sequence[tuple[int, str]], locate: Callable[[str, str], str]) -> None:
     for checkpoint_id, tier in steps:
-        with db.read_session() as session:
-            path = session.scalar(select(Checkpoint.path).where(Checkpoint.id == checkpoint_id))
+        path = checkpoint_path(db, checkpoint_id)
         if path is None:
             continue
         if settle_parts(db, checkpoint_id, tier, locate(tier, path), actor=ACTOR).settled:

@@ -10,12 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy.orm import Session
-
 from tierd.config import Config
 from tierd.daemon.catalog import restores
 from tierd.daemon.catalog.checkpoints import checkpoints_at, files_of
-from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.db import Database, Session
 from tierd.daemon.catalog.models import ReplicaState
 from tierd.daemon.catalog.replicas import replicas_by_tier
 from tierd.daemon.restore.cleanup import remove_restored

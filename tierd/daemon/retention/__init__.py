@@ -7,6 +7,7 @@ pressure may take, and what blocks the rest).
 
 With I/O: ``snapshot`` (the catalog read once, then planned), ``deleter`` (the one path that
 removes a replica's bytes: claim, protection, re-check of a durable copy with
-``transfer.recheck``, markers first), ``pressure`` (eviction below the low mark,
-reservations), ``service`` (the passes).
+``transfer.recheck``, markers first), ``pressure`` (eviction
+below the low mark, reservations), ``service`` (the passes), ``view`` (the plan the API
+shows: a dry run).
 """

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 
 from tierd.config import Config
 from tierd.daemon.aio import blocking
-from tierd.daemon.backends import Backend
+from tierd.daemon.backends import Backend, Space
 from tierd.daemon.catalog import deletions
 from tierd.daemon.catalog import retention as catalog_retention
 from tierd.daemon.catalog.deletions import DueDeletion, Origin
@@ -36,7 +36,7 @@ from tierd.daemon.context import Context
 from tierd.daemon.outage import CatalogOutage
 from tierd.daemon.retention.deleter import Deleter, Outcome
 from tierd.daemon.retention.plan import Action, Verdict
-from tierd.daemon.retention.pressure import Pressure
+from tierd.daemon.retention.pressure import Pressure, Room
 from tierd.daemon.retention.snapshot import Snapshot, take_snapshot
 from tierd.errors import CatalogError, TierdError
 from tierd.logs import get_logger
@@ -185,6 +185,27 @@ class RetentionService:
                 deleted=report.deleted,
                 refused=sum(o.result == "refused" for o in report.outcomes),
             )
+
+    async def space(self, tier: str) -> Space | None:
+        """The tier's size and free bytes now (None for stores that do not fill up).
+
+        Raises TierdError when the tier cannot be read (an unmounted file system).
+        """
+        return await self.pressure.space(tier)
+
+    @property
+    def blocked(self) -> dict[str, str]:
+        """The tiers whose disk pressure is stuck (below the low mark, nothing evictable), and why."""
+        return {
+            tier: state.blocked for tier, state in self.pressure.state.items() if state.blocked is not None
+        }
+
+    async def reserve(self, tier: str, nbytes: int) -> Room:
+        """Make ``nbytes`` plus the tier's low mark free, evicting what it safely can.
+
+        Raises NotFound for a tier that is not a POSIX tier of this daemon.
+        """
+        return await self.pressure.reserve(tier, nbytes)
 
     def _apply(self, snap: Snapshot, now: datetime) -> tuple[int, int]:
         """Schedule the plan's new deletions and cancel the ones it dropped, in one transaction."""
