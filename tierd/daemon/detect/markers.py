@@ -9,11 +9,11 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Sequence
 
-from tierd.daemon.detect.dcp import METADATA
-from tierd.daemon.detect.deepspeed import LATEST, LATEST_UNIVERSAL
-from tierd.daemon.detect.hf import TRAINER_STATE
-from tierd.daemon.detect.megatron import TRACKER
-from tierd.daemon.detect.orbax import CHECKPOINT_METADATA, COMMIT_SUCCESS
+from tierd.daemon.detect.formats.dcp import METADATA
+from tierd.daemon.detect.formats.deepspeed import LATEST, LATEST_UNIVERSAL
+from tierd.daemon.detect.formats.hf import TRAINER_STATE
+from tierd.daemon.detect.formats.megatron import TRACKER
+from tierd.daemon.detect.formats.orbax import CHECKPOINT_METADATA, COMMIT_SUCCESS
 
 __all__ = ["MARKER_NAMES", "split_markers"]
 

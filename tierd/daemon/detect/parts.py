@@ -15,19 +15,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tierd.daemon.beneath import Root
-from tierd.daemon.detect.layout import (
+from tierd.daemon.detect.detector import (
     Candidate,
     Detector,
     FileStat,
     Settings,
     Verdict,
     incomplete,
-    is_dir,
     is_temp_name,
-    stat_file,
-    stat_files,
-    walk_files,
 )
+from tierd.daemon.detect.tree import is_dir, stat_file, stat_files, walk_files
 from tierd.daemon.detect.unreadable import describe
 
 __all__ = ["inspect_part", "late_files_verdict", "part_verdict"]

@@ -47,8 +47,8 @@ from tierd.daemon.catalog.parts import (
 )
 from tierd.daemon.catalog.recording import Claimed, claim_recording
 from tierd.daemon.context import Context
+from tierd.daemon.detect.detector import FileStat, Verdict
 from tierd.daemon.detect.hostile import check_checkpoint, printable
-from tierd.daemon.detect.layout import FileStat, Verdict
 from tierd.daemon.detect.owners import DirectoryStat, stat_directories
 from tierd.daemon.nofollow import open_regular
 from tierd.errors import CatalogConflict, Refused, Unstable

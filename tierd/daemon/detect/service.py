@@ -49,14 +49,15 @@ from tierd.daemon.beneath import Root
 from tierd.daemon.catalog.parts import Expectation, complete_parts, lacking_files
 from tierd.daemon.context import Context
 from tierd.daemon.detect.changes import apply_change, compare, load_recorded
+from tierd.daemon.detect.detector import Settings, Verdict, incomplete
 from tierd.daemon.detect.hostile import printable
 from tierd.daemon.detect.known import KnownSteps, Waiting, load_growing, load_known, load_waiting
-from tierd.daemon.detect.layout import Settings, Verdict, exists, incomplete
 from tierd.daemon.detect.parts import inspect_part, late_files_verdict, part_verdict
 from tierd.daemon.detect.record import Outcome, record_checkpoint, write_refused
 from tierd.daemon.detect.registry import BY_NAME, detectors_for
 from tierd.daemon.detect.removals import Removals
 from tierd.daemon.detect.scan import Found, RootSpec, detect_path, scan_chain, scan_root
+from tierd.daemon.detect.tree import exists
 from tierd.daemon.outage import CatalogOutage
 from tierd.daemon.pipeline.retry import Backoff
 from tierd.daemon.service import InFlight
