@@ -9,7 +9,7 @@ import pytest
 from tierd.daemon.backends.base import Ownership
 from tierd.daemon.catalog.ownership import RecordedDirectory
 from tierd.daemon.catalog.restores import RestoreClaim, RestoreFile, RestorePlan
-from tierd.daemon.restore.layout import Layout
+from tierd.daemon.restore.destination import Layout
 from tierd.daemon.restore.runner import owners_of_directories, restored_owner
 
 DIRECTORIES = (

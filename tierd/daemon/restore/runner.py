@@ -45,8 +45,8 @@ from tierd.daemon.pipeline.throttle import PriorityPool, TokenBucket
 from tierd.daemon.pipeline.transfer import FileCopier
 from tierd.daemon.restore.cleanup import remove_restored, remove_temps
 from tierd.daemon.restore.copier import FallbackCopier
+from tierd.daemon.restore.destination import Layout, layout_of, roots_of
 from tierd.daemon.restore.fallback import Fallbacks
-from tierd.daemon.restore.layout import Layout, layout_of, roots_of
 from tierd.daemon.restore.paths import check_target, is_fresh
 from tierd.daemon.restore.progress import Meter
 from tierd.daemon.restore.source import Rebased
