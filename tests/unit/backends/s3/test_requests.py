@@ -5,7 +5,7 @@ answer: the checksum where the store reports it there (moto), else an ETag that 
 MD5 of the bytes sent with their Content-MD5 (rclone); past ``MD5_LIMIT``, or with an ETag
 that is not the MD5, by a HeadObject. A read-back hashes ranges in parallel, pinned to
 one ETag. Counts include the lean requests of ``s3.fast.lean`` and the pipelined GETs of
-``s3.fast.pipeline``.
+``s3.fast.pipelined_gets``.
 """
 
 from __future__ import annotations

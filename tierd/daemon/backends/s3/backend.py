@@ -33,7 +33,7 @@ creation and on server-side copies; ``stat`` (HeadObject) reads them back, ``lis
 With the tier's ``fast_path: auto``, small objects' PutObject, HeadObject and opening GET
 skip botocore's per-request work once the bucket's endpoint is known (``fast.lean``), and
 on a custom ``endpoint_url`` a group of small objects is read with its GETs pipelined on
-one connection (``fast.pipeline``); ``fast.paths`` says what is used where. With
+one connection (``fast.pipelined_gets``); ``fast.paths`` says what is used where. With
 ``fast_path: off`` every request is botocore's.
 
 botocore sends a request at most ``REQUEST_ATTEMPTS`` times (standard retry mode): one
@@ -81,7 +81,7 @@ from tierd.daemon.backends.s3.client import USER_AGENT, botocore_session
 from tierd.daemon.backends.s3.errors import range_not_satisfiable, s3_errors
 from tierd.daemon.backends.s3.fast import FastPath, plan_for
 from tierd.daemon.backends.s3.fast.lean import LeanRequests
-from tierd.daemon.backends.s3.fast.pipeline import PipelinedGets
+from tierd.daemon.backends.s3.fast.pipelined_gets import PipelinedGets
 from tierd.daemon.backends.s3.leftovers import abort_unless_kept, list_open_uploads, open_uploads_of
 from tierd.daemon.backends.s3.metadata import owner_from_metadata, owner_metadata
 from tierd.daemon.backends.s3.multipart import MAX_PART, Multipart
@@ -358,7 +358,7 @@ class S3Backend(Backend):
     async def read_whole(
         self, relpaths: Sequence[str], views: Sequence[memoryview]
     ) -> Sequence[TierdError | None]:
-        """Small objects with their GETs pipelined (``s3.fast.pipeline``); what that leaves, one by one."""
+        """Small objects with their GETs pipelined (``fast.pipelined_gets``); what that leaves, one by one."""
         filled = await self._pipelined(relpaths, views)
         return [
             None if done else await self._read_one(relpath, view)

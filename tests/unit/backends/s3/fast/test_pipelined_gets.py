@@ -1,4 +1,4 @@
-"""Pipelined whole-object GETs (``s3.fast.answers``, ``s3.fast.pipeline``).
+"""Pipelined whole-object GETs (``s3.fast.answers``, ``s3.fast.pipelined_gets``).
 
 The parser is fed byte streams directly. ``PipelinedGets`` talks to a scripted HTTP/1.1
 server on 127.0.0.1 that answers in order and misbehaves on cue: it closes mid-group,
@@ -24,10 +24,10 @@ from tests.conformance.harness import crc
 from tests.fixtures.net import free_port
 from tests.fixtures.s3servers import S3Server, TlsFiles, start_rclone
 from tierd.daemon.backends import BytesReader, S3Backend
-from tierd.daemon.backends.s3.fast import pipeline as s3pipeline
+from tierd.daemon.backends.s3.fast import pipelined_gets as s3pipeline
 from tierd.daemon.backends.s3.fast.answers import DIRECT, HEAD_LIMIT, SKIP_LIMIT, AnswerParser
 from tierd.daemon.backends.s3.fast.lean import LeanRequests, Prepared
-from tierd.daemon.backends.s3.fast.pipeline import PipelinedGets
+from tierd.daemon.backends.s3.fast.pipelined_gets import PipelinedGets
 
 
 def answer(
