@@ -14,7 +14,7 @@ takes the caller's ``Session`` (and, where it changes a row, the loaded row).
 - ``jobs``        copy jobs and their leases: enqueue, claim (SKIP LOCKED), renew, release, requeue, end
 - ``progress``    a running hop's progress: files finished (``job_files_done``), bytes copied
 - ``uploads``     S3 multipart uploads in flight and their parts (resume, janitor)
-- ``replication`` the scheduler's reads (checkpoints with a hop to plan) and its cross-daemon lock
+- ``scheduling``  the scheduler's reads (checkpoints with a hop to plan) and its cross-daemon lock
 - ``protection``  pins, legal holds and metrics of one checkpoint, each with its audit event
 - ``deletions``   two-phase deletion of replicas: schedule (batched), undelete, claim, finish
 - ``retention``   what a retention pass reads (one query per table) and its change marker
