@@ -41,7 +41,7 @@ from sqlalchemy import select
 from tests.unit.retention.world import BASE, World, crc, posix_tier
 from tierd.config import KeepBestConfig, TierRetention
 from tierd.daemon.backends import BytesReader
-from tierd.daemon.catalog import deletions, protection
+from tierd.daemon.catalog import protection, replica_deletions
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.catalog.models import Checkpoint, File, Hold, Replica
@@ -375,7 +375,7 @@ class ServiceMachine(RuleBasedStateMachine):
         if cid is None:
             return
         with self.db.session() as s:
-            assert deletions.undelete(s, cid, actor=ACTOR, reason="still needed")
+            assert replica_deletions.undelete(s, cid, actor=ACTOR, reason="still needed")
         self.pinned.add(cid)
 
     # -- rules: the service ---------------------------------------------------------------------

@@ -16,7 +16,7 @@ takes the caller's ``Session`` (and, where it changes a row, the loaded row).
 - ``uploads``     S3 multipart uploads in flight and their parts (resume, janitor)
 - ``scheduling``  the scheduler's reads (checkpoints with a hop to plan) and its cross-daemon lock
 - ``protection``  pins, legal holds and metrics of one checkpoint, each with its audit event
-- ``deletions``   two-phase deletion of replicas: schedule (batched), undelete, claim, finish
+- ``replica_deletions`` two-phase deletion of replicas: schedule (batched), undelete, claim, finish
 - ``retention``   what a retention pass reads (one query per table) and its change marker
 - ``audit``       the append-only audit log: append, list
 - ``stats``       totals for the metrics scrape: replicas by tier and state, verified bytes
