@@ -17,6 +17,7 @@ takes the caller's ``Session`` (and, where it changes a row, the loaded row).
 - ``scheduling``  the scheduler's reads (checkpoints with a hop to plan) and its cross-daemon lock
 - ``protection``  pins, legal holds and metrics of one checkpoint, each with its audit event
 - ``replica_deletions`` two-phase deletion of replicas: schedule (batched), undelete, claim, finish
+- ``mismatches``  a replica whose bytes a re-check found bad: failed, audited, copied again
 - ``retention``   what a retention pass reads (one query per table) and its change marker
 - ``audit``       the append-only audit log: append, list
 - ``stats``       totals for the metrics scrape: replicas by tier and state, verified bytes

@@ -33,7 +33,7 @@ from datetime import datetime
 from tierd.config import Config
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends import Backend
-from tierd.daemon.catalog import part_deletions, replica_deletions
+from tierd.daemon.catalog import mismatches, part_deletions, replica_deletions
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import ReplicaState, utcnow
 from tierd.daemon.catalog.replica_deletions import DeletionContext, DueDeletion, Origin
@@ -245,7 +245,7 @@ class Deleter:
     def _mark_failed(self, checkpoint_id: int, tier: str, result: Recheck) -> None:
         bad = [b.audit() for b in result.bad]
         with self.db.session() as session:
-            replica_deletions.mark_recheck_failed(
+            mismatches.mark_recheck_failed(
                 session, checkpoint_id, tier, error=result.problem, actor=ACTOR, bad_files=bad
             )
 

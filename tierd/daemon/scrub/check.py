@@ -20,7 +20,7 @@ from typing import Literal
 from tierd.config import Config
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends import Backend
-from tierd.daemon.catalog import replica_deletions
+from tierd.daemon.catalog import mismatches
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.catalog.scrub import ScrubCandidate, mark_part_checked, mark_replica_checked
@@ -119,7 +119,7 @@ class ReplicaChecker:
 
     def _mark_failed(self, candidate: ScrubCandidate, result: Recheck, actor: str) -> bool:
         with self.db.session() as session:
-            return replica_deletions.mark_recheck_failed(
+            return mismatches.mark_recheck_failed(
                 session,
                 candidate.checkpoint_id,
                 candidate.tier,
