@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.models import PartReplica, Replica, ReplicaState
-from tierd.daemon.catalog.parts import set_part_copies
+from tierd.daemon.catalog.part_replicas import set_part_copies
 
 __all__ = ["mark_recheck_failed"]
 

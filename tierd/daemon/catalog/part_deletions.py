@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.models import File, Part, PartReplica, Replica, ReplicaState
-from tierd.daemon.catalog.parts import lock_replica, parts_gone_from
+from tierd.daemon.catalog.part_replicas import lock_replica, parts_gone_from
 from tierd.daemon.catalog.replica_deletions import DueDeletion, finish_deletion, refuse_deletion
 
 __all__ = [

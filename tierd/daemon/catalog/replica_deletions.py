@@ -36,7 +36,7 @@ from tierd.daemon.catalog.models import (
     Run,
     utcnow,
 )
-from tierd.daemon.catalog.parts import set_part_copies
+from tierd.daemon.catalog.part_replicas import set_part_copies
 from tierd.daemon.catalog.protection import checkpoint_for_update, give_back
 from tierd.daemon.catalog.replicas import find_replica
 from tierd.errors import Conflict
