@@ -40,7 +40,7 @@ from sqlalchemy import select
 
 from tests.unit.retention.world import BASE, World, crc, posix_tier
 from tierd.config import KeepBestConfig, TierRetention
-from tierd.daemon.backends import BytesReader
+from tierd.daemon.backends import BytesReader, WriteRequest
 from tierd.daemon.catalog import protection, replica_deletions
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
@@ -360,7 +360,7 @@ class ServiceMachine(RuleBasedStateMachine):
         added = self.added[cid]
         backend = self.world.backends[tier]
         for relpath, data in added.payload.items():
-            self.runner.run(backend.write(relpath, BytesReader(data), expected_checksum=crc(data)))
+            self.runner.run(backend.write(WriteRequest(relpath, BytesReader(data), crc(data))))
         with self.db.session() as s:
             replica = find_replica(s, cid, tier)
             assert replica is not None

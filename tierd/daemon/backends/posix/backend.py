@@ -57,11 +57,11 @@ from tierd.daemon.backends.base import (
     Ownership,
     Progress,
     RangeReader,
-    ResumeStore,
     SmallFile,
     Space,
     Verification,
     WriteBatch,
+    WriteRequest,
     check_prefix,
     check_relpath,
     mismatch,
@@ -284,19 +284,10 @@ class PosixBackend(Backend):
             for path, size, view in zip(paths, sizes, views, strict=True)
         ]
 
-    async def write(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        *,
-        expected_checksum: str,
-        resume: ResumeStore | None = None,
-        progress: Progress | None = None,
-        owner: Ownership | None = None,
-    ) -> ObjectInfo:
+    async def write(self, request: WriteRequest) -> ObjectInfo:
         """Temp file, parallel hashed pwrite, fsync, read back, rename, fsync the directory.
 
-        ``owner``: given to the temporary file before its rename (``posix.owner``).
+        The request's ``owner``: given to the temporary file before its rename (``posix.owner``).
 
         The read-back (after dropping the page cache) runs only for ``verify: readback``;
         with ``verify: native`` the in-flight hash of every byte written is the check.
@@ -309,6 +300,8 @@ class PosixBackend(Backend):
         untouched), TransientBackendError (ENOSPC, EIO, missing root, ...) or
         PermanentBackendError (EACCES, EROFS, ...).
         """
+        relpath, reader, expected_checksum = request.relpath, request.reader, request.expected_checksum
+        progress, owner = request.progress, request.owner
         final = self._place(relpath)
         where = str(final.path)
         resumable = await self._resumable_temp(final, reader.size)
@@ -381,23 +374,17 @@ class PosixBackend(Backend):
         by: Verification = "readback" if self.readback else "stream"
         return ObjectInfo(relpath, reader.size, expected, mtime, by)
 
-    async def stage(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        expected: str,
-        progress: Progress | None,
-        owner: Ownership | None = None,
-    ) -> tuple[TempFile, Place]:
+    async def stage(self, request: WriteRequest) -> tuple[TempFile, Place]:
         """A file of one chunk, hashed and written under its temporary name, neither durable nor visible.
 
-        For ``PosixBatch``: ``posixcopy.commit_staged`` finishes it. ``owner`` as for ``write``.
-        Raises like ``write``.
+        For ``PosixBatch``: ``posixcopy.commit_staged`` finishes it. The request's ``owner``
+        as for ``write``. Raises like ``write``.
         """
-        final = self._place(relpath)
+        final = self._place(request.relpath)
+        expected = request.expected_checksum
         await self._remove_leftovers(final)
-        fill = functools.partial(posixcopy.stage_whole, final=final, expected=expected, owner=owner)
-        return await self._whole(final, reader, expected, progress, fill), final
+        fill = functools.partial(posixcopy.stage_whole, final=final, expected=expected, owner=request.owner)
+        return await self._whole(final, request.reader, expected, request.progress, fill), final
 
     async def stage_many(self, files: Sequence[SmallFile]) -> Sequence[tuple[TempFile, Place] | TierdError]:
         """``stage`` for each file, all in one trip to the I/O pool; each file's staging or error.

@@ -17,15 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tierd.daemon.aio import blocking
-from tierd.daemon.backends.base import (
-    ObjectInfo,
-    Ownership,
-    Progress,
-    RangeReader,
-    ResumeStore,
-    SmallFile,
-    WriteBatch,
-)
+from tierd.daemon.backends.base import ObjectInfo, SmallFile, WriteBatch, WriteRequest
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix.errors import os_errors
 from tierd.daemon.backends.posix.temp import TempFile, discard_all
@@ -62,31 +54,14 @@ class PosixBatch(WriteBatch):
         """Whether ``relpath`` is staged, or in the commit under way (not yet durable)."""
         return relpath in self._staged or relpath in self._committing
 
-    async def write(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        *,
-        expected_checksum: str,
-        resume: ResumeStore | None = None,
-        progress: Progress | None = None,
-        owner: Ownership | None = None,
-    ) -> ObjectInfo:
+    async def write(self, request: WriteRequest) -> ObjectInfo:
         """Stage a file of one chunk; write anything bigger (or on a ``readback`` tier) at once."""
-        backend = self.backend
-        if backend.readback or reader.size > backend.chunk_size or relpath in self._staged:
-            return await backend.write(
-                relpath,
-                reader,
-                expected_checksum=expected_checksum,
-                resume=resume,
-                progress=progress,
-                owner=owner,
-            )
-        temp, final = await backend.stage(relpath, reader, expected_checksum, progress, owner)
-        self._staged[relpath] = (temp, final)
-        self._bytes += reader.size
-        return ObjectInfo(relpath, reader.size, expected_checksum, None, "stream")
+        backend, relpath, size = self.backend, request.relpath, request.reader.size
+        if backend.readback or size > backend.chunk_size or relpath in self._staged:
+            return await backend.write(request)
+        self._staged[relpath] = await backend.stage(request)
+        self._bytes += size
+        return ObjectInfo(relpath, size, request.expected_checksum, None, "stream")
 
     async def write_whole(self, files: Sequence[SmallFile]) -> Sequence[ObjectInfo | TierdError]:
         """Stage every file of one chunk in one trip (``PosixBackend.stage_many``).

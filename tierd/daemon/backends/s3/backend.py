@@ -66,9 +66,8 @@ from tierd.daemon.backends.base import (
     Features,
     ObjectInfo,
     Ownership,
-    Progress,
     RangeReader,
-    ResumeStore,
+    WriteRequest,
     check_prefix,
     check_relpath,
     mismatch,
@@ -422,38 +421,35 @@ class S3Backend(Backend):
             raise TransientBackendError(f"read {where}: the body ended at byte {len(first)} of {want}")
         return S3Reader(self._ranges(client, relpath, response.get("ETag")), size, first)
 
-    async def write(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        *,
-        expected_checksum: str,
-        resume: ResumeStore | None = None,
-        progress: Progress | None = None,
-        owner: Ownership | None = None,
-    ) -> ObjectInfo:
+    async def write(self, request: WriteRequest) -> ObjectInfo:
         """Upload and verify (see the module docstring).
 
-        ``owner`` goes with the object as user metadata (``s3.metadata``: PutObject, or the
-        multipart upload's creation; a resumed upload keeps what it was created with). With
-        ``resume``, an interrupted multipart upload is picked up where it stopped.
-        Raises IntegrityError when the bytes read, or what the store holds, do not match
-        ``expected_checksum`` (nothing is left under the key: an upload is aborted, a
+        The request's ``owner`` goes with the object as user metadata (``s3.metadata``:
+        PutObject, or the multipart upload's creation; a resumed upload keeps what it was
+        created with). With its ``resume``, an interrupted multipart upload is picked up where
+        it stopped. Raises IntegrityError when the bytes read, or what the store holds, do not
+        match ``expected_checksum`` (nothing is left under the key: an upload is aborted, a
         completed object deleted), TransientBackendError (network, throttling, 5xx) or
         PermanentBackendError (access denied, no such bucket, other 4xx).
         """
+        relpath, reader, expected, owner = (
+            request.relpath,
+            request.reader,
+            request.expected_checksum,
+            request.owner,
+        )
         key = self._key(relpath)
         size = reader.size
         metadata = owner_metadata(owner)
         if size <= min(self.settings.part_size, self.settings.buffered_part_limit):
-            answer = await self._put_small(key, reader, expected_checksum, metadata)
-            if progress is not None:
-                progress(size)
-            return await self._verify_written(relpath, expected_checksum, size, answer, owner)
+            answer = await self._put_small(key, reader, expected, metadata)
+            if request.progress is not None:
+                request.progress(size)
+            return await self._verify_written(relpath, expected, size, answer, owner)
         client = await self.client()
         upload = Multipart(client, self.bucket, key, self.settings, self._active_uploads, metadata)
-        await upload.write(relpath, reader, expected_checksum, resume, progress)
-        return await self._verify_written(relpath, expected_checksum, size)
+        await upload.write(request)
+        return await self._verify_written(relpath, expected, size)
 
     async def _put_small(
         self, key: str, reader: RangeReader, expected: str, metadata: Mapping[str, str]

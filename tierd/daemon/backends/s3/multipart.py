@@ -25,6 +25,7 @@ from tierd.daemon.backends.base import (
     RangeReader,
     ResumeStore,
     UploadState,
+    WriteRequest,
     mismatch,
     read_full,
 )
@@ -139,24 +140,19 @@ class Multipart:
         self._claim(response["UploadId"])
         return response["UploadId"]
 
-    async def write(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        expected: str,
-        resume: ResumeStore | None,
-        progress: Progress | None,
-    ) -> None:
-        """Upload ``reader`` as a multipart object, resuming what ``resume`` recorded.
+    async def write(self, request: WriteRequest) -> None:
+        """Upload the request's reader as a multipart object, resuming what its ``resume`` recorded.
 
         Raises IntegrityError (after aborting the upload) when the parts' combined CRC
-        differs from ``expected``; UploadVanished (a TransientBackendError) when the
+        differs from ``expected_checksum``; UploadVanished (a TransientBackendError) when the
         store lost the upload meanwhile (the next attempt starts over). A PermanentBackendError
         (the store refused a request) aborts the upload too. On other failures the upload is
         kept for a later resume when ``resume`` is given, else aborted.
         """
         try:
-            await self._write(relpath, reader, expected, resume, progress)
+            await self._write(
+                request.relpath, request.reader, request.expected_checksum, request.resume, request.progress
+            )
         finally:
             self._unclaim()
 
