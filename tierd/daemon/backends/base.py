@@ -36,28 +36,26 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from tierd.errors import IntegrityError, TierdError
 
 if TYPE_CHECKING:
     from tierd.daemon.backends.budget import ByteBudget
+    from tierd.daemon.backends.uploads import PartState, UploadState
 
 __all__ = [
     "Space",
     "Backend",
     "BytesReader",
     "Features",
-    "MemoryResumeStore",
     "ObjectInfo",
     "Ownership",
-    "PartState",
     "Progress",
     "RangeReader",
     "ResumeStore",
     "SmallFile",
-    "UploadState",
     "Verification",
     "WriteBatch",
     "WriteRequest",
@@ -136,27 +134,6 @@ class RangeReader(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class PartState:
-    """A multipart part the store acknowledged."""
-
-    part_number: int
-    size: int
-    etag: str
-    checksum: str  # CRC64NVME of the part, base64
-
-
-@dataclass(frozen=True)
-class UploadState:
-    """A multipart upload in progress, persisted so a restart can resume it."""
-
-    upload_id: str
-    key: str
-    part_size: int
-    size: int
-    parts: tuple[PartState, ...] = ()
-
-
 class ResumeStore(Protocol):
     """Where multipart state survives a restart (the pipeline keeps it in the catalog)."""
 
@@ -175,31 +152,6 @@ class ResumeStore(Protocol):
     async def clear(self, relpath: str) -> None:
         """Forget ``relpath``'s upload (completed or aborted)."""
         ...
-
-
-@dataclass
-class MemoryResumeStore:
-    """A ResumeStore in a dict: for tests and for one-shot copies."""
-
-    states: dict[str, UploadState] = field(default_factory=dict)
-
-    async def load(self, relpath: str) -> UploadState | None:
-        """The recorded state, or None."""
-        return self.states.get(relpath)
-
-    async def begin(self, relpath: str, state: UploadState) -> None:
-        """Record a new upload."""
-        self.states[relpath] = state
-
-    async def part_done(self, relpath: str, part: PartState) -> None:
-        """Record a finished part (a re-upload of the same number replaces it)."""
-        state = self.states[relpath]
-        kept = tuple(p for p in state.parts if p.part_number != part.part_number)
-        self.states[relpath] = replace(state, parts=(*kept, part))
-
-    async def clear(self, relpath: str) -> None:
-        """Forget the upload."""
-        self.states.pop(relpath, None)
 
 
 @dataclass(frozen=True)

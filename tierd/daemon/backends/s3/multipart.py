@@ -20,11 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from tierd.daemon import checksum
 from tierd.daemon.backends.base import (
-    PartState,
     Progress,
     RangeReader,
     ResumeStore,
-    UploadState,
     WriteRequest,
     mismatch,
     read_full,
@@ -34,6 +32,7 @@ from tierd.daemon.backends.concurrency import for_each
 from tierd.daemon.backends.hashing import combine_all, crc64
 from tierd.daemon.backends.s3.bodies import BufferBody, StreamBody, TransferSettings
 from tierd.daemon.backends.s3.errors import s3_errors
+from tierd.daemon.backends.uploads import PartState, UploadState
 from tierd.errors import (
     IntegrityError,
     NotFound,
