@@ -30,7 +30,8 @@ from tierd.daemon.backends import (
 )
 from tierd.daemon.backends.posix import backend as posix
 from tierd.daemon.backends.posix import temp
-from tierd.daemon.backends.posix.backend import HASH_BUFFER, TEMP_MARK, is_temp_name
+from tierd.daemon.backends.posix import writes as posixwrites
+from tierd.daemon.backends.posix.backend import TEMP_MARK, is_temp_name
 from tierd.daemon.beneath import Dir
 from tierd.errors import NotFound, TransientBackendError
 
@@ -234,13 +235,13 @@ class RecordingBudget(ByteBudget):
 
 
 async def test_read_back_buffers_come_from_the_budget(tmp_path: Path) -> None:
-    budget = RecordingBudget(HASH_BUFFER)
+    budget = RecordingBudget(posixwrites.HASH_BUFFER)
     backend = PosixBackend(tier(tmp_path, verify="readback"), budget=budget, chunk_size=MIB)
     data = os.urandom(3 * MIB + 1)
     info = await backend.write(WriteRequest("r/x.bin", BytesReader(data), crc(data)))
     assert info.verified_by == "readback"
     assert await backend.hash("r/x.bin") == crc(data)
-    assert budget.taken.count(HASH_BUFFER) == 2  # the write's read-back, then hash()
+    assert budget.taken.count(posixwrites.HASH_BUFFER) == 2  # the write's read-back, then hash()
     assert budget.used == 0
 
 
@@ -255,7 +256,7 @@ async def test_chunk_buffers_live_no_longer_than_their_budget(
         finally:
             asyncio.get_running_loop().call_later(0.05, lambda: call)
 
-    for module in (posix, concurrency):
+    for module in (posix, posixwrites, concurrency):
         monkeypatch.setattr(module, "blocking", late_dropping)
     budget = ByteBudget(4 * MIB)
     src, dst = tmp_path / "src", tmp_path / "dst"
@@ -330,7 +331,7 @@ async def test_writes_after_a_hops_clean_up_reuse_its_listing(
         listings.append(directory.path)
         return real(directory)
 
-    monkeypatch.setattr(posix, "temp_names_in", counting)
+    monkeypatch.setattr(posixwrites, "temp_names_in", counting)
     await backend.write(WriteRequest("run/x.bin", BytesReader(b"abc"), crc(b"abc")))
     assert listings == []
     assert temp_files(backend.root) == [other.name]

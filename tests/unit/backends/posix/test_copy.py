@@ -15,7 +15,8 @@ from tierd.config import PosixTier
 from tierd.daemon.backends import BytesReader, PosixBackend, WriteRequest, copy_object
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix import writeback
-from tierd.daemon.backends.posix.backend import WHOLE_READ_LIMIT, PosixReader, is_temp_name
+from tierd.daemon.backends.posix.backend import WHOLE_READ_LIMIT, is_temp_name
+from tierd.daemon.backends.posix.reader import PosixReader
 from tierd.daemon.backends.posix.temp import TempFile
 from tierd.errors import IntegrityError, TransientBackendError
 
