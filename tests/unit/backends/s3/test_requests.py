@@ -23,10 +23,11 @@ import pytest
 from tests.conformance.harness import crc, read_back
 from tests.fixtures.s3servers import S3Server
 from tierd.daemon.backends import BytesReader, S3Backend, WriteRequest
-from tierd.daemon.backends.s3.backend import MD5_LIMIT, OPEN_RANGE, PutAnswer, pool_size
+from tierd.daemon.backends.s3.backend import OPEN_RANGE, pool_size
 from tierd.daemon.backends.s3.client import USER_AGENT, parse_timestamp
 from tierd.daemon.backends.s3.fast.endpoints import referenced_parameters
 from tierd.daemon.backends.s3.reads import hash_ranges
+from tierd.daemon.backends.s3.writes import MD5_LIMIT, PutAnswer
 from tierd.errors import IntegrityError, NotFound, PermanentBackendError, TransientBackendError
 
 MIB = 1024 * 1024
