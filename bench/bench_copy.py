@@ -44,7 +44,7 @@ from bench.harness import (
 from tierd.config import PosixTier
 from tierd.daemon.backends.budget import MIB
 from tierd.daemon.backends.posix import batch as posixbatch
-from tierd.daemon.backends.posix.backend import CHUNKS_PER_FILE
+from tierd.daemon.backends.posix.writes import CHUNKS_PER_FILE
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.transfer import copyset
 

@@ -49,8 +49,8 @@ from tierd.daemon.beneath import Root
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.catalog.replicas import find_replica
-from tierd.daemon.detect.layout import stat_file
 from tierd.daemon.detect.record import Detection, HashedFile, hash_stable, write_complete
+from tierd.daemon.detect.tree import stat_file
 
 __all__ = [
     "ACCESS_KEY",

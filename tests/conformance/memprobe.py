@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tierd.config import PosixTier, S3Tier
 from tierd.daemon import checksum
-from tierd.daemon.backends import Backend, copy_object, default_budget, make_backend
+from tierd.daemon.backends import Backend, WriteRequest, copy_object, default_budget, make_backend
 
 BLOCK = 1024 * 1024
 
@@ -106,7 +106,7 @@ async def run(workdir: Path, size: int, s3: S3Tier) -> dict[str, object]:
     try:
         sampler.phase = start_phase = "posix_write"
         start = time.monotonic()
-        ok = (await first.write("big.bin", source, expected_checksum=expected)).checksum == expected
+        ok = (await first.write(WriteRequest("big.bin", source, expected))).checksum == expected
         times[start_phase] = time.monotonic() - start
         sampler.phase = start_phase = "to_s3"
         start = time.monotonic()

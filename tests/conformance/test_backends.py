@@ -8,7 +8,15 @@ import os
 import pytest
 
 from tests.conformance.harness import PART, CountingReader, Harness, crc, listed, read_back
-from tierd.daemon.backends import Backend, BytesReader, MemoryResumeStore, ObjectInfo, SmallFile, copy_object
+from tierd.daemon.backends import (
+    Backend,
+    BytesReader,
+    MemoryResumeStore,
+    ObjectInfo,
+    SmallFile,
+    WriteRequest,
+    copy_object,
+)
 from tierd.errors import IntegrityError, NotFound, TransientBackendError
 
 MIB = 1024 * 1024
@@ -16,12 +24,12 @@ MULTIPART_SIZE = 2 * PART + 12_345  # three parts, the last one short
 
 
 async def write_bytes(backend: Backend, relpath: str, data: bytes) -> ObjectInfo:
-    return await backend.write(relpath, BytesReader(data), expected_checksum=crc(data))
+    return await backend.write(WriteRequest(relpath, BytesReader(data), crc(data)))
 
 
 async def test_write_stat_list_read_back(backend: Backend) -> None:
     data = os.urandom(100_000)
-    info = await backend.write("run1/step1/shard.bin", BytesReader(data), expected_checksum=crc(data))
+    info = await backend.write(WriteRequest("run1/step1/shard.bin", BytesReader(data), crc(data)))
     assert (info.relpath, info.size, info.checksum) == ("run1/step1/shard.bin", len(data), crc(data))
     assert info.verified_by in ("store", "readback", "stream")
     stat = await backend.stat("run1/step1/shard.bin")
@@ -33,7 +41,7 @@ async def test_write_stat_list_read_back(backend: Backend) -> None:
 
 
 async def test_empty_file(backend: Backend) -> None:
-    info = await backend.write("empty/.metadata", BytesReader(b""), expected_checksum=crc(b""))
+    info = await backend.write(WriteRequest("empty/.metadata", BytesReader(b""), crc(b"")))
     assert info.size == 0
     assert info.checksum == crc(b"") == "AAAAAAAAAAA="
     assert (await backend.stat("empty/.metadata")).size == 0
@@ -49,7 +57,7 @@ async def test_larger_than_one_part(harness: Harness, streamed: bool) -> None:
     data = os.urandom(MULTIPART_SIZE)
     seen: list[int] = []
     info = await backend.write(
-        "big/model.pt", BytesReader(data), expected_checksum=crc(data), progress=seen.append
+        WriteRequest("big/model.pt", BytesReader(data), crc(data), progress=seen.append)
     )
     assert info.size == len(data)
     assert info.checksum == crc(data)
@@ -62,7 +70,7 @@ async def test_larger_than_one_part(harness: Harness, streamed: bool) -> None:
 async def test_checksum_mismatch_leaves_nothing(backend: Backend, size: int) -> None:
     data = os.urandom(size)
     with pytest.raises(IntegrityError):
-        await backend.write("bad/x.bin", BytesReader(data), expected_checksum=crc(b"other"))
+        await backend.write(WriteRequest("bad/x.bin", BytesReader(data), crc(b"other")))
     with pytest.raises(NotFound):
         await backend.stat("bad/x.bin")
     assert await listed(backend) == []
@@ -73,14 +81,14 @@ async def test_mismatch_keeps_the_previous_version(backend: Backend) -> None:
     old = os.urandom(MULTIPART_SIZE)
     await write_bytes(backend, "ckpt/w.bin", old)
     with pytest.raises(IntegrityError):
-        await backend.write("ckpt/w.bin", BytesReader(os.urandom(len(old))), expected_checksum=crc(b"x"))
+        await backend.write(WriteRequest("ckpt/w.bin", BytesReader(os.urandom(len(old))), crc(b"x")))
     assert await read_back(backend, "ckpt/w.bin") == old
 
 
 async def test_source_shorter_than_its_size(backend: Backend) -> None:
     data = os.urandom(1000)
     with pytest.raises(IntegrityError, match="ended"):
-        await backend.write("short.bin", CountingReader(data, size=2000), expected_checksum=crc(data))
+        await backend.write(WriteRequest("short.bin", CountingReader(data, size=2000), crc(data)))
     assert await listed(backend) == []
 
 
@@ -223,7 +231,7 @@ async def test_resume_skips_finished_parts(harness: Harness, concurrency: int) -
     # Reading part 3 fails, once parts 1 and 2 are in (as when the daemon is killed).
     failing = CountingReader(data, fail_at=2 * PART + 10, fail_when=two_parts_done)
     with pytest.raises(TransientBackendError, match="simulated"):
-        await backend.write("res/x.bin", failing, expected_checksum=crc(data), resume=store)
+        await backend.write(WriteRequest("res/x.bin", failing, crc(data), resume=store))
     with pytest.raises(NotFound):
         await backend.stat("res/x.bin")  # nothing visible mid-upload
     finished = {p.part_number: p.size for p in store.states["res/x.bin"].parts}
@@ -232,7 +240,7 @@ async def test_resume_skips_finished_parts(harness: Harness, concurrency: int) -
     again = CountingReader(data)
     seen: list[int] = []
     info = await backend.write(
-        "res/x.bin", again, expected_checksum=crc(data), resume=store, progress=seen.append
+        WriteRequest("res/x.bin", again, crc(data), resume=store, progress=seen.append)
     )
     assert again.bytes_read == len(data) - sum(finished.values())  # finished parts not re-sent
     assert sum(seen) == len(data)
@@ -248,11 +256,12 @@ async def test_resume_when_the_upload_vanished(harness: Harness) -> None:
     data = os.urandom(2 * PART + 99)
     store = MemoryResumeStore()
     with pytest.raises(TransientBackendError):
-        await backend.write("gone/x.bin", CountingReader(data, fail_at=PART + 1),
-                            expected_checksum=crc(data), resume=store)  # fmt: skip
+        await backend.write(
+            WriteRequest("gone/x.bin", CountingReader(data, fail_at=PART + 1), crc(data), resume=store)
+        )
     assert await backend.abort_stale_uploads(0) == 1  # e.g. a lifecycle rule aborted it
     again = CountingReader(data)
-    await backend.write("gone/x.bin", again, expected_checksum=crc(data), resume=store)
+    await backend.write(WriteRequest("gone/x.bin", again, crc(data), resume=store))
     assert again.bytes_read == len(data)  # started over cleanly
     assert await read_back(backend, "gone/x.bin") == data
 
@@ -272,11 +281,11 @@ async def test_upload_aborted_mid_write(harness: Harness) -> None:
             return await super().read_into(offset, buf)
 
     with pytest.raises(TransientBackendError):
-        await backend.write("ab/x.bin", AbortingReader(data), expected_checksum=crc(data), resume=store)
+        await backend.write(WriteRequest("ab/x.bin", AbortingReader(data), crc(data), resume=store))
     with pytest.raises(NotFound):
         await backend.stat("ab/x.bin")
     again = CountingReader(data)
-    await backend.write("ab/x.bin", again, expected_checksum=crc(data), resume=store)
+    await backend.write(WriteRequest("ab/x.bin", again, crc(data), resume=store))
     assert again.bytes_read == len(data)
     assert await read_back(backend, "ab/x.bin") == data
 
@@ -288,10 +297,11 @@ async def test_resume_integrity_failure_discards_the_upload(harness: Harness) ->
     data = os.urandom(2 * PART + 99)
     store = MemoryResumeStore()
     with pytest.raises(TransientBackendError):
-        await backend.write("corrupt/x.bin", CountingReader(data, fail_at=PART + 1),
-                            expected_checksum=crc(data), resume=store)  # fmt: skip
+        await backend.write(
+            WriteRequest("corrupt/x.bin", CountingReader(data, fail_at=PART + 1), crc(data), resume=store)
+        )
     with pytest.raises(IntegrityError):
-        await backend.write("corrupt/x.bin", BytesReader(data), expected_checksum=crc(b"no"), resume=store)
+        await backend.write(WriteRequest("corrupt/x.bin", BytesReader(data), crc(b"no"), resume=store))
     assert store.states == {}
     assert await backend.abort_stale_uploads(0) == 0
     assert await listed(backend) == []
@@ -331,7 +341,7 @@ async def test_the_sweep_spares_a_write_in_progress(harness: Harness) -> None:
                 swept.append(await backend.abort_stale_uploads(0))
             return await super().read_into(offset, buf)
 
-    info = await backend.write("busy/x.bin", SweepingReader(data), expected_checksum=crc(data))
+    info = await backend.write(WriteRequest("busy/x.bin", SweepingReader(data), crc(data)))
     assert swept == [0]
     assert info.checksum == crc(data)
     assert await read_back(backend, "busy/x.bin") == data
@@ -377,7 +387,7 @@ async def test_streamed_copy_between_tiers(harness: Harness) -> None:
     await write_bytes(first, "x/y.bin", data)
     reader = await first.open_reader("x/y.bin")
     try:
-        info = await second.write("x/y.bin", reader, expected_checksum=crc(data))
+        info = await second.write(WriteRequest("x/y.bin", reader, crc(data)))
     finally:
         await reader.close()
     assert info.checksum == crc(data)

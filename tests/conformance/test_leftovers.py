@@ -7,7 +7,7 @@ import os
 import pytest
 
 from tests.conformance.harness import PART, CountingReader, Harness, crc, listed, read_back
-from tierd.daemon.backends import Backend, BytesReader
+from tierd.daemon.backends import Backend, BytesReader, WriteRequest
 
 STEP = ["run/step1/shard0.bin", "run/step1/sub/shard1.bin"]
 
@@ -67,7 +67,7 @@ async def test_spares_a_write_in_progress(harness: Harness) -> None:
                 removed.append(await backend.remove_leftovers(["busy/x.bin"]))
             return await super().read_into(offset, buf)
 
-    info = await backend.write("busy/x.bin", CleaningReader(data), expected_checksum=crc(data))
+    info = await backend.write(WriteRequest("busy/x.bin", CleaningReader(data), crc(data)))
     assert removed == [0]
     assert info.checksum == crc(data)
     assert await read_back(backend, "busy/x.bin") == data
@@ -79,6 +79,6 @@ async def test_a_write_after_the_clean_up_succeeds(harness: Harness) -> None:
     harness.leave_debris(backend, STEP[0])
     assert await backend.remove_leftovers(STEP) == 1
     data = os.urandom(1000)
-    await backend.write(STEP[0], BytesReader(data), expected_checksum=crc(data))
+    await backend.write(WriteRequest(STEP[0], BytesReader(data), crc(data)))
     assert await listed(backend) == [STEP[0]]
     assert await read_back(backend, STEP[0]) == data

@@ -7,14 +7,14 @@ import os
 import pytest
 
 from tests.conformance.harness import Harness, crc, listed, read_back
-from tierd.daemon.backends import Backend, BytesReader, PosixBackend
+from tierd.daemon.backends import Backend, BytesReader, PosixBackend, WriteRequest
 from tierd.daemon.backends.s3.remove import DELETE_BATCH
 
 
 async def put(backend: Backend, relpaths: list[str]) -> None:
     for relpath in relpaths:
         data = relpath.encode()
-        await backend.write(relpath, BytesReader(data), expected_checksum=crc(data))
+        await backend.write(WriteRequest(relpath, BytesReader(data), crc(data)))
 
 
 async def test_remove_checkpoint_removes_its_files_and_only_those(backend: Backend) -> None:

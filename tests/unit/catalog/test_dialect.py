@@ -10,7 +10,7 @@ from tierd.daemon.catalog import dialect
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.jobs import enqueue_copy_job
 from tierd.daemon.catalog.models import File, Job, JobFileDone
-from tierd.daemon.catalog.replication import ADVISORY_LOCK_KEY, lock_scheduling
+from tierd.daemon.catalog.scheduling import ADVISORY_LOCK_KEY, lock_scheduling
 
 
 def test_the_dialect_is_the_urls(db: Database) -> None:

@@ -8,12 +8,12 @@ import pytest
 from sqlalchemy.orm import selectinload
 
 from tests.unit.catalog.helpers import BASE, add_checkpoint, jobs, replica
-from tierd.daemon.catalog import deletions, protection
+from tierd.daemon.catalog import protection, replica_deletions
 from tierd.daemon.catalog.audit import list_events
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.deletions import Origin
 from tierd.daemon.catalog.jobs import enqueue_copy_job
 from tierd.daemon.catalog.models import Checkpoint
+from tierd.daemon.catalog.replica_deletions import Origin
 from tierd.daemon.catalog.retention import load_retention_rows
 from tierd.errors import Conflict, NotFound
 
@@ -34,7 +34,7 @@ def checkpoint(db: Database, checkpoint_id: int) -> Checkpoint:
 
 def schedule(db: Database, checkpoint_id: int, tier: str, *, minutes: int = 60) -> None:
     with db.session() as s:
-        assert deletions.schedule_replica_deletion(
+        assert replica_deletions.schedule_replica_deletion(
             s,
             checkpoint_id,
             tier,
@@ -91,10 +91,10 @@ def test_api_deletion_refuses_pinned_and_held_and_drops_unverified_copies_at_onc
     with db.session() as s:
         protection.pin(s, cid, actor="a", reason="r", durable_tiers=[])
     with db.session() as s, pytest.raises(Conflict, match="pinned"):
-        deletions.schedule_checkpoint_deletion(s, cid, delays={}, now=BASE, actor="bob", reason="x")
+        replica_deletions.schedule_checkpoint_deletion(s, cid, delays={}, now=BASE, actor="bob", reason="x")
     with db.session() as s:
         protection.unpin(s, cid, actor="a", reason="r")
-        tiers = deletions.schedule_checkpoint_deletion(
+        tiers = replica_deletions.schedule_checkpoint_deletion(
             s,
             cid,
             delays={"nvme": timedelta(0), "pfs": timedelta(hours=1)},
@@ -118,15 +118,15 @@ def test_undelete_before_the_deletion_begins_but_not_after(db: Database) -> None
     schedule(db, cid, "pfs")
     nvme_id = replica(db, cid, "nvme").id
     with db.session() as s:
-        assert not deletions.begin_deletion(s, nvme_id, BASE)  # its time has not come
-        assert deletions.begin_deletion(s, nvme_id, BASE + timedelta(hours=2))
+        assert not replica_deletions.begin_deletion(s, nvme_id, BASE)  # its time has not come
+        assert replica_deletions.begin_deletion(s, nvme_id, BASE + timedelta(hours=2))
     with db.session() as s:
-        assert deletions.undelete(s, cid, actor="alice", reason="oops") == ["pfs"]
+        assert replica_deletions.undelete(s, cid, actor="alice", reason="oops") == ["pfs"]
     assert replica(db, cid, "nvme").state == "deleting"
     assert replica(db, cid, "pfs").state == "verified"
     assert checkpoint(db, cid).pinned
     with db.session() as s, pytest.raises(Conflict):
-        deletions.undelete(s, cid, actor="alice", reason="again")
+        replica_deletions.undelete(s, cid, actor="alice", reason="again")
 
 
 def test_the_last_replica_deleted_deletes_the_checkpoint(db: Database) -> None:
@@ -135,8 +135,8 @@ def test_the_last_replica_deleted_deletes_the_checkpoint(db: Database) -> None:
     (due,) = [d for d in deletions_due(db) if d.checkpoint_id == cid]
     assert (due.tier, due.origin, due.begun) == ("nvme", Origin.RETENTION, False)
     with db.session() as s:
-        assert deletions.begin_deletion(s, due.replica_id, BASE)
-        deletions.finish_deletion(s, due.replica_id, actor="retention")
+        assert replica_deletions.begin_deletion(s, due.replica_id, BASE)
+        replica_deletions.finish_deletion(s, due.replica_id, actor="retention")
     assert replica(db, cid, "nvme").state == "deleted"
     assert checkpoint(db, cid).state == "deleted"
     assert actions(db, cid)[-1] == "deleted"
@@ -147,17 +147,17 @@ def test_a_begun_deletion_refused_after_a_restart_is_copied_again(db: Database) 
     schedule(db, cid, "nvme", minutes=0)
     nvme_id = replica(db, cid, "nvme").id
     with db.session() as s:
-        assert deletions.begin_deletion(s, nvme_id, BASE)
-        deletions.abandon_deletion(s, nvme_id, reason="pinned", actor="retention", touched=True)
+        assert replica_deletions.begin_deletion(s, nvme_id, BASE)
+        replica_deletions.abandon_deletion(s, nvme_id, reason="pinned", actor="retention", touched=True)
     row = replica(db, cid, "nvme")
     assert row.state == "failed"
     assert row.error is not None
     assert "interrupted" in row.error
 
 
-def deletions_due(db: Database) -> list[deletions.DueDeletion]:
+def deletions_due(db: Database) -> list[replica_deletions.DueDeletion]:
     with db.read_session() as s:
-        return deletions.due_deletions(s, BASE, ["nvme", "pfs", "s3", "dr"])
+        return replica_deletions.due_deletions(s, BASE, ["nvme", "pfs", "s3", "dr"])
 
 
 def test_origin_is_read_back_from_the_stored_reason() -> None:
@@ -171,7 +171,9 @@ def test_deleting_a_checkpoint_cancels_its_copies(db: Database) -> None:
     with db.session() as s:
         enqueue_copy_job(s, cid, "nvme", "pfs", 1)
     with db.session() as s:
-        deletions.schedule_checkpoint_deletion(s, cid, delays={}, now=BASE, actor="bob", reason="bad run")
+        replica_deletions.schedule_checkpoint_deletion(
+            s, cid, delays={}, now=BASE, actor="bob", reason="bad run"
+        )
     (job,) = jobs(db)
     assert job.state == "cancelled"
     assert job.last_error is not None

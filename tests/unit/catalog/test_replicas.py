@@ -7,7 +7,7 @@ from sqlalchemy import text
 from tests.unit.catalog.helpers import BASE, TIERS, add_checkpoint, replica
 from tierd.daemon.catalog import replicas as rp
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.parts import mark_step_copying
+from tierd.daemon.catalog.part_replicas import mark_step_copying
 
 
 def test_first_replicas_are_verified_on_tier0_and_pending_below(db: Database) -> None:

@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import select
 
 from tests.unit.catalog.helpers import add_checkpoint
-from tierd.daemon.backends.base import PartState, UploadState
+from tierd.daemon.backends.uploads import PartState, UploadState
 from tierd.daemon.catalog import uploads
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Upload

@@ -21,7 +21,8 @@ from tierd.daemon.catalog.models import AuditEvent, Part, utcnow
 from tierd.daemon.catalog.parts import Expectation
 from tierd.daemon.context import Context
 from tierd.daemon.detect.record import Detection, HashedFile, Outcome, _record_part, write_complete
-from tierd.daemon.detect.service import LATE, DetectService
+from tierd.daemon.detect.service import DetectService
+from tierd.daemon.detect.waiting import LATE
 from tierd.errors import Unstable
 
 STEP = 7
@@ -100,17 +101,17 @@ async def test_two_last_parts_committing_together_complete_the_step(pg_db: Datab
     assert row.state == "waiting"
     # Both daemons died before looking again. A sweep right away leaves the step to them
     # (it would race a live last recorder); once no part came for LATE, n1's sweep completes it.
-    await DetectService(nodes[1]).grow_parts()
+    await DetectService(nodes[1]).waiting.grow_parts()
     assert _state(pg_db) == "waiting"
     with pg_db.session() as session:
         session.execute(update(Part).values(recorded_at=utcnow() - LATE))
-    await DetectService(nodes[1]).grow_parts()
+    await DetectService(nodes[1]).waiting.grow_parts()
     row = step_row(pg_db, STEP)
     assert row is not None
     assert (row.state, row.file_count) == ("complete", 4)
     assert min(row.replicas, key=lambda r: r.tier_index).state == "verified"
     assert _actions(pg_db, checkpoint_id).count("completed") == 1
-    await DetectService(nodes[2]).grow_parts()  # nothing left to do
+    await DetectService(nodes[2]).waiting.grow_parts()  # nothing left to do
     assert _actions(pg_db, checkpoint_id).count("completed") == 1
 
 

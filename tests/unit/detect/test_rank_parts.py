@@ -21,12 +21,13 @@ from tierd.daemon.beneath import Root
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import AuditEvent
 from tierd.daemon.context import Context
-from tierd.daemon.detect.deepspeed import deepspeed_expected, deepspeed_problem
-from tierd.daemon.detect.hf import HfDetector
+from tierd.daemon.detect.detector import Candidate, Settings
+from tierd.daemon.detect.formats.deepspeed import deepspeed_expected, deepspeed_problem
+from tierd.daemon.detect.formats.hf import HfDetector
+from tierd.daemon.detect.formats.megatron import megatron_expected
 from tierd.daemon.detect.known import load_known
-from tierd.daemon.detect.layout import Candidate, Settings, walk_files
-from tierd.daemon.detect.megatron import megatron_expected
 from tierd.daemon.detect.service import DetectService
+from tierd.daemon.detect.tree import walk_files
 
 
 def _watch(ctx: Context) -> Path:

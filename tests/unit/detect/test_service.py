@@ -17,7 +17,7 @@ from tierd.config import Config
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Checkpoint, Run
 from tierd.daemon.context import Context
-from tierd.daemon.detect import dcp
+from tierd.daemon.detect.formats import dcp
 from tierd.daemon.detect.service import DetectService
 
 DCP = next(layout for layout in LAYOUTS if layout.name == "dcp")

@@ -22,11 +22,8 @@ from tierd.config import Config
 from tierd.daemon.backends.base import (
     Backend,
     ObjectInfo,
-    Ownership,
-    Progress,
-    RangeReader,
-    ResumeStore,
     WriteBatch,
+    WriteRequest,
 )
 from tierd.daemon.backends.posix.backend import PosixBackend
 from tierd.daemon.catalog.db import Database
@@ -55,31 +52,15 @@ class Watched(PosixBackend):
         """No staging: every file goes through ``write``."""
         return WriteBatch(self)
 
-    async def write(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        *,
-        expected_checksum: str,
-        resume: ResumeStore | None = None,
-        progress: Progress | None = None,
-        owner: Ownership | None = None,
-    ) -> ObjectInfo:
+    async def write(self, request: WriteRequest) -> ObjectInfo:
         if self.before_first is not None:
             before, self.before_first = self.before_first, None
             await before()
-        self.writes[relpath] += 1
+        self.writes[request.relpath] += 1
         self.inflight += 1
         self.most = max(self.most, self.inflight)
         try:
-            return await super().write(
-                relpath,
-                reader,
-                expected_checksum=expected_checksum,
-                resume=resume,
-                progress=progress,
-                owner=owner,
-            )
+            return await super().write(request)
         finally:
             self.inflight -= 1
 

@@ -8,7 +8,7 @@ from typing import Any
 from tests.fixtures.s3servers import S3Server
 from tests.unit.catalog.helpers import TIERS, add_checkpoint
 from tierd.daemon.backends import S3Backend
-from tierd.daemon.backends.base import UploadState
+from tierd.daemon.backends.uploads import UploadState
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.pipeline.janitor import Janitor
 from tierd.daemon.pipeline.resume import CatalogResumeStore

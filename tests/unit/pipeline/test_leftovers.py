@@ -18,8 +18,8 @@ from tests.integration.daemon_helpers import MiB, record_checkpoint, replicas, t
 from tests.unit.pipeline.test_runner import FAST
 from tierd.config import Config
 from tierd.daemon.backends import Backend, close_backends, make_backend
-from tierd.daemon.backends.base import UploadState
 from tierd.daemon.backends.posix.backend import TEMP_MARK, is_temp_name
+from tierd.daemon.backends.uploads import UploadState
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.context import Context
 from tierd.daemon.pipeline.resume import CatalogResumeStore

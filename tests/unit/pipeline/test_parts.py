@@ -18,7 +18,7 @@ from sqlalchemy import select
 from tests.unit.detect.fleet import dcp_across, node_context, reconcile, step_row
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import AuditEvent, Checkpoint, Job, Part, Replica
-from tierd.daemon.catalog.parts import Settled, mark_part_verified, part_replica, settle_parts
+from tierd.daemon.catalog.part_replicas import Settled, mark_part_verified, part_replica, settle_parts
 from tierd.daemon.catalog.retention import load_retention_rows
 from tierd.daemon.catalog.runs import latest_checkpoint, run_summaries
 from tierd.daemon.context import Context

@@ -5,7 +5,7 @@ from __future__ import annotations
 from structlog.testing import capture_logs
 
 from tests.unit.catalog.helpers import add_checkpoint
-from tierd.daemon.backends.base import PartState, UploadState
+from tierd.daemon.backends.uploads import PartState, UploadState
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.pipeline.resume import CatalogResumeStore
 

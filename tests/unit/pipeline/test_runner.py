@@ -22,11 +22,8 @@ from tierd.daemon.aio import blocking
 from tierd.daemon.backends.base import (
     Backend,
     ObjectInfo,
-    Ownership,
-    Progress,
-    RangeReader,
-    ResumeStore,
     WriteBatch,
+    WriteRequest,
 )
 from tierd.daemon.backends.posix import batch as posixbatch
 from tierd.daemon.backends.posix.backend import PosixBackend, is_temp_name
@@ -67,29 +64,13 @@ class Flaky(PosixBackend):
         """No staging: every file goes through ``write`` (and its queued errors)."""
         return WriteBatch(self)
 
-    async def write(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        *,
-        expected_checksum: str,
-        resume: ResumeStore | None = None,
-        progress: Progress | None = None,
-        owner: Ownership | None = None,
-    ) -> ObjectInfo:
+    async def write(self, request: WriteRequest) -> ObjectInfo:
         self.writes += 1
         if self.gate is not None:
             await self.gate.wait()
         if self.errors:
             raise self.errors.pop(0)
-        return await super().write(
-            relpath,
-            reader,
-            expected_checksum=expected_checksum,
-            resume=resume,
-            progress=progress,
-            owner=owner,
-        )
+        return await super().write(request)
 
 
 def two_tiers(tmp_path: Path, db: Database) -> Config:

@@ -21,11 +21,8 @@ from tierd.config import Config, PosixTier
 from tierd.daemon.backends.base import (
     Backend,
     ObjectInfo,
-    Ownership,
-    Progress,
-    RangeReader,
-    ResumeStore,
     WriteBatch,
+    WriteRequest,
 )
 from tierd.daemon.backends.posix.backend import PosixBackend
 from tierd.daemon.catalog.db import Database
@@ -46,25 +43,9 @@ class Counting(PosixBackend):
         """No staging: every file goes through ``write``."""
         return WriteBatch(self)
 
-    async def write(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        *,
-        expected_checksum: str,
-        resume: ResumeStore | None = None,
-        progress: Progress | None = None,
-        owner: Ownership | None = None,
-    ) -> ObjectInfo:
-        self.writes[f"{self.name}:{relpath}"] += 1
-        return await super().write(
-            relpath,
-            reader,
-            expected_checksum=expected_checksum,
-            resume=resume,
-            progress=progress,
-            owner=owner,
-        )
+    async def write(self, request: WriteRequest) -> ObjectInfo:
+        self.writes[f"{self.name}:{request.relpath}"] += 1
+        return await super().write(request)
 
 
 def _daemon(db: Database, root: Path, node: str) -> Context:

@@ -9,8 +9,8 @@ import pytest
 from tierd.daemon.backends.base import Ownership
 from tierd.daemon.catalog.ownership import RecordedDirectory
 from tierd.daemon.catalog.restores import RestoreClaim, RestoreFile, RestorePlan
-from tierd.daemon.restore.layout import Layout
-from tierd.daemon.restore.runner import owners_of_directories, restored_owner
+from tierd.daemon.restore.destination import Layout
+from tierd.daemon.restore.owners import owners_of_directories, restored_owner
 
 DIRECTORIES = (
     RecordedDirectory("demo", 0, 0, 0o755),

@@ -17,14 +17,14 @@ from tests.unit.detect.fleet import step_row
 from tests.unit.retention.parts_fleet import make_fleet, part_states, step_dir
 from tierd.daemon.backends import make_backend
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.deletions import (
+from tierd.daemon.catalog.models import AuditEvent, Checkpoint, utcnow
+from tierd.daemon.catalog.part_deletions import begin_part_deletion, start_part_removal
+from tierd.daemon.catalog.replica_deletions import (
     Origin,
     schedule_checkpoint_deletion,
     schedule_replica_deletion,
     undelete,
 )
-from tierd.daemon.catalog.models import AuditEvent, Checkpoint, utcnow
-from tierd.daemon.catalog.part_deletions import begin_part_deletion, start_part_removal
 from tierd.daemon.catalog.retention import load_retention_rows
 from tierd.daemon.context import Context
 from tierd.daemon.retention.eviction import eviction_candidates

@@ -9,7 +9,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.unit.retention.world import BASE, World, posix_tier
-from tierd.daemon.catalog import deletions, protection
+from tierd.daemon.catalog import protection, replica_deletions
 from tierd.daemon.catalog.db import Database
 from tierd.errors import Conflict
 
@@ -61,7 +61,7 @@ async def test_delay_then_undelete_pins_and_keeps(tmp_path: Path, db: Database) 
     assert after is not None
     assert after - LATER == timedelta(hours=1)
     with db.session() as s:
-        assert deletions.undelete(s, first, actor="alice", reason="needed for eval") == ["nvme"]
+        assert replica_deletions.undelete(s, first, actor="alice", reason="needed for eval") == ["nvme"]
     assert w.checkpoint(first).pinned
     report = await w.service.run_pass(LATER + timedelta(hours=2))
     assert w.states(first) == VERIFIED_BOTH
@@ -122,7 +122,9 @@ async def test_pinned_or_held_checkpoint_is_kept_everywhere(
     await w.service.run_pass(LATER)
     assert w.states(old) == VERIFIED_BOTH
     with db.session() as s, pytest.raises(Conflict):
-        deletions.schedule_checkpoint_deletion(s, old, delays={}, now=LATER, actor="bob", reason="cleanup")
+        replica_deletions.schedule_checkpoint_deletion(
+            s, old, delays={}, now=LATER, actor="bob", reason="cleanup"
+        )
 
 
 async def test_every_tier_dropping_it_deletes_the_checkpoint(tmp_path: Path, db: Database) -> None:
@@ -162,18 +164,18 @@ async def test_begun_deletion_is_finished_after_a_restart(tmp_path: Path, db: Da
     old = await w.add(1, on=VERIFIED_BOTH)
     await w.add(2, on=VERIFIED_BOTH)
     with db.session() as s:
-        assert deletions.schedule_replica_deletion(
+        assert replica_deletions.schedule_replica_deletion(
             s,
             old,
             "nvme",
             delete_after=LATER,
-            origin=deletions.Origin.RETENTION,
+            origin=replica_deletions.Origin.RETENTION,
             reason="keep_last",
             policy="keep_last",
             actor="retention",
         )
         replica_id = w.replica(old, "nvme").id
-        assert deletions.begin_deletion(s, replica_id, LATER)
+        assert replica_deletions.begin_deletion(s, replica_id, LATER)
     # The crash came after the directory was renamed out of sight and one file was removed.
     top = w.tier_path("nvme", "demo/step00001")
     trash = top.with_name(".step00001.tierd-deleting")

@@ -40,8 +40,8 @@ from sqlalchemy import select
 
 from tests.unit.retention.world import BASE, World, crc, posix_tier
 from tierd.config import KeepBestConfig, TierRetention
-from tierd.daemon.backends import BytesReader
-from tierd.daemon.catalog import deletions, protection
+from tierd.daemon.backends import BytesReader, WriteRequest
+from tierd.daemon.catalog import protection, replica_deletions
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.catalog.models import Checkpoint, File, Hold, Replica
@@ -360,7 +360,7 @@ class ServiceMachine(RuleBasedStateMachine):
         added = self.added[cid]
         backend = self.world.backends[tier]
         for relpath, data in added.payload.items():
-            self.runner.run(backend.write(relpath, BytesReader(data), expected_checksum=crc(data)))
+            self.runner.run(backend.write(WriteRequest(relpath, BytesReader(data), crc(data))))
         with self.db.session() as s:
             replica = find_replica(s, cid, tier)
             assert replica is not None
@@ -375,7 +375,7 @@ class ServiceMachine(RuleBasedStateMachine):
         if cid is None:
             return
         with self.db.session() as s:
-            assert deletions.undelete(s, cid, actor=ACTOR, reason="still needed")
+            assert replica_deletions.undelete(s, cid, actor=ACTOR, reason="still needed")
         self.pinned.add(cid)
 
     # -- rules: the service ---------------------------------------------------------------------

@@ -20,7 +20,7 @@ from tierd.api.app import create_app
 from tierd.api.server import ApiService
 from tierd.config import Config, PosixTier
 from tierd.daemon import checksum
-from tierd.daemon.backends import Backend, make_backend
+from tierd.daemon.backends import Backend, WriteRequest, make_backend
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import AuditEvent, Checkpoint, File, Replica, Run
 from tierd.daemon.context import Context
@@ -125,7 +125,7 @@ class World:
 
         backend = self.backends[tier]
         for relpath, data in payload.items():
-            await backend.write(relpath, BytesReader(data), expected_checksum=crc(data))
+            await backend.write(WriteRequest(relpath, BytesReader(data), crc(data)))
 
     def states(self, checkpoint_id: int) -> dict[str, str]:
         with self.db.read_session() as s:

@@ -30,9 +30,10 @@ from tierd.daemon.backends import (
     ObjectInfo,
     PosixBackend,
     S3Backend,
+    WriteRequest,
     make_backend,
 )
-from tierd.daemon.backends.base import Ownership, Progress, RangeReader, ResumeStore, SmallFile
+from tierd.daemon.backends.base import SmallFile
 from tierd.daemon.backends.posix import batch as posixbatch
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix import fstype
@@ -59,27 +60,11 @@ class RecordingBatch(posixbatch.PosixBatch):
         self.staged_ever: set[str] = set()
         self.committed: set[str] = set()
 
-    async def write(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        *,
-        expected_checksum: str,
-        resume: ResumeStore | None = None,
-        progress: Progress | None = None,
-        owner: Ownership | None = None,
-    ) -> ObjectInfo:
-        self.events.append(("write", relpath))
-        info = await super().write(
-            relpath,
-            reader,
-            expected_checksum=expected_checksum,
-            resume=resume,
-            progress=progress,
-            owner=owner,
-        )
-        if self.holds(relpath):
-            self.staged_ever.add(relpath)
+    async def write(self, request: WriteRequest) -> ObjectInfo:
+        self.events.append(("write", request.relpath))
+        info = await super().write(request)
+        if self.holds(request.relpath):
+            self.staged_ever.add(request.relpath)
         return info
 
     async def write_whole(self, files: Sequence[SmallFile]) -> Sequence[ObjectInfo | TierdError]:
@@ -157,7 +142,7 @@ async def put_files(src: Backend, count: int) -> dict[str, bytes]:
     files = {f"step/d{n % 3}/f{n}.bin": os.urandom(100 + n) for n in range(count)}
     files[MARKER] = b"metadata"
     for relpath, data in files.items():
-        await src.write(relpath, BytesReader(data), expected_checksum=crc(data))
+        await src.write(WriteRequest(relpath, BytesReader(data), crc(data)))
     return files
 
 
@@ -291,7 +276,7 @@ async def test_files_already_there_are_skipped_and_reported(
 ) -> None:
     files = await put_files(posix_src, 4)
     kept = "step/d1/f1.bin"
-    await dst.write(kept, BytesReader(files[kept]), expected_checksum=crc(files[kept]))
+    await dst.write(WriteRequest(kept, BytesReader(files[kept]), crc(files[kept])))
     batch = RecordingBatch(dst)
     done = Done(batch)
     counted: dict[str, int] = {}
@@ -347,7 +332,7 @@ async def test_copies_a_checkpoint_from_each_kind_of_source(
     files = await put_files(source, 12)
     big = "step/shard.bin"  # bigger than a chunk: written at once, never staged
     files[big] = os.urandom(dst.chunk_size + 1)
-    await source.write(big, BytesReader(files[big]), expected_checksum=crc(files[big]))
+    await source.write(WriteRequest(big, BytesReader(files[big]), crc(files[big])))
     small = specs_of({relpath: data for relpath, data in files.items() if relpath != big})
     specs = [*small, FileSpec(big, len(files[big]), crc(files[big]), -1)]
     batch = RecordingBatch(dst)
@@ -560,7 +545,7 @@ async def test_a_hop_announces_its_data_files_and_passes_over_one_the_source_lac
     src = AnnouncingPosix(PosixTier(name="src", kind="posix", path=tmp_path / "src"), chunk_size=CHUNK)
     files = await put_files(src, 10)
     gone = "step/d2/f5.bin"
-    await dst.write(gone, BytesReader(files[gone]), expected_checksum=crc(files[gone]))
+    await dst.write(WriteRequest(gone, BytesReader(files[gone]), crc(files[gone])))
     (src.root / gone).unlink()
     advice = Advice()
     monkeypatch.setattr(os, "posix_fadvise", advice)

@@ -17,7 +17,7 @@ import pytest
 from tests.conformance.harness import crc
 from tests.fixtures.s3servers import S3Server
 from tierd.config import PosixTier
-from tierd.daemon.backends import Backend, ByteBudget, BytesReader, PosixBackend, S3Backend
+from tierd.daemon.backends import Backend, ByteBudget, BytesReader, PosixBackend, S3Backend, WriteRequest
 from tierd.daemon.backends.base import WriteBatch
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix.backend import is_temp_name
@@ -81,7 +81,7 @@ async def put_files(src: Backend, count: int, size: int = 3000) -> dict[str, byt
     files = {f"step/d{n % 3}/f{n:03d}.bin": os.urandom(size + n) for n in range(count)}
     files["step/.metadata"] = b"marker"
     for relpath, data in files.items():
-        await src.write(relpath, BytesReader(data), expected_checksum=crc(data))
+        await src.write(WriteRequest(relpath, BytesReader(data), crc(data)))
     return files
 
 

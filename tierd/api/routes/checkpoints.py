@@ -22,7 +22,7 @@ from tierd.api.schemas.checkpoints import (
 from tierd.api.schemas.common import BIGINT_MAX, INTEGER_MAX
 from tierd.daemon.aio import blocking
 from tierd.daemon.catalog import checkpoints as queries
-from tierd.daemon.catalog import deletions, protection
+from tierd.daemon.catalog import protection, replica_deletions
 from tierd.daemon.catalog.db import Database, Session
 from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.catalog.parts import Expectation, missing_while_waiting
@@ -200,7 +200,7 @@ def delete_checkpoint(
 ) -> CheckpointOut:
     """Delete on every tier, each after its ``delete_delay`` (admin); 409 when pinned or held."""
     delays = {t.name: timedelta(seconds=t.delete_delay) for t in ctx.config.tiers}
-    deletions.schedule_checkpoint_deletion(
+    replica_deletions.schedule_checkpoint_deletion(
         session, checkpoint_id, delays=delays, now=utcnow(), actor=f"api:{caller}", reason=reason
     )
     return _after(ctx, session, checkpoint_id, wake_retention=True)
@@ -216,5 +216,5 @@ def undelete(
 ) -> CheckpointOut:
     """Cancel every deletion not yet begun, and pin the checkpoint (unpin gives it back to retention)."""
     reason = body.reason if body else ""
-    deletions.undelete(session, checkpoint_id, actor=f"api:{caller}", reason=reason)
+    replica_deletions.undelete(session, checkpoint_id, actor=f"api:{caller}", reason=reason)
     return _after(ctx, session, checkpoint_id)

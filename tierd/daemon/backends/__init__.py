@@ -2,6 +2,11 @@
 
 ``make_backend(tier)`` builds the backend for a tier's config; ``copy_object`` moves one
 object between tiers (server-side when the two allow it, else streamed).
+
+``base`` (the interface, ``WriteRequest``, ``WriteBatch``), ``uploads`` (multipart uploads'
+state, kept so a restart resumes them), ``budget`` (the memory every buffer comes from),
+``concurrency`` (bounded parallelism, blocking calls not cut short), ``hashing``
+(CRC64NVME of buffers), ``posix/`` and ``s3/`` (the two stores).
 """
 
 from __future__ import annotations
@@ -13,17 +18,15 @@ from tierd.daemon.backends.base import (
     Backend,
     BytesReader,
     Features,
-    MemoryResumeStore,
     ObjectInfo,
     Ownership,
-    PartState,
     Progress,
     RangeReader,
     ResumeStore,
     SmallFile,
     Space,
-    UploadState,
     Verification,
+    WriteRequest,
     check_prefix,
     check_relpath,
     copy_object,
@@ -31,6 +34,7 @@ from tierd.daemon.backends.base import (
 from tierd.daemon.backends.budget import ByteBudget, default_budget
 from tierd.daemon.backends.posix import PosixBackend
 from tierd.daemon.backends.s3 import S3Backend
+from tierd.daemon.backends.uploads import MemoryResumeStore, PartState, UploadState
 from tierd.logs import get_logger
 
 log = get_logger(__name__)
@@ -53,6 +57,7 @@ __all__ = [
     "Space",
     "UploadState",
     "Verification",
+    "WriteRequest",
     "check_prefix",
     "check_relpath",
     "copy_object",

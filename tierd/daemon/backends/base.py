@@ -18,11 +18,11 @@ tier with ``verify: native`` hashed every byte on its way to ``pwrite`` and ``fs
 succeeded (the kernel took exactly the bytes recorded at first sight). ``stat`` reports the
 store's own checksum when it has one, ``list`` never does; for both ``verified_by`` is None.
 
-Owner and mode: ``write``, ``WriteBatch.write``, ``SmallFile`` and ``copy_from`` take the
-``Ownership`` recorded at first sight (None: not recorded). A POSIX tier gives the file that
-owner, group and mode before its rename (``posix.owner``); an object store keeps them as
-object metadata (``s3.metadata``: rclone's ``mode``, ``uid``, ``gid``), and its ``stat``
-reports them back in ``ObjectInfo.owner``.
+Owner and mode: ``WriteRequest`` (what ``write`` and ``WriteBatch.write`` take), ``SmallFile``
+and ``copy_from`` carry the ``Ownership`` recorded at first sight (None: not recorded). A
+POSIX tier gives the file that owner, group and mode before its rename (``posix.owner``);
+an object store keeps them as object metadata (``s3.metadata``: rclone's ``mode``, ``uid``,
+``gid``), and its ``stat`` reports them back in ``ObjectInfo.owner``.
 
 Small files in groups: ``Backend.read_whole`` reads a group of small objects whole and
 ``WriteBatch.write_whole`` writes a group of them, each answering per object (its bytes, or
@@ -36,30 +36,29 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from tierd.errors import IntegrityError, TierdError
 
 if TYPE_CHECKING:
     from tierd.daemon.backends.budget import ByteBudget
+    from tierd.daemon.backends.uploads import PartState, UploadState
 
 __all__ = [
     "Space",
     "Backend",
     "BytesReader",
     "Features",
-    "MemoryResumeStore",
     "ObjectInfo",
     "Ownership",
-    "PartState",
     "Progress",
     "RangeReader",
     "ResumeStore",
     "SmallFile",
-    "UploadState",
     "Verification",
     "WriteBatch",
+    "WriteRequest",
     "check_prefix",
     "check_relpath",
     "copies_server_side",
@@ -135,27 +134,6 @@ class RangeReader(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class PartState:
-    """A multipart part the store acknowledged."""
-
-    part_number: int
-    size: int
-    etag: str
-    checksum: str  # CRC64NVME of the part, base64
-
-
-@dataclass(frozen=True)
-class UploadState:
-    """A multipart upload in progress, persisted so a restart can resume it."""
-
-    upload_id: str
-    key: str
-    part_size: int
-    size: int
-    parts: tuple[PartState, ...] = ()
-
-
 class ResumeStore(Protocol):
     """Where multipart state survives a restart (the pipeline keeps it in the catalog)."""
 
@@ -176,31 +154,6 @@ class ResumeStore(Protocol):
         ...
 
 
-@dataclass
-class MemoryResumeStore:
-    """A ResumeStore in a dict: for tests and for one-shot copies."""
-
-    states: dict[str, UploadState] = field(default_factory=dict)
-
-    async def load(self, relpath: str) -> UploadState | None:
-        """The recorded state, or None."""
-        return self.states.get(relpath)
-
-    async def begin(self, relpath: str, state: UploadState) -> None:
-        """Record a new upload."""
-        self.states[relpath] = state
-
-    async def part_done(self, relpath: str, part: PartState) -> None:
-        """Record a finished part (a re-upload of the same number replaces it)."""
-        state = self.states[relpath]
-        kept = tuple(p for p in state.parts if p.part_number != part.part_number)
-        self.states[relpath] = replace(state, parts=(*kept, part))
-
-    async def clear(self, relpath: str) -> None:
-        """Forget the upload."""
-        self.states.pop(relpath, None)
-
-
 @dataclass(frozen=True)
 class SmallFile:
     """A small file's bytes, read whole, with the checksum recorded at first sight."""
@@ -209,6 +162,24 @@ class SmallFile:
     data: bytes | bytearray | memoryview
     checksum: str  # CRC64NVME expected, base64
     owner: Ownership | None = None  # recorded at first sight; None: not recorded
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """One file for ``Backend.write``: its name, its bytes and the checksum they must hash to.
+
+    ``resume``: where a multipart upload's state survives a restart (None: not kept);
+    ``progress``: called with each count of bytes written; ``owner``: the owner, group and
+    mode recorded at first sight, kept with the file (None: the store's default).
+    """
+
+    relpath: str
+    reader: RangeReader
+    expected_checksum: str  # CRC64NVME, base64
+    _: KW_ONLY
+    resume: ResumeStore | None = None
+    progress: Progress | None = None
+    owner: Ownership | None = None
 
 
 class BytesReader:
@@ -253,22 +224,13 @@ class Backend(ABC):
         """A RangeReader over the object. Raises NotFound when missing."""
 
     @abstractmethod
-    async def write(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        *,
-        expected_checksum: str,
-        resume: ResumeStore | None = None,
-        progress: Progress | None = None,
-        owner: Ownership | None = None,
-    ) -> ObjectInfo:
-        """Store ``reader.size`` bytes from ``reader`` under ``relpath``, verified.
+    async def write(self, request: WriteRequest) -> ObjectInfo:
+        """Store ``request.reader.size`` bytes from its reader under ``request.relpath``, verified.
 
-        ``owner``: the owner, group and mode recorded at first sight, kept with the object
-        (None: the store's default). Nothing partial is ever visible under the final name.
-        Raises IntegrityError (leaving nothing under the final name) when the bytes read or
-        stored do not hash to ``expected_checksum``.
+        The request's ``owner`` is kept with the object (None: the store's default). Nothing
+        partial is ever visible under the final name. Raises IntegrityError (leaving nothing
+        under the final name) when the bytes read or stored do not hash to
+        ``request.expected_checksum``.
         """
 
     @abstractmethod
@@ -419,25 +381,9 @@ class WriteBatch:
         """Whether ``relpath`` is staged, awaiting a ``commit`` (or one still under way)."""
         return False
 
-    async def write(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        *,
-        expected_checksum: str,
-        resume: ResumeStore | None = None,
-        progress: Progress | None = None,
-        owner: Ownership | None = None,
-    ) -> ObjectInfo:
-        """Write (or stage) the file, verified, with ``owner``; raises like ``Backend.write``."""
-        return await self.backend.write(
-            relpath,
-            reader,
-            expected_checksum=expected_checksum,
-            resume=resume,
-            progress=progress,
-            owner=owner,
-        )
+    async def write(self, request: WriteRequest) -> ObjectInfo:
+        """Write (or stage) the file, verified, with its owner; raises like ``Backend.write``."""
+        return await self.backend.write(request)
 
     async def write_whole(self, files: Sequence[SmallFile]) -> Sequence[ObjectInfo | TierdError]:
         """``write`` each small file (or stage it), in order; a file that failed is its error.
@@ -449,7 +395,7 @@ class WriteBatch:
         for file in files:
             try:
                 info = await self.write(
-                    file.relpath, BytesReader(file.data), expected_checksum=file.checksum, owner=file.owner
+                    WriteRequest(file.relpath, BytesReader(file.data), file.checksum, owner=file.owner)
                 )
             except TierdError as exc:
                 results.append(exc)
@@ -495,12 +441,9 @@ async def copy_object(
     reader = await src.open_reader(src_relpath)
     try:
         return await dst.write(
-            dst_relpath,
-            reader,
-            expected_checksum=expected_checksum,
-            resume=resume,
-            progress=progress,
-            owner=owner,
+            WriteRequest(
+                dst_relpath, reader, expected_checksum, resume=resume, progress=progress, owner=owner
+            )
         )
     finally:
         await asyncio.shield(reader.close())

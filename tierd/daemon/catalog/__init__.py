@@ -11,12 +11,16 @@ takes the caller's ``Session`` (and, where it changes a row, the loaded row).
 - ``dialect``     every SQLite/PostgreSQL difference: SKIP LOCKED, ON CONFLICT, advisory locks
 - ``checkpoints`` runs, checkpoints and files: record, look up, list (the API's queries)
 - ``replicas``    a checkpoint's copy on each tier: add, find, mark copying/verified/failed/deleted
+- ``parts``       a step's parts (one per node), what the step expects, when it is complete
+- ``part_replicas`` each part's copy on each tier, and the step's replica they settle
 - ``jobs``        copy jobs and their leases: enqueue, claim (SKIP LOCKED), renew, release, requeue, end
 - ``progress``    a running hop's progress: files finished (``job_files_done``), bytes copied
 - ``uploads``     S3 multipart uploads in flight and their parts (resume, janitor)
-- ``replication`` the scheduler's reads (checkpoints with a hop to plan) and its cross-daemon lock
+- ``scheduling``  the scheduler's reads (checkpoints with a hop to plan) and its cross-daemon lock
 - ``protection``  pins, legal holds and metrics of one checkpoint, each with its audit event
-- ``deletions``   two-phase deletion of replicas: schedule (batched), undelete, claim, finish
+- ``replica_deletions`` two-phase deletion of replicas: schedule (batched), undelete, claim, finish
+- ``part_deletions`` each node deleting its own part of a step that spans nodes
+- ``mismatches``  a replica whose bytes a re-check found bad: failed, audited, copied again
 - ``retention``   what a retention pass reads (one query per table) and its change marker
 - ``audit``       the append-only audit log: append, list
 - ``stats``       totals for the metrics scrape: replicas by tier and state, verified bytes

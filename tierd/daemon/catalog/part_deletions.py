@@ -24,9 +24,9 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.audit import append_event
-from tierd.daemon.catalog.deletions import DueDeletion, finish_deletion, refuse_deletion
 from tierd.daemon.catalog.models import File, Part, PartReplica, Replica, ReplicaState
-from tierd.daemon.catalog.parts import lock_replica, parts_gone_from
+from tierd.daemon.catalog.part_replicas import lock_replica, parts_gone_from
+from tierd.daemon.catalog.replica_deletions import DueDeletion, finish_deletion, refuse_deletion
 
 __all__ = [
     "abandon_part_deletion",

@@ -40,7 +40,8 @@ from tierd.daemon.catalog.models import (
     Run,
 )
 from tierd.daemon.catalog.ownership import RecordedDirectory, directories_of
-from tierd.daemon.catalog.parts import find_part, set_part_copies
+from tierd.daemon.catalog.part_replicas import set_part_copies
+from tierd.daemon.catalog.parts import find_part
 from tierd.daemon.catalog.progress import files_done, record_files_done
 from tierd.daemon.catalog.replicas import first_tier_replica, mark_replica_verified
 from tierd.errors import Conflict, NotFound

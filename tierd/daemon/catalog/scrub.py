@@ -18,9 +18,9 @@ from sqlalchemy import ColumnElement, Select, func, select, update
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.checkpoints import get_checkpoint
-from tierd.daemon.catalog.deletions import checkpoint_files
 from tierd.daemon.catalog.models import Checkpoint, CheckpointState, Part, PartReplica, Replica, ReplicaState
 from tierd.daemon.catalog.part_deletions import part_files
+from tierd.daemon.catalog.replica_deletions import checkpoint_files
 
 __all__ = [
     "ScrubCandidate",

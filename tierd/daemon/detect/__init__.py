@@ -1,13 +1,16 @@
 """Detect completed checkpoint steps in watched directories.
 
 Data flow: ``service`` (watchdog events, reconcile scans) -> ``scan`` (which entries
-are checkpoints, per the ``registry`` of format detectors) -> ``record`` (``hostile``
-refuses a tree holding symlinks, FIFOs, devices, hard links or names tierd cannot carry;
-hash, then one catalog transaction) -> ``changes`` (files that change after they were
-recorded). ``notify`` is the HTTP path a training job uses to skip the wait.
+are checkpoints, per the ``registry`` of the detectors in ``formats/``) -> ``record``
+(``hostile`` refuses a tree holding symlinks, FIFOs, devices, hard links or names tierd
+cannot carry; hash, then one catalog transaction) -> ``changes`` (files that change after
+they were recorded); ``waiting`` looks again at steps the catalog holds as waiting.
+``notify`` is the HTTP path a training job uses to skip the wait. A detector implements
+``detector.Detector`` and reads the tree through ``tree`` (directory descriptors, no
+symlink followed).
 """
 
-from tierd.daemon.detect.layout import Candidate, Detector, FileStat, Settings, Verdict
+from tierd.daemon.detect.detector import Candidate, Detector, FileStat, Settings, Verdict
 from tierd.daemon.detect.registry import AUTO_ORDER, BY_NAME, detectors_for
 from tierd.daemon.detect.scan import Found, RootSpec, detect_path, scan_chain, scan_root
 

@@ -40,9 +40,14 @@ from tierd.daemon.catalog.checkpoints import (
 )
 from tierd.daemon.catalog.db import Database, Session
 from tierd.daemon.catalog.models import CheckpointState, File, Replica, ReplicaState
-from tierd.daemon.catalog.parts import mark_part_deleted, mark_part_unverified, part_replica, parts_gone_from
+from tierd.daemon.catalog.part_replicas import (
+    mark_part_deleted,
+    mark_part_unverified,
+    part_replica,
+    parts_gone_from,
+)
 from tierd.daemon.catalog.replicas import first_tier_replica, mark_replica_deleted, mark_replica_failed
-from tierd.daemon.detect.layout import exists, is_dir, stat_files, walk_files
+from tierd.daemon.detect.tree import exists, is_dir, stat_files, walk_files
 from tierd.daemon.detect.unreadable import Unreadable
 from tierd.logs import get_logger
 

@@ -2,7 +2,7 @@
 
 tierd usually runs as root and tier 0 is written by training jobs, so a checkpoint's tree
 is untrusted. Before any of its files is opened, the whole tree is listed (``lstat``
-only, through directory descriptors from the tier-0 root, no symlink followed: ``layout``)
+only, through directory descriptors from the tier-0 root, no symlink followed: ``tree``)
 and the checkpoint is refused (``Refused``: nothing recorded, an
 audit event ``refused`` says why) when it holds:
 
@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from tierd.daemon.beneath import Root
-from tierd.daemon.detect.layout import FileStat, lstat_path, walk_tree
+from tierd.daemon.detect.detector import FileStat
+from tierd.daemon.detect.tree import lstat_path, walk_tree
 from tierd.errors import Refused
 
 __all__ = ["MAX_LISTED", "Offence", "check_checkpoint", "find_offences", "name_problem", "printable"]

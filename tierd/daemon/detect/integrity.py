@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tierd.daemon.beneath import Root
-from tierd.daemon.detect.layout import FileStat
+from tierd.daemon.detect.detector import FileStat
 from tierd.daemon.nofollow import Opener, open_regular
 
 __all__ = [

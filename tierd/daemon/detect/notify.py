@@ -22,12 +22,13 @@ from tierd.daemon.catalog.checkpoints import checkpoint_state, step_id_and_state
 from tierd.daemon.catalog.models import CheckpointState
 from tierd.daemon.catalog.parts import Expectation
 from tierd.daemon.context import Context
+from tierd.daemon.detect.detector import Settings, Verdict, incomplete
 from tierd.daemon.detect.hostile import check_checkpoint, printable
-from tierd.daemon.detect.layout import Settings, Verdict, incomplete, is_dir, stat_file, walk_files
 from tierd.daemon.detect.parts import inspect_part, part_verdict
 from tierd.daemon.detect.record import Outcome, record_checkpoint, write_refused, write_waiting
 from tierd.daemon.detect.registry import detectors_for
 from tierd.daemon.detect.scan import RootSpec, detect_path
+from tierd.daemon.detect.tree import is_dir, stat_file, walk_files
 from tierd.daemon.detect.unreadable import describe
 from tierd.errors import NotifyRejected, Refused, Unstable
 from tierd.logs import get_logger

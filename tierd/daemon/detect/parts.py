@@ -15,22 +15,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tierd.daemon.beneath import Root
-from tierd.daemon.detect.layout import (
+from tierd.daemon.catalog.parts import Expectation
+from tierd.daemon.detect.detector import (
     Candidate,
     Detector,
     FileStat,
     Settings,
     Verdict,
     incomplete,
-    is_dir,
     is_temp_name,
-    stat_file,
-    stat_files,
-    walk_files,
 )
+from tierd.daemon.detect.tree import is_dir, stat_file, stat_files, walk_files
 from tierd.daemon.detect.unreadable import describe
 
-__all__ = ["inspect_part", "late_files_verdict", "part_verdict"]
+__all__ = ["inspect_part", "late_files_verdict", "nodes_expected", "part_verdict"]
 
 
 def part_verdict(
@@ -93,3 +91,8 @@ def late_files_verdict(
         return incomplete("a late file is still being written", settings.settle_seconds - age + 0.05)
     reason = f"{len(files)} file(s) the step expects, written here after this node's part was recorded"
     return Verdict(False, reason, files, partial=True)
+
+
+def nodes_expected(settings: Settings) -> Expectation | None:
+    """The watch's ``nodes: N`` as an expectation (None for a single node)."""
+    return Expectation(nodes=settings.nodes, source="config") if settings.nodes > 1 else None

@@ -26,7 +26,7 @@ from pathlib import Path
 from tierd.config import Config
 from tierd.daemon.catalog.checkpoints import find_checkpoint
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.deletions import mark_recheck_failed
+from tierd.daemon.catalog.mismatches import mark_recheck_failed
 from tierd.daemon.catalog.models import ReplicaState
 from tierd.daemon.catalog.replicas import first_tier_replica
 from tierd.daemon.detect.changes import Change, Recorded, apply_change, load_recorded

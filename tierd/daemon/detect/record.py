@@ -52,8 +52,8 @@ from tierd.daemon.catalog.parts import (
 )
 from tierd.daemon.catalog.recording import Claimed, claim_recording
 from tierd.daemon.context import Context
+from tierd.daemon.detect.detector import FileStat, Verdict
 from tierd.daemon.detect.hostile import check_checkpoint, printable
-from tierd.daemon.detect.layout import FileStat, Verdict
 from tierd.daemon.detect.owners import DirectoryStat, stat_directories
 from tierd.daemon.nofollow import open_regular
 from tierd.errors import CatalogConflict, Refused, Unstable
@@ -422,19 +422,10 @@ async def record_checkpoint(
     tier0 = ctx.config.tier0.path.resolve()
     await blocking(check_checkpoint, tier0, relpath, verdict.files)
     if ctx.config.tier0.shared:  # every daemon sees this step: one of them records it
-        claimed, checkpoint_id = await blocking(
-            claim_recording, ctx.db, run=run, step=step, relpath=relpath, fmt=fmt, node=ctx.config.node
-        )
-        if claimed is Claimed.DONE:
-            return Outcome.EXISTING, checkpoint_id
-        if claimed is Claimed.BUSY:
-            raise Unstable("another daemon is recording this step")
-    hashed = await hash_stable(verdict.files, tier0)
-    directories = await _directories(tier0, hashed)
-    if recheck is not None:
-        again = await blocking(recheck)
-        if again.complete != verdict.complete or set(again.files) != set(verdict.files):
-            raise Unstable("the checkpoint changed while it was hashed")
+        recorded = await _claim(ctx, run=run, step=step, relpath=relpath, fmt=fmt)
+        if recorded is not None:
+            return Outcome.EXISTING, recorded
+    hashed, directories = await _hash_unchanged(verdict, tier0, recheck)
     det = Detection(
         run,
         step,
@@ -448,22 +439,52 @@ async def record_checkpoint(
         dict(detail or {}),
         directories,
     )
-    expectation = _merged(verdict, expect)
-    outcome, checkpoint_id = await blocking(
-        functools.partial(
-            write_complete,
-            ctx.db,
-            ctx.config,
-            det,
-            whole=verdict.complete,
-            marked=verdict.vouched,
-            expect=expectation,
-        )
+    return await _write(ctx, det, verdict, expect)
+
+
+async def _write(
+    ctx: Context, det: Detection, verdict: Verdict, expect: Expectation | None
+) -> tuple[Outcome, int]:
+    """Record the hashed detection (``write_complete``); a new checkpoint wakes the pipeline."""
+    write = functools.partial(
+        write_complete,
+        ctx.db,
+        ctx.config,
+        det,
+        whole=verdict.complete,
+        marked=verdict.vouched,
+        expect=_merged(verdict, expect),
     )
+    outcome, checkpoint_id = await blocking(write)
     if outcome not in (Outcome.EXISTING, Outcome.PART):
-        ctx.metrics.detected.labels(fmt).inc()
+        ctx.metrics.detected.labels(det.format).inc()
         ctx.wake_pipeline(checkpoint_id)
     return outcome, checkpoint_id
+
+
+async def _claim(ctx: Context, *, run: str, step: int, relpath: str, fmt: str) -> int | None:
+    """Claim a step's recording on a shared tier 0: its id if recorded; Unstable while another records it."""
+    claimed, checkpoint_id = await blocking(
+        claim_recording, ctx.db, run=run, step=step, relpath=relpath, fmt=fmt, node=ctx.config.node
+    )
+    if claimed is Claimed.DONE:
+        return checkpoint_id
+    if claimed is Claimed.BUSY:
+        raise Unstable("another daemon is recording this step")
+    return None
+
+
+async def _hash_unchanged(
+    verdict: Verdict, tier0: Path, recheck: Callable[[], Verdict] | None
+) -> tuple[tuple[HashedFile, ...], tuple[DirectoryStat, ...]]:
+    """The verdict's files hashed and their directories; Unstable if ``recheck`` then disagrees."""
+    hashed = await hash_stable(verdict.files, tier0)
+    directories = await _directories(tier0, hashed)
+    if recheck is not None:
+        again = await blocking(recheck)
+        if again.complete != verdict.complete or set(again.files) != set(verdict.files):
+            raise Unstable("the checkpoint changed while it was hashed")
+    return hashed, directories
 
 
 async def _directories(tier0: Path, files: tuple[HashedFile, ...]) -> tuple[DirectoryStat, ...]:

@@ -18,16 +18,16 @@ entry is looked at again. Outer layouts therefore come before the layouts they w
 
 from __future__ import annotations
 
-from tierd.daemon.detect.dcp import DcpDetector
-from tierd.daemon.detect.deepspeed import DeepSpeedDetector
-from tierd.daemon.detect.hf import HfDetector
-from tierd.daemon.detect.layout import Detector
-from tierd.daemon.detect.marker import MarkerDetector
-from tierd.daemon.detect.megatron import MegatronDetector
-from tierd.daemon.detect.nemo import NemoDetector
-from tierd.daemon.detect.nvrx import NvrxDetector
-from tierd.daemon.detect.orbax import OrbaxDetector
-from tierd.daemon.detect.torch_save import TorchSaveDetector
+from tierd.daemon.detect.detector import Detector
+from tierd.daemon.detect.formats.dcp import DcpDetector
+from tierd.daemon.detect.formats.deepspeed import DeepSpeedDetector
+from tierd.daemon.detect.formats.hf import HfDetector
+from tierd.daemon.detect.formats.marker import MarkerDetector
+from tierd.daemon.detect.formats.megatron import MegatronDetector
+from tierd.daemon.detect.formats.nemo import NemoDetector
+from tierd.daemon.detect.formats.nvrx import NvrxDetector
+from tierd.daemon.detect.formats.orbax import OrbaxDetector
+from tierd.daemon.detect.formats.torch_save import TorchSaveDetector
 
 __all__ = ["AUTO_ORDER", "BY_NAME", "detectors_for"]
 

@@ -18,17 +18,9 @@ from typing import Protocol
 
 from tierd.config import WatchConfig
 from tierd.daemon.beneath import Root
-from tierd.daemon.detect.layout import (
-    Candidate,
-    Detector,
-    Entry,
-    Listing,
-    Settings,
-    Verdict,
-    incomplete,
-    list_dir,
-)
+from tierd.daemon.detect.detector import Candidate, Detector, Entry, Listing, Settings, Verdict, incomplete
 from tierd.daemon.detect.registry import detectors_for
+from tierd.daemon.detect.tree import list_dir
 from tierd.daemon.detect.unreadable import Unreadable, describe
 from tierd.logs import get_logger
 

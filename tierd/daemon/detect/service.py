@@ -6,7 +6,8 @@ then ``scan_chain`` runs on the I/O pool and each complete candidate is hashed a
 recorded. A reconcile scan runs in the background at start-up and every
 ``reconcile_interval_seconds``: it finds what events missed (steps written while the
 daemon was down, inotify overflow, network file systems without events), notices
-recorded checkpoints whose files changed, and completes waiting (notified) steps.
+recorded checkpoints whose files changed, and sweeps the waiting steps (``waiting``: notified
+steps and parts of steps that span nodes, also swept every ``WAITING_POLL_SECONDS``).
 
 While the catalog fails (``CatalogOutage``: one error line when it goes, one info line when
 it is back) the observer keeps running: directories with a complete step are set aside
@@ -36,7 +37,6 @@ import contextlib
 import functools
 import os
 from collections.abc import Callable, Coroutine
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,18 +45,16 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
 from tierd.daemon.aio import blocking
-from tierd.daemon.beneath import Root
-from tierd.daemon.catalog.parts import Expectation, complete_parts, lacking_files
 from tierd.daemon.context import Context
 from tierd.daemon.detect.changes import apply_change, compare, load_recorded
+from tierd.daemon.detect.detector import Verdict
 from tierd.daemon.detect.hostile import printable
-from tierd.daemon.detect.known import KnownSteps, Waiting, load_growing, load_known, load_waiting
-from tierd.daemon.detect.layout import Settings, Verdict, exists, incomplete
-from tierd.daemon.detect.parts import inspect_part, late_files_verdict, part_verdict
+from tierd.daemon.detect.known import KnownSteps, load_known
+from tierd.daemon.detect.parts import inspect_part, nodes_expected, part_verdict
 from tierd.daemon.detect.record import Outcome, record_checkpoint, write_refused
-from tierd.daemon.detect.registry import BY_NAME, detectors_for
 from tierd.daemon.detect.removals import Removals
-from tierd.daemon.detect.scan import Found, RootSpec, detect_path, scan_chain, scan_root
+from tierd.daemon.detect.scan import Found, RootSpec, scan_chain, scan_root
+from tierd.daemon.detect.waiting import WAITING_POLL_SECONDS, WaitingSweep
 from tierd.daemon.outage import CatalogOutage
 from tierd.daemon.service import InFlight
 from tierd.daemon.transfer.retry import Backoff
@@ -71,15 +69,6 @@ log = get_logger(__name__)
 DEBOUNCE_SECONDS = 0.01
 #: When to look again at a checkpoint whose files moved while they were hashed.
 RETRY_SECONDS = 1.0
-#: How often waiting (notified) steps are looked at again.
-WAITING_POLL_SECONDS = 2.0
-#: One waiting sweep in this many (a minute) also looks for expected files written after a part
-#: was recorded: a rare late rank, checked rarely, so a fleet's backlog of waiting steps does not
-#: multiply the catalog's reads.
-GROW_EVERY = 30
-#: A step whose parts are all in is completed by the waiting sweep once none came for this long:
-#: its last recorder died before completing it (a live one does so at once).
-LATE = timedelta(seconds=30)
 #: Between retries of held steps while the catalog answers pings but refuses writes.
 HELD_RETRY = Backoff(base=5.0, cap=60.0)
 #: Refused checkpoints remembered (so each refusal is audited once, not at every scan).
@@ -118,7 +107,6 @@ class DetectService:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.roots = [RootSpec.of(w, ctx.config.tier0.path) for w in ctx.config.watch]
-        self.tier0 = Root(ctx.config.tier0.path.resolve())  # waiting steps are reached from it
         self.known = KnownSteps()
         self.inflight = InFlight(self.name)
         self.reconciled = asyncio.Event()
@@ -132,7 +120,7 @@ class DetectService:
         self._deferrals: dict[str, str] = {}  # relpath -> reason of the deferral logged last
         self._retries: dict[DirKey, asyncio.TimerHandle] = {}  # deferred directories' timers
         self.removals = Removals(ctx, self.inflight, lambda: self.known, self._compare_failed)
-        self._sweeps = 0
+        self.waiting = WaitingSweep(ctx, self.roots, self)
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
         self.outage = CatalogOutage(self.name)
@@ -252,10 +240,11 @@ class DetectService:
 
     def _defer(self, index: int, found: Found, reason: str, delay: float) -> None:
         """Look at ``found`` again in ``delay`` seconds; log why, once per path and reason."""
-        self._log_deferral(found.relpath, reason, delay)
+        self.log_deferral(found.relpath, reason, delay)
         self._retry(index, found.candidate.path.parent, delay)
 
-    def _log_deferral(self, relpath: str, reason: str, delay: float) -> None:
+    def log_deferral(self, relpath: str, reason: str, delay: float) -> None:
+        """Log why ``relpath`` is looked at again later, once per path and reason."""
         if self._deferrals.get(relpath) == reason:
             return
         log.info("checkpoint_deferred", path=printable(relpath), reason=reason, again_in=round(delay, 2))
@@ -279,19 +268,28 @@ class DetectService:
         self._retries.pop(key, None)
         self._schedule(key, 0.0)
 
+    async def _to_record(self, index: int, found: Found) -> tuple[Verdict, Callable[[], Verdict]] | None:
+        """(verdict, recheck) to record: the whole checkpoint, or this node's part; None: not yet."""
+        settings = self.roots[index].settings
+        detector, candidate, verdict = found.detector, found.candidate, found.verdict
+        if verdict.complete:
+            return verdict, functools.partial(detector.inspect, candidate, settings)
+        # this node's part of a step that spans nodes
+        verdict = await blocking(part_verdict, candidate.path, candidate.root, verdict, settings)
+        if not verdict.partial:
+            if verdict.retry_after is not None:
+                self._defer(index, found, verdict.reason, verdict.retry_after)
+            return None
+        return verdict, functools.partial(inspect_part, detector, candidate, settings)
+
     async def _record(self, index: int, found: Found) -> None:
         spec = self.roots[index]
         detector, candidate = found.detector, found.candidate
         try:
-            verdict = found.verdict
-            recheck = functools.partial(detector.inspect, candidate, spec.settings)
-            if not verdict.complete:  # this node's part of a step that spans nodes
-                verdict = await blocking(part_verdict, candidate.path, candidate.root, verdict, spec.settings)
-                recheck = functools.partial(inspect_part, detector, candidate, spec.settings)
-                if not verdict.partial:
-                    if verdict.retry_after is not None:
-                        self._defer(index, found, verdict.reason, verdict.retry_after)
-                    return
+            chosen = await self._to_record(index, found)
+            if chosen is None:
+                return
+            verdict, recheck = chosen
             outcome, checkpoint_id = await record_checkpoint(
                 self.ctx,
                 verdict,
@@ -302,7 +300,7 @@ class DetectService:
                 actor=f"detector:{detector.name}",
                 action="detected",
                 recheck=recheck,
-                expect=_nodes_expected(spec.settings),
+                expect=nodes_expected(spec.settings),
             )
         except Unstable as exc:
             self._defer(index, found, str(exc), RETRY_SECONDS)
@@ -311,7 +309,7 @@ class DetectService:
             self._catalog_failed(exc, "record", (index, candidate.path.parent))
             return
         except Refused as exc:
-            await self._refused(exc, found.run, found.step, detector.name, found.relpath)
+            await self.refused(exc, found.run, found.step, detector.name, found.relpath)
             return
         except (TierdError, OSError) as exc:
             log.warning("checkpoint_record_failed", path=found.relpath, error=str(exc))
@@ -319,8 +317,7 @@ class DetectService:
             return
         finally:
             self._recording.discard(candidate.key)
-        self.known.add(found.run, found.step, found.relpath, detector.name)
-        self._deferrals.pop(found.relpath, None)
+        self.mark_recorded(found.run, found.step, found.relpath, detector.name)
         self.outage.succeeded()
         if outcome is not Outcome.EXISTING:
             log.info(
@@ -334,7 +331,12 @@ class DetectService:
                 outcome=outcome.value,
             )
 
-    async def _refused(
+    def mark_recorded(self, run: str, step: int, relpath: str, fmt: str) -> None:
+        """``relpath`` is recorded: scans skip it, and its deferral is forgotten."""
+        self.known.add(run, step, relpath, fmt)
+        self._deferrals.pop(relpath, None)
+
+    async def refused(
         self, exc: Refused, run: str, step: int, fmt: str, relpath: str, checkpoint_id: int | None = None
     ) -> None:
         """Warn and audit a refusal once per checkpoint and reason (it is looked at again on every scan)."""
@@ -371,7 +373,7 @@ class DetectService:
             if work:
                 await asyncio.gather(*work)
         await self.check_changes()
-        await self.sweep_waiting()
+        await self.waiting.sweep()
 
     async def _reconcile_loop(self) -> None:
         interval = self.ctx.config.reconcile_interval_seconds
@@ -442,144 +444,8 @@ class DetectService:
             if self._hold:  # the recovery task sweeps once the catalog is back
                 continue
             try:
-                await self.sweep_waiting()
+                await self.waiting.sweep()
             except CatalogError as exc:
                 self._catalog_failed(exc, "waiting")
             except Exception:
                 log.exception("waiting_sweep_failed")
-
-    async def sweep_waiting(self) -> None:
-        """Record each waiting (notified) step whose detector now agrees it is complete.
-
-        Every ``GROW_EVERY`` sweeps (the first included), also grow this node's recorded parts
-        by the expected files that appeared here since (``grow_parts``).
-        """
-        for waiting in await blocking(load_waiting, self.ctx.db, self.ctx.config.node):
-            await self._complete_waiting(waiting)
-        if self._sweeps % GROW_EVERY == 0:
-            await self.grow_parts()
-        self._sweeps += 1
-
-    async def grow_parts(self) -> None:
-        """Add to this node's parts of waiting steps the expected files written here since.
-
-        A rank that wrote its file after its node's part was recorded (its files had looked
-        settled) would otherwise leave the step waiting for a file the node holds. A step
-        lacking nothing is completed: its last recorder died before it could.
-        """
-        tier0 = self.ctx.config.tier0.path.resolve()
-        for waiting in await blocking(load_growing, self.ctx.db, self.ctx.config.node):
-            lacking = await blocking(self._lacking, waiting.id)
-            if lacking:
-                await self._grow(waiting, tier0 / waiting.relpath, lacking)
-            elif await blocking(self._complete, waiting, str(tier0 / waiting.relpath)):
-                log.warning("step_completed_late", id=waiting.id, run=waiting.run, step=waiting.step)
-                self.ctx.wake_pipeline(waiting.id)
-
-    def _complete(self, waiting: Waiting, location: str) -> bool:
-        tiers = [t.name for t in self.ctx.config.tiers]
-        return complete_parts(self.ctx.db, waiting.id, tiers, location, actor="detector", quiet_for=LATE)
-
-    def _lacking(self, checkpoint_id: int) -> list[str]:
-        with self.ctx.db.read_session() as session:
-            return lacking_files(session, checkpoint_id)
-
-    async def _grow(self, waiting: Waiting, path: Path, lacking: list[str]) -> None:
-        settings = self._settings_for(path)
-        recheck = functools.partial(late_files_verdict, path, self.tier0, lacking, settings)
-        verdict = await blocking(recheck)
-        if not verdict.partial:
-            return  # not here, or still being written: a later sweep looks again
-        name = waiting.format if waiting.format in BY_NAME else "unknown"
-        try:
-            outcome, _ = await record_checkpoint(
-                self.ctx,
-                verdict,
-                run=waiting.run,
-                step=waiting.step,
-                fmt=name,
-                relpath=waiting.relpath,
-                actor=f"detector:{name}",
-                action="part_grown",
-                recheck=recheck,
-            )
-        except CatalogError:
-            raise
-        except (TierdError, OSError) as exc:
-            log.info("part_not_grown", path=waiting.relpath, reason=str(exc))
-            return
-        log.info("part_grown", id=waiting.id, files=len(verdict.files), outcome=outcome.value)
-
-    def _settings_for(self, path: Path) -> Settings:
-        """The settings of the watch whose root holds ``path`` (the defaults outside every root)."""
-        spec = next((s for s in self.roots if path.is_relative_to(s.path)), None)
-        return spec.settings if spec is not None else Settings()
-
-    async def _complete_waiting(self, waiting: Waiting) -> None:
-        path = self.ctx.config.tier0.path.resolve() / waiting.relpath
-        settings = self._settings_for(path)
-        found = await self._waiting_verdict(waiting, path, settings)
-        if found is None:
-            return
-        name, verdict, recheck = found
-        try:
-            outcome, _ = await record_checkpoint(
-                self.ctx,
-                verdict,
-                run=waiting.run,
-                step=waiting.step,
-                fmt=name,
-                relpath=waiting.relpath,
-                actor=f"detector:{name}",
-                action="detected",
-                recheck=recheck,
-                expect=_nodes_expected(settings),
-            )
-        except CatalogError:
-            raise
-        except Refused as exc:
-            await self._refused(exc, waiting.run, waiting.step, name, waiting.relpath, waiting.id)
-            return
-        except (TierdError, OSError) as exc:
-            log.info("waiting_not_recorded", path=waiting.relpath, reason=str(exc))
-            return
-        self.known.add(waiting.run, waiting.step, waiting.relpath, name)
-        self._deferrals.pop(waiting.relpath, None)
-        log.info(
-            "waiting_completed", id=waiting.id, run=waiting.run, step=waiting.step, outcome=outcome.value
-        )
-
-    async def _waiting_verdict(
-        self, waiting: Waiting, path: Path, settings: Settings
-    ) -> tuple[str, Verdict, Callable[[], Verdict]] | None:
-        """(format, verdict, recheck) to record for a waiting step: the whole, or this node's part."""
-        fmt = waiting.format if waiting.format in BY_NAME else "auto"
-        result = await blocking(
-            detect_path, path, self.tier0, detectors_for(fmt, settings.marker), settings, waiting.step
-        )
-        spans = waiting.spans or settings.nodes > 1
-        if result is None or result[1] is None:
-            # No detector sees a checkpoint here (no marker on this node): the files are a part.
-            if not spans or waiting.unmarked or not await blocking(exists, path, self.tier0):
-                return None
-            name = waiting.format if waiting.format in BY_NAME else "unknown"
-            unmarked = incomplete("no marker on this node")
-            recheck = functools.partial(part_verdict, path, self.tier0, unmarked, settings)
-            verdict = await blocking(recheck)
-            return (name, verdict, recheck) if verdict.partial else None
-        detector, candidate, verdict = result
-        assert candidate is not None
-        if verdict.retry_after is not None:  # the sweep looks again within WAITING_POLL_SECONDS
-            self._log_deferral(waiting.relpath, verdict.reason, verdict.retry_after)
-        if verdict.complete:
-            return detector.name, verdict, functools.partial(detector.inspect, candidate, settings)
-        if not spans or (waiting.unmarked and not verdict.vouched):  # an unmarked part waits for its marker
-            return None
-        verdict = await blocking(part_verdict, candidate.path, candidate.root, verdict, settings)
-        recheck = functools.partial(inspect_part, detector, candidate, settings)
-        return (detector.name, verdict, recheck) if verdict.partial else None
-
-
-def _nodes_expected(settings: Settings) -> Expectation | None:
-    """The watch's ``nodes: N`` as an expectation (None for a single node)."""
-    return Expectation(nodes=settings.nodes, source="config") if settings.nodes > 1 else None

@@ -28,7 +28,7 @@ from tierd.daemon.catalog.jobs import (
 )
 from tierd.daemon.catalog.models import Job, JobState, Replica, ReplicaState
 from tierd.daemon.catalog.ownership import directories_of
-from tierd.daemon.catalog.parts import (
+from tierd.daemon.catalog.part_replicas import (
     files_of_part,
     mark_part_copying,
     mark_part_failed,

@@ -9,7 +9,7 @@ are missing.
 from __future__ import annotations
 
 from tierd.daemon.aio import blocking
-from tierd.daemon.backends.base import PartState, UploadState
+from tierd.daemon.backends.uploads import PartState, UploadState
 from tierd.daemon.catalog import uploads
 from tierd.daemon.catalog.db import Database
 from tierd.logs import get_logger

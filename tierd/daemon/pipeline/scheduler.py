@@ -25,9 +25,10 @@ from tierd.daemon.catalog.db import Database, Session
 from tierd.daemon.catalog.dialect import notify_jobs
 from tierd.daemon.catalog.jobs import enqueue_copy_job
 from tierd.daemon.catalog.models import ReplicaState
-from tierd.daemon.catalog.parts import nodes_of_parts, settle_parts
+from tierd.daemon.catalog.part_replicas import settle_parts
+from tierd.daemon.catalog.parts import nodes_of_parts
 from tierd.daemon.catalog.replicas import GONE, NEEDS_COPY, add_pending_replica
-from tierd.daemon.catalog.replication import CheckpointReplicas, checkpoints_to_replicate, lock_scheduling
+from tierd.daemon.catalog.scheduling import CheckpointReplicas, checkpoints_to_replicate, lock_scheduling
 from tierd.logs import get_logger
 
 __all__ = [

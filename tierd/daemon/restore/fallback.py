@@ -1,6 +1,6 @@
 """What a restore does when a tier's copy of a file is bad: report it, and mark the replica failed.
 
-The replica goes ``failed`` (``catalog.deletions.mark_recheck_failed``, audited as
+The replica goes ``failed`` (``catalog.mismatches.mark_recheck_failed``, audited as
 ``reverify_failed``), once per tier, so the pipeline copies it again from a good tier, and
 the restore's ``fallbacks`` lists each file taken from another tier, and why.
 """
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tierd.daemon.aio import blocking
-from tierd.daemon.catalog import deletions
+from tierd.daemon.catalog import mismatches
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.transfer.spec import FileSpec
 from tierd.errors import CatalogError, TierdError
@@ -55,7 +55,7 @@ class Fallbacks:
 
     def _mark_failed(self, tier: str, error: str) -> None:
         with self.db.session() as session:
-            deletions.mark_recheck_failed(
+            mismatches.mark_recheck_failed(
                 session,
                 self.checkpoint_id,
                 tier,

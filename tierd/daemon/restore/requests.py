@@ -17,7 +17,7 @@ from tierd.daemon.catalog.db import Database, Session
 from tierd.daemon.catalog.models import ReplicaState
 from tierd.daemon.catalog.replicas import replicas_by_tier
 from tierd.daemon.restore.cleanup import remove_restored
-from tierd.daemon.restore.layout import layout_of, roots_of
+from tierd.daemon.restore.destination import layout_of, roots_of
 from tierd.daemon.restore.paths import anchored, check_target, is_fresh
 from tierd.errors import Conflict, RestoreRefused
 

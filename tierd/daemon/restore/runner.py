@@ -9,8 +9,7 @@ durable. A file whose copy on the source is bad is taken from the next tier with
 verified replica (``copier.FallbackCopier``), and the bad replica is marked failed for the
 pipeline to copy again. A heartbeat saves progress and renews the lease. Each file and
 directory gets the owner, group and mode recorded at first sight, or, when the request names
-an ``owner``, that owner and group with the recorded modes (``restored_owner``,
-``owners_of_directories``).
+an ``owner``, that owner and group with the recorded modes (``restore.owners``).
 
 Ends: ``done`` (with ``to: tier0`` and every file restored, the tier-0 replica is verified
 again); ``failed`` or ``cancelled`` (what the restore wrote is removed); ``released`` at
@@ -27,20 +26,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tierd.config import Config, PosixTier
+from tierd.config import Config, PosixTier, TierConfig
 from tierd.daemon.aio import blocking
-from tierd.daemon.backends.base import Backend, Ownership, WriteBatch, recorded_owner
+from tierd.daemon.backends.base import Backend, WriteBatch
 from tierd.daemon.backends.budget import ByteBudget
 from tierd.daemon.backends.posix.backend import PosixBackend
 from tierd.daemon.backends.posix.errors import os_errors
+from tierd.daemon.beneath import Root
 from tierd.daemon.catalog import restores
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.restores import RestoreClaim, RestoreFile, RestorePlan
+from tierd.daemon.catalog.restores import RestoreClaim, RestorePlan
 from tierd.daemon.markers import split_markers
 from tierd.daemon.restore.cleanup import remove_restored, remove_temps
 from tierd.daemon.restore.copier import FallbackCopier
+from tierd.daemon.restore.destination import Layout, layout_of, roots_of
 from tierd.daemon.restore.fallback import Fallbacks
-from tierd.daemon.restore.layout import Layout, layout_of, roots_of
+from tierd.daemon.restore.owners import given_owner, owners_of_directories, restored_owner
 from tierd.daemon.restore.paths import check_target, is_fresh
 from tierd.daemon.restore.progress import Meter
 from tierd.daemon.restore.source import Rebased
@@ -172,38 +173,16 @@ class RestoreRunner:
         roots = roots_of(self.config, detail)
         check_target(str(layout.target), roots, overwrite=True)  # the roots may have changed since
         tree = layout.tree(roots)
-        tiers = [t for t in self.config.tiers if t.name in plan.verified_tiers]
-        if detail.get("to_tier0"):
-            tiers = [t for t in tiers if t.name != self.config.tier0.name]  # never read what is rewritten
-        wanted = detail.get("source_tier")
-        tiers.sort(key=lambda t: t.name != wanted)  # stable: the asked-for tier first, then nearest first
-        if not tiers:
-            raise RestoreRefused(
-                f"checkpoint {plan.claim.checkpoint_id} has no verified replica to restore from"
-            )
+        tiers = self._source_tiers(plan)
         self.source = tiers[0].name
         partial = self._partial(plan, layout, [t.name for t in tiers])  # before anything is written
-        dst = PosixBackend(
-            PosixTier(
-                name="restore", kind="posix", path=layout.root, concurrency=self.config.tier0.concurrency
-            ),
-            budget=self.budget,
-            tree=tree,
-        )
-        given = _given_owner(detail)
-        dst.expect_directories(owners_of_directories(plan, layout, given))
-        with os_errors("create", str(layout.root)):
-            tree.open(create_top=True).close()  # below its allowed root, never through a symlink
+        given = given_owner(detail)
+        dst = self._destination(plan, layout, tree, given)
         specs = [
             FileSpec(layout.name_of(f.relpath), f.size, f.checksum, f.mtime_ns, restored_owner(f, given))
             for f in plan.files
             if f.relpath in layout.names
         ]
-        markers, _ = split_markers(
-            plan.format, [s.relpath for s in specs], marker=self.config.marker_for(plan.path)
-        )
-        chosen = set(markers)
-        data, last = [s for s in specs if s.relpath not in chosen], [s for s in specs if s.relpath in chosen]
         self.meter.resuming = not is_fresh(tree)
         self.meter.file_ids = {
             layout.name_of(f.relpath): f.id for f in plan.files if f.relpath in layout.names
@@ -215,11 +194,49 @@ class RestoreRunner:
             dst=dst,
             sources=[Rebased(self.backends[t.name], layout.prefix) for t in tiers],
             buckets=[TokenBucket(int(t.bandwidth_limit)) if t.bandwidth_limit else None for t in tiers],
-            passes=copy_passes(data, last),
+            passes=self._passes(plan, specs),
             mtimes={s.relpath: s.mtime_ns for s in specs},
             concurrency=max(t.concurrency for t in tiers),
             partial=partial,
         )
+
+    def _source_tiers(self, plan: RestorePlan) -> list[TierConfig]:
+        """The tiers to read from: the one asked for first, then nearest first. Raises RestoreRefused."""
+        tiers = [t for t in self.config.tiers if t.name in plan.verified_tiers]
+        if self.claim.detail.get("to_tier0"):
+            tiers = [t for t in tiers if t.name != self.config.tier0.name]  # never read what is rewritten
+        wanted = self.claim.detail.get("source_tier")
+        tiers.sort(key=lambda t: t.name != wanted)  # stable: the asked-for tier first, then nearest first
+        if not tiers:
+            raise RestoreRefused(
+                f"checkpoint {plan.claim.checkpoint_id} has no verified replica to restore from"
+            )
+        return tiers
+
+    def _destination(
+        self, plan: RestorePlan, layout: Layout, tree: Root, given: tuple[int, int] | None
+    ) -> PosixBackend:
+        """The target as a POSIX backend under its allowed root, its top directory made."""
+        dst = PosixBackend(
+            PosixTier(
+                name="restore", kind="posix", path=layout.root, concurrency=self.config.tier0.concurrency
+            ),
+            budget=self.budget,
+            tree=tree,
+        )
+        dst.expect_directories(owners_of_directories(plan, layout, given))
+        with os_errors("create", str(layout.root)):
+            tree.open(create_top=True).close()  # below its allowed root, never through a symlink
+        return dst
+
+    def _passes(self, plan: RestorePlan, specs: list[FileSpec]) -> list[list[FileSpec]]:
+        """``copy_passes`` of ``specs``: the format's completion markers last."""
+        markers, _ = split_markers(
+            plan.format, [s.relpath for s in specs], marker=self.config.marker_for(plan.path)
+        )
+        chosen = set(markers)
+        data, last = [s for s in specs if s.relpath not in chosen], [s for s in specs if s.relpath in chosen]
+        return copy_passes(data, last)
 
     def _partial(self, plan: RestorePlan, layout: Layout, tiers: list[str]) -> dict[str, frozenset[str]]:
         """Tier 0's names when it holds only this node's part of the step. Raises RestoreRefused.
@@ -430,42 +447,6 @@ class RestoreRunner:
             fallbacks=len(self.fallbacks.items),
         )
         return "done"
-
-
-#: What a file (a directory) given to a requested owner gets when its mode was never recorded.
-UNRECORDED_FILE_MODE = 0o600
-UNRECORDED_DIR_MODE = 0o700
-
-
-def _given_owner(detail: Mapping[str, Any]) -> tuple[int, int] | None:
-    """The (uid, gid) the request gives the restored tree to, or None."""
-    owner = detail.get("owner")
-    return None if not owner else (int(owner["uid"]), int(owner["gid"]))
-
-
-def restored_owner(file: RestoreFile, given: tuple[int, int] | None) -> Ownership | None:
-    """A restored file's owner: as recorded, or the ``given`` owner with the recorded mode."""
-    recorded = recorded_owner(file.uid, file.gid, file.mode)
-    if given is None:
-        return recorded
-    return Ownership(*given, recorded.mode if recorded is not None else UNRECORDED_FILE_MODE)
-
-
-def owners_of_directories(
-    plan: RestorePlan, layout: Layout, given: tuple[int, int] | None
-) -> dict[str, Ownership]:
-    """Each recorded directory the restore may create, by its name under ``layout.root``, parents first.
-
-    With ``given``, every one (and the target itself, recorded or not) goes to that owner.
-    """
-    owners: dict[str, Ownership] = {}
-    if given is not None and layout.target == layout.root:
-        owners[""] = Ownership(*given, UNRECORDED_DIR_MODE)
-    for recorded in plan.directories:
-        name = layout.directory_name(recorded.relpath)
-        if name is not None:
-            owners[name] = Ownership(*(given or (recorded.uid, recorded.gid)), recorded.mode)
-    return owners
 
 
 async def _in_place(dst: Backend, spec: FileSpec) -> bool:

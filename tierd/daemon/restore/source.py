@@ -14,11 +14,9 @@ from dataclasses import replace
 from tierd.daemon.backends.base import (
     Backend,
     ObjectInfo,
-    Ownership,
-    Progress,
     RangeReader,
-    ResumeStore,
     Space,
+    WriteRequest,
 )
 from tierd.errors import TierdError
 
@@ -70,25 +68,9 @@ class Rebased(Backend):
         """The inner hint."""
         await self.inner.prefetch([self._full(r) for r in relpaths])
 
-    async def write(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        *,
-        expected_checksum: str,
-        resume: ResumeStore | None = None,
-        progress: Progress | None = None,
-        owner: Ownership | None = None,
-    ) -> ObjectInfo:
+    async def write(self, request: WriteRequest) -> ObjectInfo:
         """The inner ``write``."""
-        return await self.inner.write(
-            self._full(relpath),
-            reader,
-            expected_checksum=expected_checksum,
-            resume=resume,
-            progress=progress,
-            owner=owner,
-        )
+        return await self.inner.write(replace(request, relpath=self._full(request.relpath)))
 
     async def delete(self, relpath: str) -> None:
         """The inner ``delete``."""

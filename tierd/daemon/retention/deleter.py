@@ -33,10 +33,10 @@ from datetime import datetime
 from tierd.config import Config
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends import Backend
-from tierd.daemon.catalog import deletions, part_deletions
+from tierd.daemon.catalog import mismatches, part_deletions, replica_deletions
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.deletions import DeletionContext, DueDeletion, Origin
 from tierd.daemon.catalog.models import ReplicaState, utcnow
+from tierd.daemon.catalog.replica_deletions import DeletionContext, DueDeletion, Origin
 from tierd.daemon.markers import split_markers
 from tierd.daemon.metrics import Metrics
 from tierd.daemon.retention.state import tier_rules
@@ -113,7 +113,7 @@ class Deleter:
         A multi-part step on a node-local tier is this node's part of it, if it holds one.
         """
         with self.db.read_session() as session:
-            due = deletions.due_deletions(
+            due = replica_deletions.due_deletions(
                 session,
                 now,
                 list(self.backends) if tiers is None else tiers,
@@ -145,7 +145,7 @@ class Deleter:
 
     def _cancel(self, due: DueDeletion, refusal: str) -> None:
         with self.db.session() as session:
-            deletions.cancel_deletion(session, due.replica_id, reason=refusal, actor=ACTOR)
+            replica_deletions.cancel_deletion(session, due.replica_id, reason=refusal, actor=ACTOR)
 
     async def delete(self, due: DueDeletion, *, now: datetime | None = None) -> Outcome:
         """Run one deletion (claimed first unless it has begun already)."""
@@ -165,7 +165,7 @@ class Deleter:
         with self.db.session() as session:
             if due.part_id is not None:
                 return part_deletions.begin_part_deletion(session, due.replica_id, due.part_id, now)
-            return deletions.begin_deletion(session, due.replica_id, now)
+            return replica_deletions.begin_deletion(session, due.replica_id, now)
 
     async def _run(self, due: DueDeletion) -> Outcome:
         context = await blocking(self._context, due)
@@ -210,7 +210,7 @@ class Deleter:
     def _context(self, due: DueDeletion) -> DeletionContext:
         """What the deletion must know; for a part, only that part's files are removed and re-checked."""
         with self.db.read_session() as session:
-            context = deletions.deletion_context(session, due.checkpoint_id)
+            context = replica_deletions.deletion_context(session, due.checkpoint_id)
             if due.part_id is None:
                 return context
             return dataclasses.replace(context, files=part_deletions.part_files(session, due.part_id))
@@ -245,7 +245,7 @@ class Deleter:
     def _mark_failed(self, checkpoint_id: int, tier: str, result: Recheck) -> None:
         bad = [b.audit() for b in result.bad]
         with self.db.session() as session:
-            deletions.mark_recheck_failed(
+            mismatches.mark_recheck_failed(
                 session, checkpoint_id, tier, error=result.problem, actor=ACTOR, bad_files=bad
             )
 
@@ -256,7 +256,9 @@ class Deleter:
                     session, due.replica_id, due.part_id, reason=reason, actor=ACTOR, node=self.config.node
                 )
                 return
-            deletions.abandon_deletion(session, due.replica_id, reason=reason, actor=ACTOR, touched=due.begun)
+            replica_deletions.abandon_deletion(
+                session, due.replica_id, reason=reason, actor=ACTOR, touched=due.begun
+            )
 
     async def _remove(self, due: DueDeletion, relpaths: Sequence[str]) -> None:
         markers, rest = split_markers(due.format, relpaths, marker=self.config.marker_for(due.path))
@@ -275,7 +277,7 @@ class Deleter:
                     session, due.replica_id, due.part_id, node=self.config.node, actor=ACTOR, action=action
                 )
                 return
-            deletions.finish_deletion(session, due.replica_id, actor=ACTOR, action=action)
+            replica_deletions.finish_deletion(session, due.replica_id, actor=ACTOR, action=action)
 
 
 def _kind(refusal: str) -> str:

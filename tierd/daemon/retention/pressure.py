@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from tierd.config import Config, PosixTier
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends import Backend, Space
-from tierd.daemon.catalog import deletions
+from tierd.daemon.catalog import replica_deletions
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.deletions import Origin
 from tierd.daemon.catalog.models import utcnow
+from tierd.daemon.catalog.replica_deletions import Origin
 from tierd.daemon.metrics import Metrics
 from tierd.daemon.retention.deleter import Deleter
 from tierd.daemon.retention.eviction import (
@@ -201,7 +201,7 @@ class Pressure:
 
     def _schedule(self, candidate: EvictionCandidate, tier: str, why: str) -> bool:
         with self.db.session() as session:
-            return deletions.schedule_replica_deletion(
+            return replica_deletions.schedule_replica_deletion(
                 session,
                 candidate.checkpoint_id,
                 tier,
@@ -212,7 +212,7 @@ class Pressure:
                 actor=ACTOR,
             )
 
-    def _due(self, checkpoint_id: int, tier: str) -> list[deletions.DueDeletion]:
+    def _due(self, checkpoint_id: int, tier: str) -> list[replica_deletions.DueDeletion]:
         return self.deleter.due(utcnow(), tiers=[tier], checkpoint_id=checkpoint_id)
 
     def _report(self, tier: str, room: Room, alarm_below: int | None) -> None:

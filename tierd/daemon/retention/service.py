@@ -28,10 +28,10 @@ from datetime import datetime, timedelta
 from tierd.config import Config
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends import Backend, Space
-from tierd.daemon.catalog import deletions
+from tierd.daemon.catalog import replica_deletions
 from tierd.daemon.catalog import retention as catalog_retention
-from tierd.daemon.catalog.deletions import DueDeletion, Origin
 from tierd.daemon.catalog.models import utcnow
+from tierd.daemon.catalog.replica_deletions import DueDeletion, Origin
 from tierd.daemon.context import Context
 from tierd.daemon.outage import CatalogOutage
 from tierd.daemon.retention.deleter import Deleter, Outcome
@@ -211,17 +211,19 @@ class RetentionService:
         """Schedule the plan's new deletions and cancel the ones it dropped, in one transaction."""
         delays = {t.name: timedelta(seconds=t.delete_delay) for t in self.config.tiers}
         items = [
-            deletions.Scheduled(v.checkpoint_id, v.tier, now + delays[v.tier], v.reason, v.policy)
+            replica_deletions.Scheduled(v.checkpoint_id, v.tier, now + delays[v.tier], v.reason, v.policy)
             for v in snap.plan.deletions()
             if v.schedules_deletion and self.ctx.acts_on(v.tier)
         ]
         cancelled = 0
         with self.ctx.db.session() as session:
             scheduled = len(
-                deletions.schedule_replica_deletions(session, items, origin=Origin.RETENTION, actor=ACTOR)
+                replica_deletions.schedule_replica_deletions(
+                    session, items, origin=Origin.RETENTION, actor=ACTOR
+                )
             )
             for verdict in snap.plan.cancellations():
-                if self.ctx.acts_on(verdict.tier) and deletions.cancel_retention_deletion(
+                if self.ctx.acts_on(verdict.tier) and replica_deletions.cancel_retention_deletion(
                     session, verdict.checkpoint_id, verdict.tier, reason=verdict.reason, actor=ACTOR
                 ):
                     cancelled += 1

@@ -18,7 +18,7 @@ from datetime import datetime
 from tierd.config import Config
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends import Backend
-from tierd.daemon.catalog import deletions
+from tierd.daemon.catalog import mismatches
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.catalog.scrub import ScrubCandidate, mark_part_checked, mark_replica_checked
@@ -104,7 +104,7 @@ class ReplicaChecker:
 
     def _mark_failed(self, candidate: ScrubCandidate, result: Recheck, actor: str) -> bool:
         with self.db.session() as session:
-            return deletions.mark_recheck_failed(
+            return mismatches.mark_recheck_failed(
                 session,
                 candidate.checkpoint_id,
                 candidate.tier,

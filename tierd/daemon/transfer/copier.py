@@ -21,6 +21,7 @@ from tierd.daemon.backends.base import (
     ResumeStore,
     SmallFile,
     WriteBatch,
+    WriteRequest,
     copies_server_side,
 )
 from tierd.daemon.transfer.retry import Backoff, should_retry
@@ -91,12 +92,9 @@ async def copy_file(
             source = reader if bucket is None else ThrottledReader(reader, bucket, priority)
             writer = dst if batch is None else batch
             info = await writer.write(
-                spec.relpath,
-                source,
-                expected_checksum=spec.checksum,
-                resume=resume,
-                progress=progress,
-                owner=spec.owner,
+                WriteRequest(
+                    spec.relpath, source, spec.checksum, resume=resume, progress=progress, owner=spec.owner
+                )
             )
         finally:
             await asyncio.shield(reader.close())

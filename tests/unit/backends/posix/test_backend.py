@@ -23,13 +23,15 @@ from tierd.daemon.backends import (
     ByteBudget,
     BytesReader,
     PosixBackend,
+    WriteRequest,
     concurrency,
     copy_object,
     make_backend,
 )
 from tierd.daemon.backends.posix import backend as posix
 from tierd.daemon.backends.posix import temp
-from tierd.daemon.backends.posix.backend import HASH_BUFFER, TEMP_MARK, is_temp_name
+from tierd.daemon.backends.posix import writes as posixwrites
+from tierd.daemon.backends.posix.backend import TEMP_MARK, is_temp_name
 from tierd.daemon.beneath import Dir
 from tierd.errors import NotFound, TransientBackendError
 
@@ -74,7 +76,7 @@ async def test_nothing_visible_under_the_final_name_while_writing(backend: Posix
 
     data = os.urandom(3 * 1024 * 1024)
     backend.chunk_size = 1024 * 1024
-    await backend.write("run/x.bin", Watching(data), expected_checksum=crc(data))
+    await backend.write(WriteRequest("run/x.bin", Watching(data), crc(data)))
     assert seen
     assert all(not exists and len(temps) == 1 for exists, temps in seen)
     assert all(TEMP_MARK in temps[0] and temps[0].startswith(".x.bin") for _, temps in seen)
@@ -86,16 +88,14 @@ async def test_a_failing_source_leaves_no_temp_file(backend: PosixBackend) -> No
     data = os.urandom(5 * 1024 * 1024)
     backend.chunk_size = 1024 * 1024
     with pytest.raises(TransientBackendError, match="simulated"):
-        await backend.write(
-            "f/x.bin", CountingReader(data, fail_at=3 * 1024 * 1024), expected_checksum=crc(data)
-        )
+        await backend.write(WriteRequest("f/x.bin", CountingReader(data, fail_at=3 * 1024 * 1024), crc(data)))
     assert temp_files(backend.root) == []
     assert not (backend.root / "f" / "x.bin").exists()
 
 
 async def test_delete_prunes_emptied_directories_but_never_the_root(backend: PosixBackend) -> None:
     for name in ("run/step1/a.bin", "run/step1/sub/b.bin", "run/step2/c.bin"):
-        await backend.write(name, BytesReader(b"x"), expected_checksum=crc(b"x"))
+        await backend.write(WriteRequest(name, BytesReader(b"x"), crc(b"x")))
     await backend.delete("run/step1/sub/b.bin")
     assert not (backend.root / "run/step1/sub").exists()
     assert (backend.root / "run/step1").is_dir()
@@ -109,7 +109,7 @@ async def test_delete_prunes_emptied_directories_but_never_the_root(backend: Pos
 async def test_a_missing_root_is_transient_and_never_created(tmp_path: Path) -> None:
     backend = PosixBackend(tier(tmp_path / "unmounted"))
     with pytest.raises(TransientBackendError, match="not mounted"):
-        await backend.write("x.bin", BytesReader(b"x"), expected_checksum=crc(b"x"))
+        await backend.write(WriteRequest("x.bin", BytesReader(b"x"), crc(b"x")))
     with pytest.raises(TransientBackendError, match="not mounted"):
         [info async for info in backend.list()]
     with pytest.raises(NotFound):
@@ -118,7 +118,7 @@ async def test_a_missing_root_is_transient_and_never_created(tmp_path: Path) -> 
 
 
 async def test_list_skips_temp_files_symlinks_and_stat_refuses_directories(backend: PosixBackend) -> None:
-    await backend.write("d/real.bin", BytesReader(b"abc"), expected_checksum=crc(b"abc"))
+    await backend.write(WriteRequest("d/real.bin", BytesReader(b"abc"), crc(b"abc")))
     (backend.root / "d" / f".real.bin{TEMP_MARK}0123").write_bytes(b"partial")
     (backend.root / "d" / "link.bin").symlink_to(backend.root / "d" / "real.bin")
     assert [i.relpath async for i in backend.list()] == ["d/real.bin"]
@@ -130,7 +130,7 @@ async def test_list_skips_temp_files_symlinks_and_stat_refuses_directories(backe
 
 async def test_long_names_still_get_a_temp_name(backend: PosixBackend) -> None:
     name = "n" * 250
-    await backend.write(f"long/{name}", BytesReader(b"abc"), expected_checksum=crc(b"abc"))
+    await backend.write(WriteRequest(f"long/{name}", BytesReader(b"abc"), crc(b"abc")))
     assert (backend.root / "long" / name).read_bytes() == b"abc"
 
 
@@ -168,7 +168,7 @@ async def test_a_write_removes_what_a_killed_write_of_the_same_name_left(backend
     other.write_bytes(b"partial")  # another name's leftover waits for the periodic sweep
     age(killed, 10)
     age(other, 10)
-    await backend.write("run/x.bin", BytesReader(b"abc"), expected_checksum=crc(b"abc"))
+    await backend.write(WriteRequest("run/x.bin", BytesReader(b"abc"), crc(b"abc")))
     assert temp_files(backend.root) == [other.name]
     assert (run / "x.bin").read_bytes() == b"abc"
 
@@ -180,7 +180,7 @@ async def test_a_temp_file_another_process_is_writing_is_kept(backend: PosixBack
     writer = other_writer(live)
     try:
         age(live, 7200)  # however old it looks
-        await backend.write("run/x.bin", BytesReader(b"abc"), expected_checksum=crc(b"abc"))
+        await backend.write(WriteRequest("run/x.bin", BytesReader(b"abc"), crc(b"abc")))
         assert await backend.abort_stale_uploads(3600) == 0
         assert temp_files(backend.root) == [live.name]
     finally:
@@ -212,10 +212,10 @@ async def test_concurrent_writes_of_one_name_keep_each_others_temp_files(
             return await super().read_into(offset, buf)
 
     first = asyncio.create_task(
-        backend.write("same/x.bin", Pausing(first_data), expected_checksum=crc(first_data))
+        backend.write(WriteRequest("same/x.bin", Pausing(first_data), crc(first_data)))
     )
     await paused.wait()
-    await backend.write("same/x.bin", BytesReader(second_data), expected_checksum=crc(second_data))
+    await backend.write(WriteRequest("same/x.bin", BytesReader(second_data), crc(second_data)))
     assert await backend.abort_stale_uploads(3600) == 0
     second_done.set()
     await first  # its temporary file survived both the second write and the sweep
@@ -235,13 +235,13 @@ class RecordingBudget(ByteBudget):
 
 
 async def test_read_back_buffers_come_from_the_budget(tmp_path: Path) -> None:
-    budget = RecordingBudget(HASH_BUFFER)
+    budget = RecordingBudget(posixwrites.HASH_BUFFER)
     backend = PosixBackend(tier(tmp_path, verify="readback"), budget=budget, chunk_size=MIB)
     data = os.urandom(3 * MIB + 1)
-    info = await backend.write("r/x.bin", BytesReader(data), expected_checksum=crc(data))
+    info = await backend.write(WriteRequest("r/x.bin", BytesReader(data), crc(data)))
     assert info.verified_by == "readback"
     assert await backend.hash("r/x.bin") == crc(data)
-    assert budget.taken.count(HASH_BUFFER) == 2  # the write's read-back, then hash()
+    assert budget.taken.count(posixwrites.HASH_BUFFER) == 2  # the write's read-back, then hash()
     assert budget.used == 0
 
 
@@ -256,7 +256,7 @@ async def test_chunk_buffers_live_no_longer_than_their_budget(
         finally:
             asyncio.get_running_loop().call_later(0.05, lambda: call)
 
-    for module in (posix, concurrency):
+    for module in (posix, posixwrites, concurrency):
         monkeypatch.setattr(module, "blocking", late_dropping)
     budget = ByteBudget(4 * MIB)
     src, dst = tmp_path / "src", tmp_path / "dst"
@@ -331,8 +331,8 @@ async def test_writes_after_a_hops_clean_up_reuse_its_listing(
         listings.append(directory.path)
         return real(directory)
 
-    monkeypatch.setattr(posix, "temp_names_in", counting)
-    await backend.write("run/x.bin", BytesReader(b"abc"), expected_checksum=crc(b"abc"))
+    monkeypatch.setattr(posixwrites, "temp_names_in", counting)
+    await backend.write(WriteRequest("run/x.bin", BytesReader(b"abc"), crc(b"abc")))
     assert listings == []
     assert temp_files(backend.root) == [other.name]
     assert (run / "x.bin").read_bytes() == b"abc"

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conformance.harness import crc
 from tierd.config import PosixTier
-from tierd.daemon.backends import BytesReader, PosixBackend
+from tierd.daemon.backends import BytesReader, PosixBackend, WriteRequest
 from tierd.daemon.backends.base import WriteBatch
 from tierd.daemon.backends.posix import batch as posixbatch
 from tierd.daemon.backends.posix import copy as posixcopy
@@ -44,7 +44,7 @@ def temps(root: Path) -> list[str]:
 async def stage_files(batch: WriteBatch, count: int, size: int = 100) -> dict[str, bytes]:
     files = {f"step/d{n % 3}/f{n}.bin": os.urandom(size) for n in range(count)}
     for name, data in files.items():
-        info = await batch.write(name, BytesReader(data), expected_checksum=crc(data))
+        info = await batch.write(WriteRequest(name, BytesReader(data), crc(data)))
         assert info.checksum == crc(data)
     return files
 
@@ -68,13 +68,13 @@ async def test_big_files_and_readback_tiers_are_written_at_once(tmp_path: Path) 
     backend = backend_at(tmp_path / "pfs")
     batch = backend.batch()
     big = os.urandom(MIB + 1)
-    await batch.write("big.bin", BytesReader(big), expected_checksum=crc(big))
+    await batch.write(WriteRequest("big.bin", BytesReader(big), crc(big)))
     assert not batch.holds("big.bin")
     assert (backend.root / "big.bin").read_bytes() == big
 
     checked = backend_at(tmp_path / "checked", verify="readback")
     batch = checked.batch()
-    info = await batch.write("x.bin", BytesReader(b"abc"), expected_checksum=crc(b"abc"))
+    info = await batch.write(WriteRequest("x.bin", BytesReader(b"abc"), crc(b"abc")))
     assert info.verified_by == "readback"
     assert not batch.holds("x.bin")
     assert (checked.root / "x.bin").read_bytes() == b"abc"
@@ -109,7 +109,7 @@ async def test_files_are_held_until_their_commit_returns(
     commit = asyncio.create_task(batch.commit())
     assert await asyncio.to_thread(syncing.wait, 10)
     assert all(batch.holds(name) for name in files)
-    await batch.write("late.bin", BytesReader(b"late"), expected_checksum=crc(b"late"))  # for the next commit
+    await batch.write(WriteRequest("late.bin", BytesReader(b"late"), crc(b"late")))  # for the next commit
     may_finish.set()
     assert sorted(await commit) == sorted(files)
     assert not any(batch.holds(name) for name in files)
@@ -121,7 +121,7 @@ async def test_a_mismatch_is_refused_before_staging(tmp_path: Path) -> None:
     backend = backend_at(tmp_path / "pfs")
     batch = backend.batch()
     with pytest.raises(IntegrityError):
-        await batch.write("x.bin", BytesReader(b"abc"), expected_checksum=crc(b"abd"))
+        await batch.write(WriteRequest("x.bin", BytesReader(b"abc"), crc(b"abd")))
     assert not batch.holds("x.bin")
     assert list(backend.root.iterdir()) == []
 

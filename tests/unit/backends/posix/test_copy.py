@@ -12,10 +12,11 @@ import pytest
 
 from tests.conformance.harness import crc
 from tierd.config import PosixTier
-from tierd.daemon.backends import BytesReader, PosixBackend, copy_object
+from tierd.daemon.backends import BytesReader, PosixBackend, WriteRequest, copy_object
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix import writeback
-from tierd.daemon.backends.posix.backend import WHOLE_READ_LIMIT, PosixReader, is_temp_name
+from tierd.daemon.backends.posix.backend import WHOLE_READ_LIMIT, is_temp_name
+from tierd.daemon.backends.posix.reader import PosixReader
 from tierd.daemon.backends.posix.temp import TempFile
 from tierd.errors import IntegrityError, TransientBackendError
 
@@ -148,7 +149,7 @@ async def test_a_source_that_shrank_is_refused(tmp_path: Path) -> None:
     os.truncate(src.root / "x.bin", 35 * MIB)
     try:
         with pytest.raises(IntegrityError, match="did the file shrink"):
-            await dst.write("x.bin", reader, expected_checksum=crc(data))
+            await dst.write(WriteRequest("x.bin", reader, crc(data)))
     finally:
         await reader.close()
     assert not (dst.root / "x.bin").exists()
@@ -173,7 +174,7 @@ async def test_a_small_file_that_does_not_match_creates_nothing(tmp_path: Path, 
     with pytest.raises(IntegrityError, match="source CRC64NVME"):
         await copy_object(src, "x.bin", dst, "new/x.bin", crc(b"as it was at first sight"))
     with pytest.raises(IntegrityError, match="source CRC64NVME"):
-        await dst.write("new/y.bin", BytesReader(b"abc"), expected_checksum=crc(b"abd"))
+        await dst.write(WriteRequest("new/y.bin", BytesReader(b"abc"), crc(b"abd")))
     assert not (dst.root / "new").exists()  # not even its directory
 
 
@@ -185,7 +186,7 @@ async def test_a_small_file_from_a_source_that_shrank_is_refused(tmp_path: Path)
     os.truncate(src.root / "x.bin", 100)
     try:
         with pytest.raises(IntegrityError, match="did the file shrink"):
-            await dst.write("x.bin", reader, expected_checksum=crc(data))
+            await dst.write(WriteRequest("x.bin", reader, crc(data)))
     finally:
         await reader.close()
     assert list(dst.root.iterdir()) == []
@@ -200,7 +201,7 @@ async def test_a_tiny_file_is_read_whole_and_closed_when_opened(tmp_path: Path) 
     assert isinstance(reader, PosixReader)
     assert reader.fileno() == -1  # nothing left open
     os.unlink(src.root / "x.bin")  # the bytes were read with the open
-    info = await dst.write("x.bin", reader, expected_checksum=crc(data))
+    info = await dst.write(WriteRequest("x.bin", reader, crc(data)))
     assert info.verified_by == "stream"
     assert (dst.root / "x.bin").read_bytes() == data
     await reader.close()
@@ -218,14 +219,14 @@ async def test_a_tiny_file_that_shrank_while_opened_is_refused(
     )  # truncated meanwhile
     reader = await src.open_reader("x.bin")
     with pytest.raises(IntegrityError, match="did the file shrink"):
-        await dst.write("x.bin", reader, expected_checksum=crc(data))
+        await dst.write(WriteRequest("x.bin", reader, crc(data)))
     assert list(dst.root.iterdir()) == []
 
 
 async def test_a_small_file_on_a_missing_root_is_transient(tmp_path: Path) -> None:
     dst = PosixBackend(PosixTier(name="gone", kind="posix", path=tmp_path / "gone"))
     with pytest.raises(TransientBackendError, match="not mounted"):
-        await dst.write("x.bin", BytesReader(b"x"), expected_checksum=crc(b"x"))
+        await dst.write(WriteRequest("x.bin", BytesReader(b"x"), crc(b"x")))
     assert not (tmp_path / "gone").exists()
 
 
@@ -276,7 +277,7 @@ async def test_chunks_from_a_buffer_go_to_disk_directly_and_the_tail_through_the
     _skip_without_direct_io(tmp_path)
     dst = backend_at(tmp_path / "dst")
     data = os.urandom(2 * MIB + 4096 + 100)  # two whole chunks, then an aligned part and a tail
-    info = await dst.write("x.bin", BytesReader(data), expected_checksum=crc(data))
+    info = await dst.write(WriteRequest("x.bin", BytesReader(data), crc(data)))
     assert (dst.root / "x.bin").read_bytes() == data
     assert info.verified_by == "stream"
     assert sorted(direct_writes) == [(0, MIB), (MIB, MIB), (2 * MIB, 4096)]
@@ -302,7 +303,7 @@ async def test_a_file_system_refusing_direct_io_is_written_through_the_cache(
     dst = backend_at(tmp_path / "dst")
     for n in range(2):
         data = os.urandom(3 * MIB + n)
-        await dst.write(f"f{n}.bin", BytesReader(data), expected_checksum=crc(data))
+        await dst.write(WriteRequest(f"f{n}.bin", BytesReader(data), crc(data)))
         assert (dst.root / f"f{n}.bin").read_bytes() == data
     assert opened_direct == 1  # refused once, not tried again
     assert not dst._direct
@@ -325,7 +326,7 @@ async def test_a_direct_write_refused_by_the_file_system_is_done_through_the_cac
     monkeypatch.setattr(os, "pwrite", refusing_pwrite)
     dst = backend_at(tmp_path / "dst")
     data = os.urandom(3 * MIB + 7)
-    await dst.write("x.bin", BytesReader(data), expected_checksum=crc(data))
+    await dst.write(WriteRequest("x.bin", BytesReader(data), crc(data)))
     assert (dst.root / "x.bin").read_bytes() == data
     assert not dst._direct
     assert leftovers(dst.root) == []

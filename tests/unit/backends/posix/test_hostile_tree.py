@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 from tests.conformance.harness import crc
 from tierd.config import PosixTier
-from tierd.daemon.backends import PosixBackend
+from tierd.daemon.backends import PosixBackend, WriteRequest
 from tierd.daemon.backends.base import SmallFile
 from tierd.daemon.beneath import Root
 from tierd.daemon.restore.cleanup import remove_restored
@@ -216,7 +216,7 @@ async def copy(src: PosixBackend, dst: PosixBackend, *, batched: bool, prefix: s
                 continue
             reader = await src.open_reader(relpath)
             try:
-                await dst.write(name, reader, expected_checksum=crc(data))
+                await dst.write(WriteRequest(name, reader, crc(data)))
             finally:
                 await reader.close()
         except TierdError:

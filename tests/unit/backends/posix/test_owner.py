@@ -16,7 +16,7 @@ import pytest
 
 from tests.conformance.harness import crc
 from tierd.config import PosixTier
-from tierd.daemon.backends import BytesReader, PosixBackend
+from tierd.daemon.backends import BytesReader, PosixBackend, WriteRequest
 from tierd.daemon.backends.base import Ownership
 from tierd.daemon.backends.posix.owner import apply_to_dir, apply_to_fd
 
@@ -173,10 +173,10 @@ async def test_a_copy_is_created_0600_and_gets_its_owner_and_mode_only_before_th
     owner = Ownership(1234, 1235, 0o640)
     if batched:
         batch = backend.batch()
-        await batch.write("run/x.bin", BytesReader(data), expected_checksum=crc(data), owner=owner)
+        await batch.write(WriteRequest("run/x.bin", BytesReader(data), crc(data), owner=owner))
         await batch.commit()
     else:
-        await backend.write("run/x.bin", BytesReader(data), expected_checksum=crc(data), owner=owner)
+        await backend.write(WriteRequest("run/x.bin", BytesReader(data), crc(data), owner=owner))
     assert created == [0o600]
     assert renamed == [(1234, 1235, 0o640)]
     st = (tmp_path / "run" / "x.bin").stat()

@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 from tests.conformance.harness import CountingReader, crc
 from tierd.config import PosixTier
 from tierd.daemon import checksum
-from tierd.daemon.backends import PosixBackend, copy_object
+from tierd.daemon.backends import PosixBackend, WriteRequest, copy_object
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix import resume
 from tierd.daemon.backends.posix.backend import is_temp_name
@@ -73,7 +73,7 @@ async def hop_write(backend: PosixBackend) -> tuple[CountingReader, list[Mutable
     reader = CountingReader(DATA)
     with capture_logs() as logs:
         assert await backend.remove_leftovers(["run/x.bin"]) == 0
-        await backend.write("run/x.bin", reader, expected_checksum=crc(DATA))
+        await backend.write(WriteRequest("run/x.bin", reader, crc(DATA)))
     assert (backend.root / "run" / "x.bin").read_bytes() == DATA
     assert [n for n in os.listdir(backend.root / "run") if is_temp_name(n)] == []
     return reader, logs
@@ -164,7 +164,7 @@ async def test_a_hop_keeps_the_newest_big_leftover_and_removes_the_others(backen
     with capture_logs() as logs:
         assert await backend.remove_leftovers(["run/x.bin"]) == 1
         assert not older.exists()
-        await backend.write("run/x.bin", CountingReader(DATA), expected_checksum=crc(DATA))
+        await backend.write(WriteRequest("run/x.bin", CountingReader(DATA), crc(DATA)))
     assert [e["bytes_kept"] for e in events(logs, "copy_resumed")] == [3 * MIB]
     assert (backend.root / "run" / "x.bin").read_bytes() == DATA
     assert not newer.exists()

@@ -17,6 +17,7 @@ from tierd.daemon.backends import (
     PosixBackend,
     S3Backend,
     UploadState,
+    WriteRequest,
     make_backend,
 )
 from tierd.errors import NotFound, PermanentBackendError, TransientBackendError
@@ -48,7 +49,7 @@ def open_uploads(server: S3Server, backend: S3Backend) -> list[str]:
 async def interrupted(backend: S3Backend, relpath: str, data: bytes, store: MemoryResumeStore) -> None:
     with pytest.raises(TransientBackendError):
         await backend.write(
-            relpath, CountingReader(data, fail_at=2 * PART), expected_checksum=crc(data), resume=store
+            WriteRequest(relpath, CountingReader(data, fail_at=2 * PART), crc(data), resume=store)
         )
 
 
@@ -62,7 +63,7 @@ async def test_resume_state_for_another_size_starts_over(
     assert open_uploads(moto_server, backend) == ["x.bin"]
     new = os.urandom(3 * PART + 1)  # the file changed before the restart
     reader = CountingReader(new)
-    await backend.write("x.bin", reader, expected_checksum=crc(new), resume=store)
+    await backend.write(WriteRequest("x.bin", reader, crc(new), resume=store))
     assert reader.bytes_read == len(new)
     assert open_uploads(moto_server, backend) == []  # the stale upload was aborted
     assert await read_back(backend, "x.bin") == new
@@ -79,7 +80,7 @@ async def test_resume_reuploads_parts_the_store_does_not_hold(make: Callable[...
         state.upload_id, state.key, state.part_size, state.size, (state.parts[0], forged)
     )
     reader = CountingReader(data)
-    await backend.write("x.bin", reader, expected_checksum=crc(data), resume=store)
+    await backend.write(WriteRequest("x.bin", reader, crc(data), resume=store))
     assert reader.bytes_read == 2 * PART  # part 1 reused; parts 2 and 3 sent
     assert await read_back(backend, "x.bin") == data
 
@@ -95,7 +96,7 @@ async def test_resume_keeps_the_recorded_part_size(
     second = S3Backend(tier)
     try:
         reader = CountingReader(data)
-        await second.write("x.bin", reader, expected_checksum=crc(data), resume=store)
+        await second.write(WriteRequest("x.bin", reader, crc(data), resume=store))
         assert reader.bytes_read == PART
     finally:
         await second.close()
@@ -114,9 +115,7 @@ async def test_an_upload_the_catalog_could_not_record_is_aborted(
     backend = make(concurrency=1)
     data = os.urandom(3 * PART)
     with pytest.raises(TransientBackendError, match="database is locked"):
-        await backend.write(
-            "x.bin", BytesReader(data), expected_checksum=crc(data), resume=UnrecordableStore()
-        )
+        await backend.write(WriteRequest("x.bin", BytesReader(data), crc(data), resume=UnrecordableStore()))
     # no later attempt would know to resume it, so nothing may hold it open
     assert open_uploads(moto_server, backend) == []
 
@@ -126,7 +125,7 @@ async def test_prefix_scopes_keys_listing_and_cleanup(
 ) -> None:
     backend = make(prefix="cluster-a/ckpt")
     assert backend.prefix == "cluster-a/ckpt/"
-    await backend.write("run/x.bin", BytesReader(b"abc"), expected_checksum=crc(b"abc"))
+    await backend.write(WriteRequest("run/x.bin", BytesReader(b"abc"), crc(b"abc")))
     client = moto_server.client()
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=backend.bucket)["Contents"]]
     assert keys == ["cluster-a/ckpt/run/x.bin"]
@@ -146,7 +145,7 @@ async def test_a_key_past_1024_bytes_is_refused_before_any_request(
     backend = make(prefix="ckpt")
     longest = "run/" + "é" * 506 + "xxx"  # 1,024 bytes with the prefix "ckpt/"; "é" is 2 bytes
     data = b"abc"
-    await backend.write(longest, BytesReader(data), expected_checksum=crc(data))
+    await backend.write(WriteRequest(longest, BytesReader(data), crc(data)))
     assert await read_back(backend, longest) == data
     sent: list[str] = []
     await backend.observe(sent.append)
@@ -154,7 +153,7 @@ async def test_a_key_past_1024_bytes_is_refused_before_any_request(
     with pytest.raises(
         PermanentBackendError, match=r"the object key is 1,025 bytes in UTF-8; S3 takes at most 1,024"
     ):
-        await backend.write(too_long, BytesReader(data), expected_checksum=crc(data))
+        await backend.write(WriteRequest(too_long, BytesReader(data), crc(data)))
     with pytest.raises(PermanentBackendError, match="1,025 bytes"):
         await backend.copy_from(backend, longest, too_long, crc(data))
     assert sent == []  # refused before any request
@@ -165,7 +164,7 @@ async def test_a_key_past_1024_bytes_is_refused_before_any_request(
 async def test_small_objects_carry_their_crc64nvme(make: Callable[..., S3Backend]) -> None:
     backend = make()
     data = os.urandom(1000)
-    info = await backend.write("s.bin", BytesReader(data), expected_checksum=crc(data))
+    info = await backend.write(WriteRequest("s.bin", BytesReader(data), crc(data)))
     assert info.verified_by == "store"
     assert (await backend.stat("s.bin")).checksum == crc(data)
 
@@ -174,7 +173,7 @@ async def test_bad_credentials_are_permanent(moto_server: S3Server, rclone_serve
     backend = S3Backend(rclone_server.new_tier(secret_access_key="not-the-secret-key-000000000000000000000"))
     try:
         with pytest.raises(PermanentBackendError):
-            await backend.write("x.bin", BytesReader(b"x"), expected_checksum=crc(b"x"))
+            await backend.write(WriteRequest("x.bin", BytesReader(b"x"), crc(b"x")))
         with pytest.raises(PermanentBackendError):
             [i async for i in backend.list()]
     finally:
@@ -185,7 +184,7 @@ async def test_a_missing_bucket_is_permanent(moto_server: S3Server) -> None:
     backend = S3Backend(moto_server.new_tier(bucket="tierd-no-such-bucket"))
     try:
         with pytest.raises(PermanentBackendError, match="NoSuchBucket"):
-            await backend.write("x.bin", BytesReader(b"x"), expected_checksum=crc(b"x"))
+            await backend.write(WriteRequest("x.bin", BytesReader(b"x"), crc(b"x")))
         with pytest.raises(PermanentBackendError, match="NoSuchBucket"):
             [i async for i in backend.list()]
         with pytest.raises(NotFound):  # HEAD answers a bare 404: indistinguishable

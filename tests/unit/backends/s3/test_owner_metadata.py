@@ -10,7 +10,7 @@ import pytest
 
 from tests.conformance.harness import crc
 from tests.fixtures.s3servers import S3Server
-from tierd.daemon.backends import BytesReader, Ownership, S3Backend, make_backend
+from tierd.daemon.backends import BytesReader, Ownership, S3Backend, WriteRequest, make_backend
 
 MIB = 1024 * 1024
 JOB = Ownership(1234, 1234, 0o640)
@@ -38,7 +38,7 @@ def head_metadata(server: S3Server, backend: S3Backend, relpath: str) -> dict[st
 
 
 async def put(backend: S3Backend, relpath: str, data: bytes, owner: Ownership | None = JOB) -> None:
-    await backend.write(relpath, BytesReader(data), expected_checksum=crc(data), owner=owner)
+    await backend.write(WriteRequest(relpath, BytesReader(data), crc(data), owner=owner))
 
 
 async def test_put_lean_put_and_multipart_carry_the_owner_and_stat_reads_it_back(

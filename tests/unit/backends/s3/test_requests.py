@@ -5,7 +5,7 @@ answer: the checksum where the store reports it there (moto), else an ETag that 
 MD5 of the bytes sent with their Content-MD5 (rclone); past ``MD5_LIMIT``, or with an ETag
 that is not the MD5, by a HeadObject. A read-back hashes ranges in parallel, pinned to
 one ETag. Counts include the lean requests of ``s3.fast.lean`` and the pipelined GETs of
-``s3.fast.pipeline``.
+``s3.fast.pipelined_gets``.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ import pytest
 
 from tests.conformance.harness import crc, read_back
 from tests.fixtures.s3servers import S3Server
-from tierd.daemon.backends import BytesReader, S3Backend
-from tierd.daemon.backends.s3.backend import MD5_LIMIT, OPEN_RANGE, PutAnswer, pool_size
+from tierd.daemon.backends import BytesReader, S3Backend, WriteRequest
+from tierd.daemon.backends.s3.backend import OPEN_RANGE, pool_size
 from tierd.daemon.backends.s3.client import USER_AGENT, parse_timestamp
 from tierd.daemon.backends.s3.fast.endpoints import referenced_parameters
 from tierd.daemon.backends.s3.reads import hash_ranges
+from tierd.daemon.backends.s3.writes import MD5_LIMIT, PutAnswer
 from tierd.errors import IntegrityError, NotFound, PermanentBackendError, TransientBackendError
 
 MIB = 1024 * 1024
@@ -62,7 +63,7 @@ async def counted(backend: S3Backend) -> Calls:
 
 async def test_a_small_object_is_read_with_one_get(backend: S3Backend) -> None:
     data = os.urandom(3000)
-    await backend.write("a/small.bin", BytesReader(data), expected_checksum=crc(data))
+    await backend.write(WriteRequest("a/small.bin", BytesReader(data), crc(data)))
     calls = await counted(backend)
     assert await read_back(backend, "a/small.bin") == data
     assert calls.take() == Counter({"GetObject": 1})
@@ -74,7 +75,7 @@ async def test_a_group_of_small_objects_is_read_with_one_get_each(
     files = {f"g/f{n}.bin": os.urandom(2000 + n) for n in range(4)}
     files["g/big.bin"] = os.urandom(OPEN_RANGE + 10)  # past what one lean GET takes
     for relpath, data in files.items():
-        await backend.write(relpath, BytesReader(data), expected_checksum=crc(data))
+        await backend.write(WriteRequest(relpath, BytesReader(data), crc(data)))
     calls = await counted(backend)
     for _ in range(2):  # moto's first group finds that it cannot be pipelined (test_s3_pipeline)
         calls.take()
@@ -89,7 +90,7 @@ async def test_a_group_of_small_objects_is_read_with_one_get_each(
 
 async def test_reads_use_the_opening_get_and_range_the_rest(backend: S3Backend) -> None:
     data = os.urandom(3 * MIB + 17)
-    await backend.write("big.bin", BytesReader(data), expected_checksum=crc(data))
+    await backend.write(WriteRequest("big.bin", BytesReader(data), crc(data)))
     calls = await counted(backend)
     reader = await backend.open_reader("big.bin")
     try:
@@ -114,7 +115,7 @@ async def test_reads_use_the_opening_get_and_range_the_rest(backend: S3Backend) 
 
 async def test_open_readers_hold_no_connection(backend: S3Backend) -> None:
     data = os.urandom(2 * MIB)
-    await backend.write("x.bin", BytesReader(data), expected_checksum=crc(data))
+    await backend.write(WriteRequest("x.bin", BytesReader(data), crc(data)))
     readers = [await backend.open_reader("x.bin") for _ in range(2 * pool_size(backend.tier.concurrency))]
     try:
         buf = memoryview(bytearray(MIB))
@@ -132,7 +133,7 @@ async def test_opening_a_missing_object_is_not_found(backend: S3Backend) -> None
 
 
 async def test_an_empty_object_opens_without_a_range(backend: S3Backend) -> None:
-    await backend.write("empty.bin", BytesReader(b""), expected_checksum=crc(b""))
+    await backend.write(WriteRequest("empty.bin", BytesReader(b""), crc(b"")))
     reader = await backend.open_reader("empty.bin")
     try:
         assert reader.size == 0
@@ -145,7 +146,7 @@ async def test_an_empty_object_opens_without_a_range(backend: S3Backend) -> None
 async def test_small_uploads_are_verified_by_the_put_answer(backend: S3Backend, size: int) -> None:
     calls = await counted(backend)
     data = os.urandom(size)
-    info = await backend.write("s.bin", BytesReader(data), expected_checksum=crc(data))
+    info = await backend.write(WriteRequest("s.bin", BytesReader(data), crc(data)))
     assert (info.checksum, info.verified_by, info.size) == (crc(data), "store", len(data))
     # moto reports the CRC64NVME in its answer; rclone an ETag that is the MD5 of the bytes.
     assert calls.take() == Counter({"PutObject": 1})
@@ -156,7 +157,7 @@ async def test_past_the_md5_limit_a_put_answer_needs_its_checksum(
 ) -> None:
     calls = await counted(backend)
     data = os.urandom(MD5_LIMIT + 1)
-    info = await backend.write("s.bin", BytesReader(data), expected_checksum=crc(data))
+    info = await backend.write(WriteRequest("s.bin", BytesReader(data), crc(data)))
     assert (info.checksum, info.verified_by) == (crc(data), "store")
     if s3_server.kind == "moto":  # reports the CRC64NVME in the PutObject answer
         assert calls.take() == Counter({"PutObject": 1})
@@ -178,9 +179,9 @@ async def test_a_wrong_content_md5_is_never_taken_for_proof(
     monkeypatch.setattr(S3Backend, "_put", wrong_md5)
     if s3_server.kind == "rclone":  # checks Content-MD5 against the bytes, as AWS does
         with pytest.raises(IntegrityError, match="BadDigest"):
-            await backend.write("s.bin", BytesReader(data), expected_checksum=crc(data))
+            await backend.write(WriteRequest("s.bin", BytesReader(data), crc(data)))
         return
-    info = await backend.write("s.bin", BytesReader(data), expected_checksum=crc(data))  # moto does not
+    info = await backend.write(WriteRequest("s.bin", BytesReader(data), crc(data)))  # moto does not
     assert info.verified_by == "store"  # by the CRC64NVME in its answer, not by the ETag
 
 
@@ -197,7 +198,7 @@ async def test_an_etag_that_is_not_the_md5_leads_to_a_headobject(
     monkeypatch.setattr(S3Backend, "_put", opaque_etag)
     calls = await counted(backend)
     data = os.urandom(5000)
-    info = await backend.write("s.bin", BytesReader(data), expected_checksum=crc(data))
+    info = await backend.write(WriteRequest("s.bin", BytesReader(data), crc(data)))
     assert (info.checksum, info.verified_by) == (crc(data), "store")
     assert calls.take() == Counter({"PutObject": 1, "HeadObject": 1})
 
@@ -214,14 +215,14 @@ async def test_a_put_answer_with_another_checksum_is_a_mismatch(
     original = S3Backend._put_small
     monkeypatch.setattr(S3Backend, "_put_small", lying_put)
     with pytest.raises(IntegrityError, match="store-reported"):
-        await backend.write("s.bin", BytesReader(data), expected_checksum=crc(data))
+        await backend.write(WriteRequest("s.bin", BytesReader(data), crc(data)))
     with pytest.raises(NotFound):  # nothing left under the name
         await backend.stat("s.bin")
 
 
 async def test_readback_hashes_ranges_in_parallel(backend: S3Backend) -> None:
     data = os.urandom(3 * MIB + 12345)
-    await backend.write("r.bin", BytesReader(data), expected_checksum=crc(data))
+    await backend.write(WriteRequest("r.bin", BytesReader(data), crc(data)))
     client = await backend.client()
     head = await client.head_object(Bucket=backend.bucket, Key=backend._key("r.bin"))
     ranges = backend._ranges(client, "r.bin", head["ETag"])
@@ -233,7 +234,7 @@ async def test_readback_hashes_ranges_in_parallel(backend: S3Backend) -> None:
 
 async def test_readback_refuses_a_replaced_object(backend: S3Backend, s3_server: S3Server) -> None:
     data = os.urandom(2 * MIB)
-    await backend.write("r.bin", BytesReader(data), expected_checksum=crc(data))
+    await backend.write(WriteRequest("r.bin", BytesReader(data), crc(data)))
     client = await backend.client()
     head = await client.head_object(Bucket=backend.bucket, Key=backend._key("r.bin"))
     s3_server.client().put_object(Bucket=backend.bucket, Key=backend._key("r.bin"), Body=b"other")
@@ -274,7 +275,7 @@ def test_timestamps_parse_as_botocore_does(text: str) -> None:
 
 
 async def test_stat_and_list_times_are_aware(backend: S3Backend) -> None:
-    await backend.write("t.bin", BytesReader(b"t"), expected_checksum=crc(b"t"))
+    await backend.write(WriteRequest("t.bin", BytesReader(b"t"), crc(b"t")))
     stat = await backend.stat("t.bin")
     listed = [info async for info in backend.list()]
     assert stat.mtime is not None
@@ -292,6 +293,6 @@ async def test_requests_carry_tierds_user_agent(backend: S3Backend) -> None:
         sent.append(agent.decode() if isinstance(agent, bytes) else agent)
 
     (await backend.client()).meta.events.register("before-send.s3", record)
-    await backend.write("u.bin", BytesReader(b"u"), expected_checksum=crc(b"u"))
+    await backend.write(WriteRequest("u.bin", BytesReader(b"u"), crc(b"u")))
     assert sent
     assert all(agent.startswith(USER_AGENT) for agent in sent)

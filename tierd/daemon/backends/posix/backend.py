@@ -3,8 +3,9 @@
 Writes go to a hidden temporary name in the destination directory
 (``.<name>.tierd-tmp-<random>``), then are fsynced (for ``verify: readback`` also dropped
 from the page cache, read back and hashed again), renamed into place and the directory
-fsynced. So the final name only ever holds complete, verified bytes. ``list`` hides
-temporary names. How the temporary file is filled (``posix.copy``):
+fsynced. So the final name only ever holds complete, verified bytes (``posix.writes``, the
+write path this class inherits). ``list`` hides temporary names. How the temporary file is
+filled (``posix.copy``):
 
 - a file of one chunk or less: read, hashed and placed in one trip to the I/O pool, and
   nothing is created when its bytes do not match;
@@ -37,131 +38,64 @@ Every blocking call runs through ``tierd.daemon.aio.blocking``.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import os
 import stat as stat_mod
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
-from itertools import zip_longest
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
 
 from tierd.config import PosixTier
-from tierd.daemon import checksum
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends.base import (
     Backend,
     Features,
     ObjectInfo,
     Ownership,
-    Progress,
     RangeReader,
-    ResumeStore,
-    SmallFile,
     Space,
-    Verification,
     WriteBatch,
     check_prefix,
     check_relpath,
     mismatch,
-    read_full,
 )
 from tierd.daemon.backends.budget import MIB, ByteBudget, default_budget
-from tierd.daemon.backends.concurrency import blocking_on, for_each, uninterrupted
-from tierd.daemon.backends.hashing import combine_all
+from tierd.daemon.backends.concurrency import blocking_on, uninterrupted
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix import fstype
-from tierd.daemon.backends.posix import resume as posixresume
 from tierd.daemon.backends.posix.batch import PosixBatch
 from tierd.daemon.backends.posix.errors import os_errors, translate_oserror
 from tierd.daemon.backends.posix.owner import apply_to_dir
+from tierd.daemon.backends.posix.reader import PosixReader
 from tierd.daemon.backends.posix.remove import remove_checkpoint_tree, unlink_and_prune
 from tierd.daemon.backends.posix.temp import (
     TEMP_MARK,
-    TempFile,
-    discard_all,
     is_temp_name,
-    remove_abandoned,
     remove_leftovers_of,
-    remove_owned_leftover,
     remove_stale_temps,
-    temp_names_in,
-    temp_stem,
 )
-from tierd.daemon.beneath import Dir, Place, Root, lstat_in
+from tierd.daemon.backends.posix.writes import CHUNKS_PER_FILE, HASH_BUFFER, LISTED_DIRECTORIES, PosixWrites
+from tierd.daemon.beneath import Place, Root, lstat_in
 from tierd.daemon.nofollow import open_regular
 from tierd.errors import (
     IntegrityError,
     NotFound,
     TierdError,
-    TransientBackendError,
 )
 from tierd.logs import get_logger
 
-__all__ = ["CHUNK_SIZE", "TEMP_MARK", "PosixBackend", "PosixReader", "is_temp_name"]
+__all__ = ["CHUNK_SIZE", "TEMP_MARK", "PosixBackend", "is_temp_name"]
 
 CHUNK_SIZE = 8 * MIB
-KERNEL_CHUNK_SIZE = 32 * MIB  # copy_file_range moves no bytes through our buffers
-HASH_BUFFER = 4 * MIB
 #: Files up to this size are read whole when opened (one trip to the I/O pool for open,
 #: read and close; a small file's cost is trips, not bytes).
 WHOLE_READ_LIMIT = 256 * 1024
-#: Chunks of one file in flight: more only scatters one file's I/O (files in flight come
-#: from the tier's ``concurrency``). Measured on one disk: 4 beat 16 by about 15%.
-CHUNKS_PER_FILE = 4
-#: Files from this size on resume a killed write from its kept prefix (``posix.resume``).
-#: ``python -m bench resume`` (half of the file kept): 0.78x the time of a full copy at
-#: 16 MiB, 0.77x at 64 MiB, 0.63x at 1 GiB; a file of one chunk is written whole anyway.
-RESUME_MIN_SIZE = 16 * MIB
-_LISTED_DIRECTORIES = 4096  # how many directories' leftovers a backend remembers
 _REMEMBERED_DIRECTORIES = 65536  # how many directories' recorded owners a backend keeps
 
 log = get_logger(__name__)
-T = TypeVar("T")
-ChunkFn = Callable[[int, int], Awaitable[int]]  # (offset, length) -> the CRC64NVME of those bytes
-Span = tuple[int, int, ChunkFn]  # offset, length, what fills or re-hashes it
 
 
-class PosixReader:
-    """A RangeReader over a file (``os.preadv`` on the I/O pool).
-
-    A file of up to ``WHOLE_READ_LIMIT`` bytes is read whole, and closed, in the trip to the
-    I/O pool that opened it (``contents``): reads of it need no further trip, and nothing
-    is left to close.
-    """
-
-    def __init__(
-        self, fd: int, size: int, location: str, device: int = -1, contents: bytes | None = None
-    ) -> None:
-        self._fd = fd
-        self.size = size
-        self._location = location
-        self.device = device  # st_dev of the file system it is on
-        self._contents = contents
-
-    def fileno(self) -> int:
-        """The open file, for a kernel-side copy (-1 once closed, or read whole at open)."""
-        return self._fd
-
-    async def read_into(self, offset: int, buf: memoryview) -> int:
-        """Fill ``buf`` from ``offset``. Raises Transient/PermanentBackendError."""
-        if self._contents is not None:
-            piece = self._contents[offset : offset + len(buf)]
-            buf[: len(piece)] = piece
-            return len(piece)
-        with os_errors("read", self._location):
-            return await uninterrupted(blocking_on(buf, _pread, self._fd, offset))
-
-    async def close(self) -> None:
-        """Close the file (idempotent); a read-only descriptor closes without blocking."""
-        fd, self._fd, self._contents = self._fd, -1, None
-        if fd >= 0:
-            os.close(fd)
-
-
-class PosixBackend(Backend):
-    """A tier rooted at a directory."""
+class PosixBackend(PosixWrites, Backend):
+    """A tier rooted at a directory (its write path: ``posix.writes``)."""
 
     features = Features(native_checksum=False, server_side_copy=False, multipart=False)
 
@@ -191,14 +125,7 @@ class PosixBackend(Backend):
         self.chunk_size = chunk_size
         self.budget = budget or default_budget()
         self.readback = tier.verify == "readback"
-        # Temporary names found at a directory's first write: the leftovers a write may remove.
-        self._leftovers: OrderedDict[tuple[str, ...], set[str]] = OrderedDict()
-        # Devices of sources whose files copy_file_range could not copy here.
-        self._no_kernel_copy: set[int] = set()
-        self._direct = True  # until the tier's file system refuses O_DIRECT
-        self.resume_min_size = RESUME_MIN_SIZE
-        # Killed writes' temporary files a hop starting kept for their writes to resume.
-        self._resumable: OrderedDict[Place, tuple[Dir, str]] = OrderedDict()
+        self._init_writes()
 
     def _path(self, relpath: str) -> Path:
         return self.root / check_relpath(relpath)
@@ -223,10 +150,6 @@ class PosixBackend(Backend):
         else:
             apply_to_dir(fd, owner)
 
-    def _place(self, relpath: str) -> Place:
-        """Where ``relpath`` lives, reached by directory descriptors (never a whole path)."""
-        return self.tree.place(check_relpath(relpath))
-
     def location(self, relpath: str) -> str:
         """The file's absolute path."""
         return str(self._path(relpath))
@@ -234,9 +157,6 @@ class PosixBackend(Backend):
     async def _require_root(self) -> None:
         if not await blocking(self.tree.exists):
             raise self._root_missing()
-
-    def _root_missing(self) -> TransientBackendError:
-        return TransientBackendError(f"tier {self.name}: root {self.root} is missing (not mounted?)")
 
     async def stat(self, relpath: str) -> ObjectInfo:
         """Size and mtime (checksum None). Raises NotFound when missing or not a regular file (a symlink)."""
@@ -284,181 +204,6 @@ class PosixBackend(Backend):
             for path, size, view in zip(paths, sizes, views, strict=True)
         ]
 
-    async def write(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        *,
-        expected_checksum: str,
-        resume: ResumeStore | None = None,
-        progress: Progress | None = None,
-        owner: Ownership | None = None,
-    ) -> ObjectInfo:
-        """Temp file, parallel hashed pwrite, fsync, read back, rename, fsync the directory.
-
-        ``owner``: given to the temporary file before its rename (``posix.owner``).
-
-        The read-back (after dropping the page cache) runs only for ``verify: readback``;
-        with ``verify: native`` the in-flight hash of every byte written is the check.
-        ``resume`` is ignored: a file of ``resume_min_size`` or more whose killed write's
-        temporary file a hop kept (``remove_leftovers``) resumes from its verified prefix
-        (``posix.resume``; logged ``copy_resumed``), starting over if the whole does not
-        match (``copy_resume_mismatch``); other leftovers of the same name whose writer is
-        gone are removed first. Raises IntegrityError when the bytes read or read back
-        differ from ``expected_checksum`` (the temp file is removed and the final name
-        untouched), TransientBackendError (ENOSPC, EIO, missing root, ...) or
-        PermanentBackendError (EACCES, EROFS, ...).
-        """
-        final = self._place(relpath)
-        where = str(final.path)
-        resumable = await self._resumable_temp(final, reader.size)
-        await self._remove_leftovers(final)
-        if reader.size <= self.chunk_size:
-            return await self._write_whole(relpath, final, reader, expected_checksum, progress, owner)
-        temp, kept = resumable or (await self._create_temp(final, owner), 0)
-        temp.owner = owner  # an adopted file gets this write's owner too
-        try:
-            try:
-                await self._fill(temp, reader, where, expected_checksum, progress, kept)
-            except IntegrityError:
-                if not kept:
-                    raise
-                log.warning("copy_resume_mismatch", tier=self.name, path=where, bytes_kept=kept)
-                await asyncio.shield(blocking(temp.discard))
-                temp = await self._create_temp(final, owner)
-                await self._fill(temp, reader, where, expected_checksum, progress)
-            await self._make_durable(temp, where, expected_checksum)
-            with os_errors("rename into", where):
-                mtime = await blocking(temp.commit, final)
-        except BaseException:
-            await asyncio.shield(blocking(temp.discard))
-            raise
-        by: Verification = "readback" if self.readback else "stream"
-        return ObjectInfo(relpath, reader.size, expected_checksum, mtime, by)
-
-    async def _create_temp(self, final: Place, owner: Ownership | None = None) -> TempFile:
-        """A fresh temporary file for ``final``, to get ``owner``. TransientBackendError: no root."""
-        with os_errors("create temporary file for", str(final.path)):
-            temp = await blocking(posixcopy.create_temp, final, owner)
-        if temp is None:
-            raise self._root_missing()
-        return temp
-
-    async def _resumable_temp(self, final: Place, size: int) -> tuple[TempFile, int] | None:
-        """The temporary file kept for ``final`` and how many of its first bytes to keep, or None.
-
-        Only for a file of ``resume_min_size`` or more; never raises (None: start over).
-        """
-        kept = self._resumable.pop(final, None)
-        if kept is None:
-            return None
-        directory, name = kept
-        if size < max(self.resume_min_size, self.chunk_size + 1):
-            await blocking(remove_owned_leftover, directory, name)  # a hop kept it: its lease covers it
-            return None
-        found = await uninterrupted(
-            blocking(posixresume.open_resumable, directory, name, size, self.chunk_size),
-            undo=_discard_resumable,
-        )
-        if found is not None:
-            log.info("copy_resumed", tier=self.name, path=str(final.path), bytes_kept=found[1], size=size)
-        return found
-
-    async def _write_whole(
-        self,
-        relpath: str,
-        final: Place,
-        reader: RangeReader,
-        expected: str,
-        progress: Progress | None,
-        owner: Ownership | None = None,
-    ) -> ObjectInfo:
-        """A file of one chunk in one trip to the I/O pool: read, hash, place (see ``place_whole``)."""
-        place = functools.partial(
-            posixcopy.place_whole, final=final, expected=expected, readback=self.readback, owner=owner
-        )
-        mtime = await self._whole(final, reader, expected, progress, place)
-        by: Verification = "readback" if self.readback else "stream"
-        return ObjectInfo(relpath, reader.size, expected, mtime, by)
-
-    async def stage(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        expected: str,
-        progress: Progress | None,
-        owner: Ownership | None = None,
-    ) -> tuple[TempFile, Place]:
-        """A file of one chunk, hashed and written under its temporary name, neither durable nor visible.
-
-        For ``PosixBatch``: ``posixcopy.commit_staged`` finishes it. ``owner`` as for ``write``.
-        Raises like ``write``.
-        """
-        final = self._place(relpath)
-        await self._remove_leftovers(final)
-        fill = functools.partial(posixcopy.stage_whole, final=final, expected=expected, owner=owner)
-        return await self._whole(final, reader, expected, progress, fill), final
-
-    async def stage_many(self, files: Sequence[SmallFile]) -> Sequence[tuple[TempFile, Place] | TierdError]:
-        """``stage`` for each file, all in one trip to the I/O pool; each file's staging or error.
-
-        Each file gets its ``SmallFile.owner``. A file whose bytes do not match is
-        IntegrityError (nothing created for it).
-        """
-        finals = [self._place(file.relpath) for file in files]
-        for final in finals:
-            await self._remove_leftovers(final)
-        items = [
-            (final, file.data, file.checksum, file.owner) for final, file in zip(finals, files, strict=True)
-        ]
-        results = await uninterrupted(blocking(posixcopy.stage_files, items), undo=_discard_staged)
-        return [
-            self._staged_or_error(file, final, result)
-            for file, final, result in zip(files, finals, results, strict=True)
-        ]
-
-    def _staged_or_error(
-        self, file: SmallFile, final: Place, result: TempFile | posixcopy.Mismatch | OSError | None
-    ) -> tuple[TempFile, Place] | TierdError:
-        if isinstance(result, TempFile):
-            return result, final
-        if result is None:
-            return self._root_missing()
-        if isinstance(result, posixcopy.Mismatch):
-            return mismatch(str(final.path), file.checksum, result.actual, result.how)
-        return translate_oserror(result, "write", str(final.path))
-
-    async def _whole(
-        self,
-        final: Place,
-        reader: RangeReader,
-        expected: str,
-        progress: Progress | None,
-        fn: Callable[[memoryview, int | None], T | None],
-    ) -> T:
-        """``fn(buffer, source fd or None)`` on the I/O pool, with the bytes in a budgeted buffer.
-
-        ``fn`` returns None when the tier root is missing (TransientBackendError here).
-        """
-        where = str(final.path)
-        fd = reader.fileno() if isinstance(reader, PosixReader) else -1
-        source = fd if fd >= 0 else None  # a file read whole at open is read from memory
-        async with self.budget.buffer(reader.size) as view:
-            if source is None:
-                await read_full(reader, 0, view, where=where)
-            with os_errors("write", where):
-                try:
-                    result = await uninterrupted(blocking_on(view, fn, source))
-                except posixcopy.SourceEnded as exc:
-                    raise _source_ended(where, exc.offset, reader.size) from None
-                except posixcopy.Mismatch as exc:
-                    raise mismatch(where, expected, exc.actual, exc.how) from None
-        if result is None:
-            raise self._root_missing()
-        if progress is not None:
-            progress(reader.size)
-        return result
-
     def batch(self) -> WriteBatch:
         """Files of one chunk are staged and made durable together (``PosixBatch``)."""
         return PosixBatch(self, self)
@@ -479,174 +224,6 @@ class PosixBackend(Backend):
         yet shows the file system beneath it.
         """
         return await blocking(fstype.is_local, self.root)
-
-    async def _remove_leftovers(self, final: Place) -> None:
-        """Remove abandoned temporary files of ``final``'s name (best effort, never raises)."""
-        if (names := self._leftovers.get(final.parts)) is None:
-            names = await blocking(_temp_names, final)
-            self._leftovers[final.parts] = names
-            while len(self._leftovers) > _LISTED_DIRECTORIES:
-                self._leftovers.popitem(last=False)
-        stem = temp_stem(final.name)
-        mine = {name for name in names if name.startswith(stem)}
-        if not mine:
-            return
-        names -= mine
-        removed = await blocking(_remove_abandoned, final, mine)
-        if removed:
-            log.info("abandoned_temp_files_removed", path=str(final.path), count=removed)
-
-    async def _make_durable(self, temp: TempFile, where: str, expected: str) -> None:
-        """Make the temp file durable; for ``verify: readback`` also re-read it and compare."""
-        if not self.readback:
-            with os_errors("write", str(temp.path)):
-                await uninterrupted(blocking(os.fsync, temp.fd))
-            return
-        async with self.budget.buffer(HASH_BUFFER) as view:
-            with os_errors("write", str(temp.path)):
-                readback = await uninterrupted(blocking_on(view, posixcopy.fsync_and_hash, temp))
-        if readback != expected:
-            raise mismatch(where, expected, readback, "read-back")
-
-    async def _fill(
-        self,
-        temp: TempFile,
-        reader: RangeReader,
-        where: str,
-        expected: str,
-        progress: Progress | None,
-        kept: int = 0,
-    ) -> None:
-        """Fill the temp file but its first ``kept`` bytes (re-hashed instead), check the checksum.
-
-        Raises IntegrityError on a mismatch. With ``O_DIRECT`` where the tier takes it, else
-        in the kernel from a local file where it can, else through the page cache.
-        """
-        with os_errors("write", where):
-            direct = await blocking(posixcopy.open_direct, temp) if self._direct else -1
-        if direct < 0:
-            self._direct = False
-        try:
-            if direct < 0 and isinstance(reader, PosixReader) and reader.device not in self._no_kernel_copy:
-                try:
-                    await self._fill_in_kernel(temp, reader, where, expected, progress, kept)
-                    return
-                except _KernelCopyRefused:
-                    self._no_kernel_copy.add(reader.device)
-                    log.info("kernel_copy_unavailable", tier=self.name, path=where)
-            await self._fill_buffered(temp, reader, where, expected, progress, direct, kept)
-        finally:
-            if direct >= 0:
-                await asyncio.shield(blocking(os.close, direct))
-
-    async def _fill_in_kernel(
-        self,
-        temp: TempFile,
-        reader: PosixReader,
-        where: str,
-        expected: str,
-        progress: Progress | None,
-        kept: int,
-    ) -> None:
-        """copy_file_range chunks in parallel, each read back and hashed; IntegrityError on a mismatch.
-
-        Raises _KernelCopyRefused when the first chunk finds the files cannot be copied so.
-        """
-        first = True
-
-        async def copy_chunk(offset: int, length: int) -> int:
-            nonlocal first
-            async with self.budget.buffer(HASH_BUFFER) as view:
-                try:
-                    crc = await uninterrupted(
-                        blocking_on(view, posixcopy.kernel_copy, reader.fileno(), temp.fd, offset, length)
-                    )
-                except posixcopy.SourceEnded as exc:
-                    raise _source_ended(where, exc.offset, reader.size) from None
-                except OSError as exc:
-                    if first and exc.errno in posixcopy.NO_KERNEL_COPY:
-                        raise _KernelCopyRefused from exc
-                    raise translate_oserror(exc, "write", where) from exc
-            first = False
-            return crc
-
-        spans = self._spans(temp, reader.size, KERNEL_CHUNK_SIZE, kept, copy_chunk)
-        await self._by_chunks(reader.size, spans, where, expected, progress)
-
-    async def _fill_buffered(
-        self,
-        temp: TempFile,
-        reader: RangeReader,
-        where: str,
-        expected: str,
-        progress: Progress | None,
-        direct: int,
-        kept: int,
-    ) -> None:
-        """Read every chunk into a buffer, hash and pwrite it (through ``direct`` if >= 0), in parallel.
-
-        Raises IntegrityError on a mismatch.
-        """
-
-        async def copy_chunk(offset: int, length: int) -> int:
-            async with self.budget.aligned(self.chunk_size) as whole:
-                with whole[:length] as view:
-                    await read_full(reader, offset, view, where=where)
-                    with os_errors("write", where):
-                        return await self._write_chunk(view, temp.fd, direct, offset)
-
-        spans = self._spans(temp, reader.size, self.chunk_size, kept, copy_chunk)
-        await self._by_chunks(reader.size, spans, where, expected, progress)
-
-    async def _write_chunk(self, view: memoryview, fd: int, direct: int, offset: int) -> int:
-        """``hash_and_pwrite`` on the I/O pool, through the page cache once ``O_DIRECT`` was refused."""
-        if direct >= 0 and self._direct:
-            try:
-                return await uninterrupted(blocking_on(view, posixcopy.hash_and_pwrite, fd, offset, direct))
-            except posixcopy.DirectRefused:
-                self._direct = False
-                log.info("direct_io_unavailable", tier=self.name)
-        return await uninterrupted(blocking_on(view, posixcopy.hash_and_pwrite, fd, offset))
-
-    def _spans(self, temp: TempFile, size: int, chunk: int, kept: int, copy_chunk: ChunkFn) -> Sequence[Span]:
-        """The file's spans: chunks to copy from ``kept`` on, and the first ``kept`` bytes to re-hash.
-
-        Interleaved, so re-reading the kept part from ``temp`` overlaps copying the rest. A
-        kept chunk ending early is IntegrityError (the write starts over).
-        """
-
-        async def hash_chunk(offset: int, length: int) -> int:
-            async with self.budget.aligned(self.chunk_size) as whole:
-                with whole[:length] as view, os_errors("read back", str(temp.path)):
-                    crc = await uninterrupted(blocking_on(view, posixresume.hash_span, temp.fd, offset))
-            if crc is None:
-                raise IntegrityError(f"{temp.path}: ended before byte {offset + length} it was to keep")
-            return crc
-
-        spans: list[Span] = [(off, min(chunk, size - off), copy_chunk) for off in range(kept, size, chunk)]
-        step = self.chunk_size
-        rehash: list[Span] = [(off, min(step, kept - off), hash_chunk) for off in range(0, kept, step)]
-        return [span for pair in zip_longest(spans, rehash) for span in pair if span is not None]
-
-    async def _by_chunks(
-        self, size: int, spans: Sequence[Span], where: str, expected: str, progress: Progress | None
-    ) -> None:
-        """``fn(offset, length) -> CRC`` over every span, ``chunks_per_file`` at a time.
-
-        Raises IntegrityError unless the spans' CRCs, in file order, combine to ``expected``.
-        """
-        crcs: dict[int, tuple[int, int]] = {}
-
-        async def one(span: Span) -> None:
-            offset, length, fn = span
-            crcs[offset] = (await fn(offset, length), length)
-            if progress is not None:
-                progress(length)
-
-        await for_each(spans, one, self.chunks_per_file)
-        actual = checksum.encode(combine_all([crcs[offset] for offset in sorted(crcs)]))
-        if actual != expected:
-            raise mismatch(where, expected, actual, "source")
 
     async def delete(self, relpath: str) -> None:
         """Unlink (missing is fine) and prune emptied directories up to the root.
@@ -731,12 +308,12 @@ class PosixBackend(Backend):
         for final, found in kept.items():
             self._resumable[final] = found
             self._resumable.move_to_end(final)
-        while len(self._resumable) > _LISTED_DIRECTORIES:
+        while len(self._resumable) > LISTED_DIRECTORIES:
             self._resumable.popitem(last=False)
         for directory, names in left.items():
             self._leftovers[directory] = names
             self._leftovers.move_to_end(directory)
-        while len(self._leftovers) > _LISTED_DIRECTORIES:
+        while len(self._leftovers) > LISTED_DIRECTORIES:
             self._leftovers.popitem(last=False)
         return removed
 
@@ -755,21 +332,6 @@ def _lstat(place: Place) -> os.stat_result | None:
         return None
     with directory:
         return lstat_in(directory, place.name)
-
-
-def _temp_names(final: Place) -> set[str]:
-    """The temporary names in ``final``'s directory; none when it is missing or unreadable."""
-    try:
-        return temp_names_in(final.dir())
-    except OSError:
-        return set()
-
-
-def _remove_abandoned(final: Place, names: set[str]) -> int:
-    try:
-        return remove_abandoned(final.dir(), names)
-    except OSError:
-        return 0
 
 
 def _scan_dir(tree: Root, rel_dir: str) -> tuple[list[tuple[str, int, float]], list[str]]:
@@ -819,28 +381,3 @@ def _read_error(where: str, size: int | OSError, expected: int) -> TierdError | 
     if size != expected:
         return IntegrityError(f"{where}: holds {size} bytes, expected {expected}")
     return None
-
-
-async def _discard_staged(results: Sequence[TempFile | Exception | None]) -> None:
-    """Remove what a staging trip created for a caller that was cancelled meanwhile."""
-    await blocking(discard_all, [result for result in results if isinstance(result, TempFile)])
-
-
-async def _discard_resumable(found: tuple[TempFile, int] | None) -> None:
-    """Remove a temporary file adopted for a write that was cancelled meanwhile."""
-    if found is not None:
-        await blocking(found[0].discard)
-
-
-def _pread(buf: memoryview, fd: int, offset: int) -> int:
-    return os.preadv(fd, [buf], offset)
-
-
-class _KernelCopyRefused(Exception):
-    """copy_file_range cannot copy between these files: use buffers."""
-
-
-def _source_ended(where: str, offset: int, size: int) -> IntegrityError:
-    return IntegrityError(
-        f"{where}: source ended at byte {offset}, expected {size} bytes (did the file shrink?)"
-    )

@@ -18,16 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tierd.daemon.aio import blocking
-from tierd.daemon.backends.base import (
-    Backend,
-    ObjectInfo,
-    Ownership,
-    Progress,
-    RangeReader,
-    ResumeStore,
-    SmallFile,
-    WriteBatch,
-)
+from tierd.daemon.backends.base import Backend, ObjectInfo, SmallFile, WriteBatch, WriteRequest
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix.errors import os_errors
 from tierd.daemon.backends.posix.temp import TempFile, discard_all
@@ -55,14 +46,7 @@ class Stager(Protocol):
     def readback(self) -> bool:
         """Whether the tier reads every file back (``verify: readback``): nothing is staged."""
 
-    async def stage(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        expected: str,
-        progress: Progress | None,
-        owner: Ownership | None = None,
-    ) -> tuple[TempFile, Place]:
+    async def stage(self, request: WriteRequest) -> tuple[TempFile, Place]:
         """A file hashed and written under its temporary name, neither durable nor visible."""
 
     async def stage_many(self, files: Sequence[SmallFile]) -> Sequence[tuple[TempFile, Place] | TierdError]:
@@ -90,31 +74,14 @@ class PosixBatch(WriteBatch):
         """Whether ``relpath`` is staged, or in the commit under way (not yet durable)."""
         return relpath in self._staged or relpath in self._committing
 
-    async def write(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        *,
-        expected_checksum: str,
-        resume: ResumeStore | None = None,
-        progress: Progress | None = None,
-        owner: Ownership | None = None,
-    ) -> ObjectInfo:
+    async def write(self, request: WriteRequest) -> ObjectInfo:
         """Stage a file of one chunk; write anything bigger (or on a ``readback`` tier) at once."""
-        tier = self.stager
-        if tier.readback or reader.size > tier.chunk_size or relpath in self._staged:
-            return await self.backend.write(
-                relpath,
-                reader,
-                expected_checksum=expected_checksum,
-                resume=resume,
-                progress=progress,
-                owner=owner,
-            )
-        temp, final = await tier.stage(relpath, reader, expected_checksum, progress, owner)
-        self._staged[relpath] = (temp, final)
-        self._bytes += reader.size
-        return ObjectInfo(relpath, reader.size, expected_checksum, None, "stream")
+        tier, relpath, size = self.stager, request.relpath, request.reader.size
+        if tier.readback or size > tier.chunk_size or relpath in self._staged:
+            return await self.backend.write(request)
+        self._staged[relpath] = await tier.stage(request)
+        self._bytes += size
+        return ObjectInfo(relpath, size, request.expected_checksum, None, "stream")
 
     async def write_whole(self, files: Sequence[SmallFile]) -> Sequence[ObjectInfo | TierdError]:
         """Stage every file of one chunk in one trip (``PosixBackend.stage_many``).

@@ -1,10 +1,12 @@
 """An S3 tier: any S3-compatible store through aioboto3, with an optional fast path.
 
-``backend`` (the tier), ``client`` (the client's public CPU-saving settings), ``errors``
+``backend`` (the tier), ``writes`` (its writes and server-side copies, verified),
+``client`` (the client's public CPU-saving settings), ``errors``
 (the one boundary where botocore, aiohttp and awscrt errors become tierd errors),
 ``multipart`` (multipart uploads and copies, resumable), ``leftovers`` (open
 uploads listed by prefix and aborted), ``bodies`` (request bodies
-streamed from the budget), ``reads`` (ranged GETs and read-back hashing), ``fast/``
+streamed from the budget), ``reads`` (ranged GETs, ``S3Reader``, read-back hashing),
+``metadata`` (owner and mode as object metadata), ``remove`` (DeleteObjects), ``fast/``
 (lean requests, pipelining, endpoint cache: see ``fast.paths`` for when each is used).
 """
 

@@ -18,7 +18,7 @@ the expected one (``verified_by="store"``), when it reports none every byte is r
 (ranged GETs in parallel, ``s3.reads``) and hashed (``verified_by="readback"``). A
 PutObject's answer can spare the HeadObject: when it carries the CRC64NVME (AWS, moto),
 or when its ETag is the MD5 of the bytes sent (AWS without SSE-KMS, MinIO, Ceph,
-``rclone serve s3``). Objects up to ``MD5_LIMIT`` go up with a Content-MD5 the store
+``rclone serve s3``). Objects up to ``writes.MD5_LIMIT`` go up with a Content-MD5 the store
 checks on receipt, and the buffer sent is the one whose CRC64NVME was just checked, so
 that ETag proves the store holds the bytes tierd meant. ``verify: readback`` always reads
 back. AWS validates the checksums we send; a store that merely echoes them (moto,
@@ -33,7 +33,7 @@ creation and on server-side copies; ``stat`` (HeadObject) reads them back, ``lis
 With the tier's ``fast_path: auto``, small objects' PutObject, HeadObject and opening GET
 skip botocore's per-request work once the bucket's endpoint is known (``fast.lean``), and
 on a custom ``endpoint_url`` a group of small objects is read with its GETs pipelined on
-one connection (``fast.pipeline``); ``fast.paths`` says what is used where. With
+one connection (``fast.pipelined_gets``); ``fast.paths`` says what is used where. With
 ``fast_path: off`` every request is botocore's.
 
 botocore sends a request at most ``REQUEST_ATTEMPTS`` times (standard retry mode): one
@@ -46,11 +46,9 @@ file level (``tierd.daemon.transfer.retry``) retries everything else. The README
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -59,49 +57,42 @@ from aiobotocore.config import AioConfig
 from botocore.exceptions import ClientError
 
 from tierd.config import S3_MAX_KEY_BYTES, S3Tier
-from tierd.daemon import checksum
 from tierd.daemon.backends.base import (
     Backend,
-    BytesReader,
     Features,
     ObjectInfo,
-    Ownership,
-    Progress,
     RangeReader,
-    ResumeStore,
     check_prefix,
     check_relpath,
     mismatch,
-    read_full,
 )
 from tierd.daemon.backends.budget import MIB, ByteBudget, default_budget
-from tierd.daemon.backends.hashing import crc64
-from tierd.daemon.backends.s3.bodies import BufferBody, TransferSettings
+from tierd.daemon.backends.s3.bodies import TransferSettings
 from tierd.daemon.backends.s3.client import USER_AGENT, botocore_session
 from tierd.daemon.backends.s3.errors import range_not_satisfiable, s3_errors
 from tierd.daemon.backends.s3.fast import FastPath, plan_for
 from tierd.daemon.backends.s3.fast.lean import LeanRequests
-from tierd.daemon.backends.s3.fast.pipeline import PipelinedGets
+from tierd.daemon.backends.s3.fast.pipelined_gets import PipelinedGets
 from tierd.daemon.backends.s3.leftovers import abort_unless_kept, list_open_uploads, open_uploads_of
-from tierd.daemon.backends.s3.metadata import owner_from_metadata, owner_metadata
-from tierd.daemon.backends.s3.multipart import MAX_PART, Multipart
-from tierd.daemon.backends.s3.reads import BodyReader, RangeGet, content_range_total, hash_ranges
+from tierd.daemon.backends.s3.metadata import owner_from_metadata
+from tierd.daemon.backends.s3.multipart import MAX_PART
+from tierd.daemon.backends.s3.reads import BodyReader, RangeGet, S3Reader, content_range_total, hash_ranges
 from tierd.daemon.backends.s3.remove import delete_keys
+from tierd.daemon.backends.s3.writes import S3Writes
 from tierd.errors import IntegrityError, PermanentBackendError, TierdError, TransientBackendError
 from tierd.logs import get_logger
 
 if TYPE_CHECKING:
     from types_aiobotocore_s3 import S3Client
-    from types_aiobotocore_s3.type_defs import CopySourceTypeDef, HeadObjectOutputTypeDef
+    from types_aiobotocore_s3.type_defs import HeadObjectOutputTypeDef
 
-__all__ = ["S3Backend", "S3Reader"]
+__all__ = ["S3Backend"]
 
 log = get_logger(__name__)
 
 BUFFERED_PART_LIMIT = 16 * MIB
 STREAM_CHUNK = 8 * MIB
 COPY_PART_SIZE = 512 * MIB
-HASH_CHUNK = 1 * MIB
 #: How much of a refused key its error shows (characters).
 KEY_SHOWN = 120
 # What open_reader's GET asks for: a small object whole; held in memory while the reader is open.
@@ -113,8 +104,6 @@ READ_TIMEOUT = 120
 PIPELINE_STALL = 10
 #: How many times botocore sends one request (the first send included; standard mode).
 REQUEST_ATTEMPTS = 2
-# Up to this size a PutObject carries a Content-MD5: MD5 costs less than the HeadObject it spares.
-MD5_LIMIT = 256 * 1024
 
 
 #: Requests of one object in flight (parts, read-back ranges): past this, more parts only
@@ -132,40 +121,8 @@ def pool_size(concurrency: int) -> int:
     return min(MAX_POOL, max(10, concurrency * (requests_per_file(concurrency) + 1)))
 
 
-class S3Reader:
-    """A RangeReader doing ranged GETs pinned to the ETag seen at open.
-
-    ``head`` holds the object's first bytes, which the GET that opened it brought (all of a
-    small object); reads within them need no request.
-    """
-
-    def __init__(self, ranges: RangeGet, size: int, head: bytes | bytearray | None = None) -> None:
-        self._ranges, self.size = ranges, size
-        self._head = memoryview(head if head is not None else b"")
-
-    async def read_into(self, offset: int, buf: memoryview) -> int:
-        """Fill ``buf`` from ``offset``.
-
-        Raises NotFound if the object vanished, TransientBackendError if it changed
-        since open (412: the next try opens it again) or the network failed.
-        """
-        want = min(len(buf), self.size - offset)
-        if want <= 0:
-            return 0
-        got = max(0, min(want, len(self._head) - offset))
-        if got:
-            buf[:got] = self._head[offset : offset + got]
-        if got < want:
-            await self._ranges.read_into(offset + got, buf[got:want])
-        return want
-
-    async def close(self) -> None:
-        """Forget the first bytes (connections belong to the backend)."""
-        self._head = memoryview(b"")
-
-
-class S3Backend(Backend):
-    """A tier in ``s3://<bucket>/<prefix>``."""
+class S3Backend(S3Writes):
+    """A tier in ``s3://<bucket>/<prefix>`` (its writes and copies: ``s3.writes``)."""
 
     features = Features(native_checksum=True, server_side_copy=True, multipart=True)
 
@@ -358,7 +315,7 @@ class S3Backend(Backend):
     async def read_whole(
         self, relpaths: Sequence[str], views: Sequence[memoryview]
     ) -> Sequence[TierdError | None]:
-        """Small objects with their GETs pipelined (``s3.fast.pipeline``); what that leaves, one by one."""
+        """Small objects with their GETs pipelined (``fast.pipelined_gets``); what that leaves, one by one."""
         filled = await self._pipelined(relpaths, views)
         return [
             None if done else await self._read_one(relpath, view)
@@ -421,120 +378,6 @@ class S3Backend(Backend):
             where = self.location(relpath)
             raise TransientBackendError(f"read {where}: the body ended at byte {len(first)} of {want}")
         return S3Reader(self._ranges(client, relpath, response.get("ETag")), size, first)
-
-    async def write(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        *,
-        expected_checksum: str,
-        resume: ResumeStore | None = None,
-        progress: Progress | None = None,
-        owner: Ownership | None = None,
-    ) -> ObjectInfo:
-        """Upload and verify (see the module docstring).
-
-        ``owner`` goes with the object as user metadata (``s3.metadata``: PutObject, or the
-        multipart upload's creation; a resumed upload keeps what it was created with). With
-        ``resume``, an interrupted multipart upload is picked up where it stopped.
-        Raises IntegrityError when the bytes read, or what the store holds, do not match
-        ``expected_checksum`` (nothing is left under the key: an upload is aborted, a
-        completed object deleted), TransientBackendError (network, throttling, 5xx) or
-        PermanentBackendError (access denied, no such bucket, other 4xx).
-        """
-        key = self._key(relpath)
-        size = reader.size
-        metadata = owner_metadata(owner)
-        if size <= min(self.settings.part_size, self.settings.buffered_part_limit):
-            answer = await self._put_small(key, reader, expected_checksum, metadata)
-            if progress is not None:
-                progress(size)
-            return await self._verify_written(relpath, expected_checksum, size, answer, owner)
-        client = await self.client()
-        upload = Multipart(client, self.bucket, key, self.settings, self._active_uploads, metadata)
-        await upload.write(relpath, reader, expected_checksum, resume, progress)
-        return await self._verify_written(relpath, expected_checksum, size)
-
-    async def _put_small(
-        self, key: str, reader: RangeReader, expected: str, metadata: Mapping[str, str]
-    ) -> PutAnswer:
-        """PutObject with the CRC64NVME (and Content-MD5 up to ``MD5_LIMIT``); what the answer vouches for.
-
-        A BytesReader's bytes go as they are: in memory already, and charged to the budget
-        by whoever read them.
-        """
-        if isinstance(reader, BytesReader):
-            return await self._put_buffer(key, memoryview(reader.data), expected, metadata)
-        async with self.settings.budget.buffer(reader.size) as view:
-            await read_full(reader, 0, view, where=self.location_of_key(key))
-            return await self._put_buffer(key, view, expected, metadata)
-
-    async def _put_buffer(
-        self, key: str, view: memoryview, expected: str, metadata: Mapping[str, str]
-    ) -> PutAnswer:
-        """PutObject of ``view`` once its CRC64NVME is the expected one (IntegrityError if not)."""
-        location = self.location_of_key(key)
-        actual = checksum.encode(await crc64(view))
-        if actual != expected:
-            raise mismatch(location, expected, actual, "source")
-        md5 = hashlib.md5(view, usedforsecurity=False).digest() if len(view) <= MD5_LIMIT else None
-        with s3_errors("put", location):
-            answer = await self._put(key, view, actual, md5, metadata)
-        etag = str(answer.get("ETag", "")).strip('"')
-        return PutAnswer(answer.get("ChecksumCRC64NVME"), md5 is not None and etag == md5.hex())
-
-    async def _put(
-        self, key: str, view: memoryview, crc: str, md5: bytes | None, metadata: Mapping[str, str]
-    ) -> Mapping[str, Any]:
-        """One PutObject, the lean way when it can go that way; the answer's fields."""
-        content_md5 = base64.b64encode(md5).decode() if md5 is not None else None
-        if len(view) <= HASH_CHUNK and (lean := self._lean_for()) is not None:
-            answer = await lean.put(self.bucket, key, bytes(view), crc, content_md5, metadata)
-            if answer is not None:
-                return answer
-        client = await self.client()
-        extra = {"ContentMD5": content_md5} if content_md5 is not None else {}
-        return await client.put_object(
-            Bucket=self.bucket,
-            Key=key,
-            Body=bytes(view) if len(view) <= HASH_CHUNK else BufferBody(view),  # type: ignore[arg-type]
-            ContentLength=len(view),
-            ChecksumAlgorithm="CRC64NVME",
-            ChecksumCRC64NVME=crc,
-            Metadata=dict(metadata),
-            **extra,  # type: ignore[arg-type]
-        )
-
-    async def _verify_written(
-        self,
-        relpath: str,
-        expected: str,
-        size: int,
-        answer: PutAnswer | None = None,
-        owner: Ownership | None = None,
-    ) -> ObjectInfo:
-        """``verify``, plus the size; on a mismatch delete what was just stored.
-
-        With ``verify: native`` the store's answer to a PutObject is its word, as
-        HeadObject's would be, and no HeadObject follows when it vouches for the bytes
-        (the ObjectInfo then says the ``owner`` that was sent).
-        """
-        try:
-            if answer is not None and self.tier.verify == "native":
-                if answer.crc64nvme is not None and answer.crc64nvme != expected:
-                    raise mismatch(self.location(relpath), expected, answer.crc64nvme, "store-reported")
-                if answer.crc64nvme is not None or answer.md5_confirmed:
-                    return ObjectInfo(relpath, size, expected, None, "store", owner)
-            info = await self.verify(relpath, expected)
-            if info.size != size:
-                raise IntegrityError(f"{self.location(relpath)}: stored {info.size} bytes, sent {size}")
-        except IntegrityError:
-            try:
-                await self.delete(relpath)
-            except TierdError as exc:
-                log.warning("delete_after_mismatch_failed", location=self.location(relpath), error=str(exc))
-            raise
-        return info
 
     async def verify(self, relpath: str, expected_checksum: str) -> ObjectInfo:
         """Check the object: natively if the tier says so and the store reports a CRC64NVME.
@@ -626,49 +469,6 @@ class S3Backend(Backend):
         """True for another S3 tier on the same endpoint with the same credentials."""
         return isinstance(src, S3Backend) and src._identity() == self._identity()
 
-    async def copy_from(
-        self,
-        src: Backend,
-        src_relpath: str,
-        dst_relpath: str,
-        expected_checksum: str,
-        *,
-        owner: Ownership | None = None,
-    ) -> ObjectInfo:
-        """CopyObject (UploadPartCopy past ``copy_object_limit``), then ``verify``.
-
-        With ``owner`` the copy's metadata is that owner's (``MetadataDirective=REPLACE``);
-        without, the source's owner is kept. Raises NotFound when the source is missing,
-        IntegrityError when the source's own checksum or the copy's differs from
-        ``expected_checksum`` (the copy is deleted), PermanentBackendError when the store
-        cannot copy.
-        """
-        if not isinstance(src, S3Backend) or not self.can_copy_from(src):
-            raise ValueError(f"{self.name} cannot copy server-side from {src.name}")
-        key = self._key(dst_relpath)  # a key S3 would refuse fails before any request
-        source = await src.stat(src_relpath)
-        if source.checksum is not None and source.checksum != expected_checksum:
-            where = src.location(src_relpath)
-            raise mismatch(where, expected_checksum, source.checksum, "source store-reported")
-        copy_source: CopySourceTypeDef = {"Bucket": src.bucket, "Key": src._key(src_relpath)}
-        metadata = owner_metadata(owner or source.owner)
-        if source.size <= self.copy_object_limit:
-            client = await self.client()
-            replaced: dict[str, Any] = {"MetadataDirective": "REPLACE", "Metadata": metadata} if owner else {}
-            with s3_errors("copy to", self.location_of_key(key)):
-                await client.copy_object(
-                    Bucket=self.bucket,
-                    Key=key,
-                    CopySource=copy_source,
-                    ChecksumAlgorithm="CRC64NVME",
-                    **replaced,
-                )
-        else:
-            client = await self.client()
-            upload = Multipart(client, self.bucket, key, self.settings, self._active_uploads, metadata)
-            await upload.copy(copy_source, source.size, expected_checksum)
-        return await self._verify_written(dst_relpath, expected_checksum, source.size)
-
     async def close(self) -> None:
         """Close the client's connections."""
         stack, self._stack, self._client = self._stack, None, None
@@ -677,14 +477,6 @@ class S3Backend(Backend):
         self.fast_path = FastPath()
         if stack is not None:
             await stack.aclose()
-
-
-@dataclass(frozen=True)
-class PutAnswer:
-    """What the store's answer to a PutObject vouches for."""
-
-    crc64nvme: str | None  # the CRC64NVME it reports holding
-    md5_confirmed: bool  # its ETag is the MD5 of the bytes sent, which went with their Content-MD5
 
 
 def _info(relpath: str, head: HeadObjectOutputTypeDef) -> ObjectInfo:

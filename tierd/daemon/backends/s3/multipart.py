@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from tierd.daemon import checksum
 from tierd.daemon.backends.base import (
-    PartState,
     Progress,
     RangeReader,
     ResumeStore,
-    UploadState,
+    WriteRequest,
     mismatch,
     read_full,
 )
@@ -33,6 +32,7 @@ from tierd.daemon.backends.concurrency import for_each
 from tierd.daemon.backends.hashing import combine_all, crc64
 from tierd.daemon.backends.s3.bodies import BufferBody, StreamBody, TransferSettings
 from tierd.daemon.backends.s3.errors import s3_errors
+from tierd.daemon.backends.uploads import PartState, UploadState
 from tierd.errors import (
     IntegrityError,
     NotFound,
@@ -139,24 +139,19 @@ class Multipart:
         self._claim(response["UploadId"])
         return response["UploadId"]
 
-    async def write(
-        self,
-        relpath: str,
-        reader: RangeReader,
-        expected: str,
-        resume: ResumeStore | None,
-        progress: Progress | None,
-    ) -> None:
-        """Upload ``reader`` as a multipart object, resuming what ``resume`` recorded.
+    async def write(self, request: WriteRequest) -> None:
+        """Upload the request's reader as a multipart object, resuming what its ``resume`` recorded.
 
         Raises IntegrityError (after aborting the upload) when the parts' combined CRC
-        differs from ``expected``; UploadVanished (a TransientBackendError) when the
+        differs from ``expected_checksum``; UploadVanished (a TransientBackendError) when the
         store lost the upload meanwhile (the next attempt starts over). A PermanentBackendError
         (the store refused a request) aborts the upload too. On other failures the upload is
         kept for a later resume when ``resume`` is given, else aborted.
         """
         try:
-            await self._write(relpath, reader, expected, resume, progress)
+            await self._write(
+                request.relpath, request.reader, request.expected_checksum, request.resume, request.progress
+            )
         finally:
             self._unclaim()
 

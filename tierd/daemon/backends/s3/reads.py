@@ -28,7 +28,7 @@ from tierd.errors import TransientBackendError
 if TYPE_CHECKING:
     from types_aiobotocore_s3 import S3Client
 
-__all__ = ["READBACK_RANGE", "BodyReader", "RangeGet", "content_range_total", "hash_ranges"]
+__all__ = ["READBACK_RANGE", "BodyReader", "RangeGet", "S3Reader", "content_range_total", "hash_ranges"]
 
 READBACK_RANGE = 32 * MIB
 READ_PIECE = 256 * 1024  # aiohttp buffers up to twice this per stream before pausing the socket
@@ -147,3 +147,35 @@ async def hash_ranges(ranges: RangeGet, size: int, concurrency: int, range_size:
 
     await for_each(range(len(starts)), one, min(concurrency, len(starts)) or 1)
     return checksum.encode(combine_all(pieces))
+
+
+class S3Reader:
+    """A RangeReader doing ranged GETs pinned to the ETag seen at open.
+
+    ``head`` holds the object's first bytes, which the GET that opened it brought (all of a
+    small object); reads within them need no request.
+    """
+
+    def __init__(self, ranges: RangeGet, size: int, head: bytes | bytearray | None = None) -> None:
+        self._ranges, self.size = ranges, size
+        self._head = memoryview(head if head is not None else b"")
+
+    async def read_into(self, offset: int, buf: memoryview) -> int:
+        """Fill ``buf`` from ``offset``.
+
+        Raises NotFound if the object vanished, TransientBackendError if it changed
+        since open (412: the next try opens it again) or the network failed.
+        """
+        want = min(len(buf), self.size - offset)
+        if want <= 0:
+            return 0
+        got = max(0, min(want, len(self._head) - offset))
+        if got:
+            buf[:got] = self._head[offset : offset + got]
+        if got < want:
+            await self._ranges.read_into(offset + got, buf[got:want])
+        return want
+
+    async def close(self) -> None:
+        """Forget the first bytes (connections belong to the backend)."""
+        self._head = memoryview(b"")

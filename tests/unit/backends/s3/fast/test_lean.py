@@ -27,7 +27,7 @@ from botocore.credentials import ReadOnlyCredentials
 from tests.conformance.harness import crc, read_back
 from tests.fixtures.net import free_port
 from tests.fixtures.s3servers import S3Server
-from tierd.daemon.backends import BytesReader, S3Backend
+from tierd.daemon.backends import BytesReader, S3Backend, WriteRequest
 from tierd.daemon.backends.s3.backend import OPEN_RANGE
 from tierd.daemon.backends.s3.fast.lean import LeanRequests, Route, object_path, sign
 from tierd.errors import NotFound, PermanentBackendError
@@ -69,7 +69,7 @@ def lean_of(backend: S3Backend) -> LeanRequests:
 
 
 async def put(backend: S3Backend, relpath: str, data: bytes) -> None:
-    await backend.write(relpath, BytesReader(data), expected_checksum=crc(data))
+    await backend.write(WriteRequest(relpath, BytesReader(data), crc(data)))
 
 
 async def test_the_first_request_goes_through_botocore_and_the_rest_do_not(backend: S3Backend) -> None:

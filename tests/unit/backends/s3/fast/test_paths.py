@@ -23,7 +23,7 @@ from structlog.testing import capture_logs
 from tests.conformance.harness import crc
 from tests.fixtures.s3servers import S3Server
 from tierd.config import S3Tier
-from tierd.daemon.backends import BytesReader, S3Backend
+from tierd.daemon.backends import BytesReader, S3Backend, WriteRequest
 from tierd.daemon.backends.s3.fast import FastPath, is_aws_endpoint, plan_for
 from tierd.daemon.backends.s3.fast.endpoints import ReferencedOnly
 from tierd.errors import PermanentBackendError
@@ -71,7 +71,7 @@ def test_fast_path_is_validated() -> None:
 async def round_trip(backend: S3Backend, name: str, size: int) -> None:
     """Write ``size`` random bytes and read them back through a reader."""
     data = os.urandom(size)
-    await backend.write(name, BytesReader(data), expected_checksum=crc(data))
+    await backend.write(WriteRequest(name, BytesReader(data), crc(data)))
     reader = await backend.open_reader(name)
     try:
         view = memoryview(bytearray(size))
@@ -160,7 +160,7 @@ async def test_off_sends_every_request_through_botocore(s3_server: S3Server) -> 
         await round_trip(backend, "big.bin", 2 * int(backend.tier.part_size) + 123)  # multipart
         files = {f"group/{n}.bin": os.urandom(2000 + n) for n in range(4)}
         for relpath, data in files.items():
-            await backend.write(relpath, BytesReader(data), expected_checksum=crc(data))
+            await backend.write(WriteRequest(relpath, BytesReader(data), crc(data)))
         views = [memoryview(bytearray(len(data))) for data in files.values()]
         assert await backend.read_whole(list(files), views) == [None] * len(files)
         assert [bytes(view) for view in views] == list(files.values())

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from tierd.config import S3Tier
 from tierd.daemon.backends.s3.fast.endpoints import ReferencedOnly, cache_endpoints
 from tierd.daemon.backends.s3.fast.lean import LeanRequests
-from tierd.daemon.backends.s3.fast.pipeline import PipelinedGets
+from tierd.daemon.backends.s3.fast.pipelined_gets import PipelinedGets
 from tierd.logs import get_logger
 
 __all__ = ["FastPath", "Plan", "is_aws_endpoint", "plan_for"]

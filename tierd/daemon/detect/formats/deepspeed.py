@@ -28,8 +28,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from tierd.daemon.beneath import Root
-from tierd.daemon.detect.integrity import first_unwritten, torch_pickle
-from tierd.daemon.detect.layout import (
+from tierd.daemon.detect.detector import (
     Candidate,
     Entry,
     FileStat,
@@ -37,10 +36,10 @@ from tierd.daemon.detect.layout import (
     Settings,
     Verdict,
     incomplete,
-    read_file,
     trailing_int,
-    walk_files,
 )
+from tierd.daemon.detect.integrity import first_unwritten, torch_pickle
+from tierd.daemon.detect.tree import read_file, walk_files
 from tierd.daemon.markers import LATEST, LATEST_UNIVERSAL
 from tierd.limits import MAX_EXPECTED_FILES, MAX_WORLD_SIZE
 

@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tierd.daemon.beneath import Root
-from tierd.daemon.detect.integrity import MAX_PICKLE_BYTES, Stub, stub_load
-from tierd.daemon.detect.layout import (
+from tierd.daemon.detect.detector import (
     Candidate,
     Entry,
     FileStat,
@@ -37,11 +36,10 @@ from tierd.daemon.detect.layout import (
     Settings,
     Verdict,
     incomplete,
-    list_dir,
-    read_file,
     trailing_int,
-    walk_files,
 )
+from tierd.daemon.detect.integrity import MAX_PICKLE_BYTES, Stub, stub_load
+from tierd.daemon.detect.tree import list_dir, read_file, walk_files
 from tierd.daemon.markers import METADATA
 from tierd.logs import get_logger
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 import re
 import time
 
-from tierd.daemon.detect.integrity import zip_complete
-from tierd.daemon.detect.layout import (
+from tierd.daemon.detect.detector import (
     Candidate,
     Entry,
     Listing,
@@ -22,10 +21,11 @@ from tierd.daemon.detect.layout import (
     Verdict,
     incomplete,
     is_temp_name,
-    stat_file,
     trailing_int,
 )
-from tierd.daemon.detect.nvrx import LOCAL_FILE
+from tierd.daemon.detect.formats.nvrx import LOCAL_FILE
+from tierd.daemon.detect.integrity import zip_complete
+from tierd.daemon.detect.tree import stat_file
 
 __all__ = ["SUFFIXES", "TorchSaveDetector", "step_from_name"]
 

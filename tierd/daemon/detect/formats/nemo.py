@@ -20,21 +20,10 @@ import re
 from pathlib import Path
 
 from tierd.daemon.beneath import Root
-from tierd.daemon.detect.dcp import dcp_check, looks_like_dcp
+from tierd.daemon.detect.detector import Candidate, Entry, FileStat, Listing, Settings, Verdict, incomplete
+from tierd.daemon.detect.formats.dcp import dcp_check, looks_like_dcp
 from tierd.daemon.detect.integrity import first_unwritten
-from tierd.daemon.detect.layout import (
-    Candidate,
-    Entry,
-    FileStat,
-    Listing,
-    Settings,
-    Verdict,
-    incomplete,
-    is_dir,
-    list_dir,
-    stat_file,
-    walk_files,
-)
+from tierd.daemon.detect.tree import is_dir, list_dir, stat_file, walk_files
 
 __all__ = ["UNFINISHED", "NemoDetector", "checkpoint_base"]
 

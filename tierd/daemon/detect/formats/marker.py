@@ -7,17 +7,16 @@ of the checkpoint's files, so a restored copy carries its own completion proof.
 
 from __future__ import annotations
 
-from tierd.daemon.detect.layout import (
+from tierd.daemon.detect.detector import (
     Candidate,
     Entry,
     Listing,
     Settings,
     Verdict,
     incomplete,
-    list_dir,
     trailing_int,
-    walk_files,
 )
+from tierd.daemon.detect.tree import list_dir, walk_files
 
 __all__ = ["MarkerDetector"]
 

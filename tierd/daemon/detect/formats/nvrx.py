@@ -19,18 +19,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from tierd.daemon.beneath import Root
+from tierd.daemon.detect.detector import Candidate, Entry, FileStat, Listing, Settings, Verdict, incomplete
 from tierd.daemon.detect.integrity import first_unwritten
-from tierd.daemon.detect.layout import (
-    Candidate,
-    Entry,
-    FileStat,
-    Listing,
-    Settings,
-    Verdict,
-    incomplete,
-    list_dir,
-    stat_files,
-)
+from tierd.daemon.detect.tree import list_dir, stat_files
 
 __all__ = ["LOCAL_FILE", "NvrxDetector"]
 

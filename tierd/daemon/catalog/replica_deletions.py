@@ -31,13 +31,12 @@ from tierd.daemon.catalog.models import (
     File,
     Hold,
     Part,
-    PartReplica,
     Replica,
     ReplicaState,
     Run,
     utcnow,
 )
-from tierd.daemon.catalog.parts import set_part_copies
+from tierd.daemon.catalog.part_replicas import set_part_copies
 from tierd.daemon.catalog.protection import checkpoint_for_update, give_back
 from tierd.daemon.catalog.replicas import find_replica
 from tierd.errors import Conflict
@@ -55,7 +54,6 @@ __all__ = [
     "deletion_context",
     "due_deletions",
     "finish_deletion",
-    "mark_recheck_failed",
     "schedule_checkpoint_deletion",
     "Scheduled",
     "schedule_replica_deletion",
@@ -376,68 +374,6 @@ def finish_deletion(session: Session, replica_id: int, *, actor: str, action: st
         checkpoint = session.get(Checkpoint, replica.checkpoint_id)
         if checkpoint is not None:
             checkpoint.state = CheckpointState.DELETED.value
-
-
-def mark_recheck_failed(
-    session: Session,
-    checkpoint_id: int,
-    tier: str,
-    *,
-    error: str,
-    actor: str,
-    bad_files: Sequence[Mapping[str, str | None]] = (),
-    part_id: int | None = None,
-) -> bool:
-    """A re-check found bad bytes: the replica is ``failed`` (the scheduler copies it again).
-
-    With ``part_id`` (one node's part re-checked on its node-local tier) only that part's
-    replica fails with the step's; the other parts' bytes were not looked at.
-
-    Only a replica still ``verified`` is marked: one that left meanwhile (retention deleting
-    it) is not rot. Each of ``bad_files`` (file, expected and actual checksum) is audited with
-    the state change. Returns whether the replica was marked.
-    """
-    result = session.execute(
-        update(Replica)
-        .where(Replica.checkpoint_id == checkpoint_id, Replica.tier == tier, Replica.state == VERIFIED)
-        .values(state=ReplicaState.FAILED.value, error=error, verified_at=None, checked_at=None, bytes_done=0)
-        .execution_options(synchronize_session=False)
-    )
-    if result.rowcount != 1:  # type: ignore[attr-defined]
-        return False
-    if part_id is None:
-        set_part_copies(session, checkpoint_id, tier, ReplicaState.FAILED)
-    else:
-        _fail_part(session, part_id, tier, error)
-    for bad in bad_files:
-        append_event(
-            session,
-            actor=actor,
-            action="replica_mismatch",
-            checkpoint_id=checkpoint_id,
-            reason=f"{bad.get('file')}: {bad.get('problem')}",
-            detail=dict(bad),
-            tier=tier,
-        )
-    append_event(
-        session,
-        actor=actor,
-        action="reverify_failed",
-        checkpoint_id=checkpoint_id,
-        reason=error,
-        detail={},
-        tier=tier,
-    )
-    return True
-
-
-def _fail_part(session: Session, part_id: int, tier: str, error: str) -> None:
-    session.execute(
-        update(PartReplica)
-        .where(PartReplica.part_id == part_id, PartReplica.tier == tier)
-        .values(state=ReplicaState.FAILED.value, error=error, verified_at=None, checked_at=None, bytes_done=0)
-        .execution_options(synchronize_session=False)
-    )
 
 
 def checkpoint_files(session: Session, checkpoint_id: int) -> list[tuple[str, int, str]]:

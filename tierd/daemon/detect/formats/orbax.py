@@ -20,18 +20,16 @@ import re
 from pathlib import Path
 
 from tierd.daemon.beneath import Root
-from tierd.daemon.detect.layout import (
+from tierd.daemon.detect.detector import (
     Candidate,
     Entry,
     Listing,
     Settings,
     Verdict,
     incomplete,
-    list_dir,
-    read_file,
     trailing_int,
-    walk_files,
 )
+from tierd.daemon.detect.tree import list_dir, read_file, walk_files
 from tierd.daemon.markers import CHECKPOINT_METADATA, COMMIT_SUCCESS
 
 __all__ = ["TMP_SUFFIX", "OrbaxDetector"]

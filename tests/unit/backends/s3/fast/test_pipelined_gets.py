@@ -1,4 +1,4 @@
-"""Pipelined whole-object GETs (``s3.fast.answers``, ``s3.fast.pipeline``).
+"""Pipelined whole-object GETs (``s3.fast.answers``, ``s3.fast.pipelined_gets``).
 
 The parser is fed byte streams directly. ``PipelinedGets`` talks to a scripted HTTP/1.1
 server on 127.0.0.1 that answers in order and misbehaves on cue: it closes mid-group,
@@ -23,11 +23,11 @@ import trustme
 from tests.conformance.harness import crc
 from tests.fixtures.net import free_port
 from tests.fixtures.s3servers import S3Server, TlsFiles, start_rclone
-from tierd.daemon.backends import BytesReader, S3Backend
-from tierd.daemon.backends.s3.fast import pipeline as s3pipeline
+from tierd.daemon.backends import BytesReader, S3Backend, WriteRequest
+from tierd.daemon.backends.s3.fast import pipelined_gets as s3pipeline
 from tierd.daemon.backends.s3.fast.answers import DIRECT, HEAD_LIMIT, SKIP_LIMIT, AnswerParser
 from tierd.daemon.backends.s3.fast.lean import LeanRequests, Prepared
-from tierd.daemon.backends.s3.fast.pipeline import PipelinedGets
+from tierd.daemon.backends.s3.fast.pipelined_gets import PipelinedGets
 
 
 def answer(
@@ -521,7 +521,7 @@ async def test_read_whole_pipelines_where_the_store_keeps_connections(
 ) -> None:
     files = {f"p/f{n}.bin": os.urandom(3000 + n) for n in range(20)}
     for relpath, data in files.items():
-        await backend.write(relpath, BytesReader(data), expected_checksum=crc(data))
+        await backend.write(WriteRequest(relpath, BytesReader(data), crc(data)))
     seen: Counter[str] = Counter()
     await backend.observe(lambda operation: seen.update([operation]))
     client = await backend.client()
@@ -561,7 +561,7 @@ async def test_read_whole_pipelines_over_tls_as_the_client_trusts(
     try:
         files = {f"t/f{n}.bin": os.urandom(2000 + n) for n in range(8)}
         for relpath, data in files.items():
-            await backend.write(relpath, BytesReader(data), expected_checksum=crc(data))
+            await backend.write(WriteRequest(relpath, BytesReader(data), crc(data)))
         views = [memoryview(bytearray(len(data))) for data in files.values()]
         assert await backend.read_whole(list(files), views) == [None] * len(files)
         assert [bytes(view) for view in views] == list(files.values())

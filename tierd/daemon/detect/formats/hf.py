@@ -21,21 +21,11 @@ import re
 from pathlib import Path
 
 from tierd.daemon.beneath import Root
-from tierd.daemon.detect.dcp import dcp_check, looks_like_dcp
-from tierd.daemon.detect.deepspeed import deepspeed_problem, read_tag
+from tierd.daemon.detect.detector import Candidate, Entry, FileStat, Listing, Settings, Verdict, incomplete
+from tierd.daemon.detect.formats.dcp import dcp_check, looks_like_dcp
+from tierd.daemon.detect.formats.deepspeed import deepspeed_problem, read_tag
 from tierd.daemon.detect.integrity import first_unwritten
-from tierd.daemon.detect.layout import (
-    Candidate,
-    Entry,
-    FileStat,
-    Listing,
-    Settings,
-    Verdict,
-    incomplete,
-    list_dir,
-    read_file,
-    walk_files,
-)
+from tierd.daemon.detect.tree import list_dir, read_file, walk_files
 from tierd.daemon.markers import LATEST, TRAINER_STATE
 
 __all__ = ["HfDetector", "trainer_metrics"]
