@@ -63,6 +63,7 @@ class Flaky(PosixBackend):
         self.errors: list[TierdError] = []
         self.writes = 0
         self.gate: asyncio.Event | None = None
+        self.writing = asyncio.Event()  # set once a write began
 
     def batch(self) -> WriteBatch:
         """No staging: every file goes through ``write`` (and its queued errors)."""
@@ -79,6 +80,7 @@ class Flaky(PosixBackend):
         owner: Ownership | None = None,
     ) -> ObjectInfo:
         self.writes += 1
+        self.writing.set()
         if self.gate is not None:
             await self.gate.wait()
         if self.errors:
@@ -203,7 +205,7 @@ async def test_a_worker_that_lost_its_lease_stops_and_writes_nothing(
         claim=claim,
     )
     task = asyncio.create_task(runner.run())
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(dst.writing.wait(), 5)  # it copies: its write hangs at the gate
     # the lease expired and another worker took the job
     later = utcnow() + timedelta(seconds=31)
     taken = jobs.claim_next_copy_job(db, "n2:9", ["pfs"], lease_seconds=30, now=later)

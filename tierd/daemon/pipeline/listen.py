@@ -21,6 +21,7 @@ from sqlalchemy.engine import make_url
 
 from tierd.daemon.catalog.dialect import JOBS_CHANNEL, notified_nodes
 from tierd.daemon.pipeline.retry import Backoff
+from tierd.daemon.service import Tally
 from tierd.logs import get_logger
 
 __all__ = ["JobListener", "libpq_url"]
@@ -52,6 +53,8 @@ class JobListener:
         self.node = node
         self.on_jobs, self.on_reconnect = on_jobs, on_reconnect
         self.listening = asyncio.Event()
+        #: Notifications read, acted on or not (in the order the catalog sent them).
+        self.heard = Tally()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -92,3 +95,4 @@ class JobListener:
                 nodes = notified_nodes(notify.payload)
                 if nodes is None or self.node in nodes:
                     self.on_jobs()
+                self.heard.add()
