@@ -9,7 +9,6 @@ what a test counts is what one pass sent.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections import Counter
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.faultproxy import FaultProxy, Rule
+from tests.fixtures.pipeline_run import run_pipeline_until
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import all_jobs, record_checkpoint, replicas, write_files
 from tierd.config import Config, S3Tier
@@ -73,14 +73,11 @@ class World:
     async def hop(self, tier: str, timeout: float = 90) -> Replica:
         """Run the pipeline until ``tier``'s replica is verified or failed; that replica."""
         ctx = Context(config=self.config, db=self.db)
-        service = PipelineService(ctx, OPTIONS)
-        await service.start()
-        try:
-            async with asyncio.timeout(timeout):
-                while await asyncio.to_thread(self.state, tier) not in ("verified", "failed"):
-                    await asyncio.sleep(0.05)
-        finally:
-            await service.stop(5)
+
+        def ended() -> bool:
+            return self.state(tier) in ("verified", "failed")
+
+        await run_pipeline_until(PipelineService(ctx, OPTIONS), ended, timeout=timeout, in_thread=True)
         replica = replicas(self.db, self.checkpoint_id)[tier]
         self._log(tier, replica)
         return replica

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 from sqlalchemy import select, update
 from structlog.testing import capture_logs
 
+from tests.fixtures.pipeline_run import run_pipeline_until
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import (
     MiB,
@@ -78,14 +78,7 @@ def database(tmp_path: Path) -> Database:
 
 async def _run_until(config: Config, db: Database, done: Callable[[], bool], timeout: float = 60) -> Context:
     ctx = Context(config=config, db=db)
-    service = PipelineService(ctx, FAST)
-    await service.start()
-    try:
-        async with asyncio.timeout(timeout):
-            while not await asyncio.to_thread(done):
-                await asyncio.sleep(0.05)
-    finally:
-        await service.stop(5)
+    await run_pipeline_until(PipelineService(ctx, FAST), done, timeout=timeout, in_thread=True)
     return ctx
 
 

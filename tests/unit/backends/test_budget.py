@@ -178,18 +178,27 @@ async def test_read_full_refuses_a_short_source() -> None:
 
 
 async def test_uninterrupted_finishes_before_cancelling() -> None:
-    finished: list[bool] = []
+    started, go_on = asyncio.Event(), asyncio.Event()
+    ended: list[str] = []
 
     async def slow() -> None:
-        await asyncio.sleep(0.05)
-        finished.append(True)
+        started.set()
+        await go_on.wait()
+        ended.append("work")
 
-    task = asyncio.create_task(uninterrupted(slow()))
-    await asyncio.sleep(0.01)
+    async def caller() -> None:
+        try:
+            await uninterrupted(slow())
+        finally:
+            ended.append("caller")
+
+    task = asyncio.create_task(caller())
+    await started.wait()
     task.cancel()
+    go_on.set()  # the work ends only after the cancel
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert finished == [True]
+    assert ended == ["work", "caller"]
 
 
 @pytest.mark.parametrize(

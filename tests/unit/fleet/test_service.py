@@ -95,11 +95,11 @@ async def test_of_two_daemons_one_leads_and_the_other_takes_over_when_it_stops(
         assert (a.acts_on("nvme"), b.acts_on("nvme")) == (True, True)  # node-local: every daemon's own
         assert metric(b, "tierd_fleet_leader") == 0
         assert metric(b, "tierd_fleet_nodes", state="live") == 2
-        assert not b.retention.wakeup.is_set()
+        assert not b.retention.loop.wakeup.is_set()
         await first.stop(5)
         await second.beat()
         assert (a.leader, b.leader) == (False, True)
-        assert b.retention.wakeup.is_set()  # the new leader plans the shared tiers at once
+        assert b.retention.loop.wakeup.is_set()  # the new leader plans the shared tiers at once
         assert [(action, term) for action, _, term in actions(db)] == [
             ("leader_elected", 1),
             ("leader_stood_down", 1),

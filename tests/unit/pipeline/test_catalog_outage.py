@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from tests.fixtures.pipeline_run import pipelines_running, poll_until
 from tests.fixtures.postgres import PostgresServer
 from tests.integration.daemon_helpers import MiB, all_jobs, audit, record_checkpoint, replicas, write_files
 from tierd.config import Config
@@ -98,18 +99,12 @@ async def _outage_during_hop(
     backends: dict[str, Backend] = {"nvme": PosixBackend(config.tier0), "pfs": dst}
     service = PipelineService(Context(config=config, db=db), OPTIONS, backends=backends)
     with capture_logs() as logs:
-        await service.start()
-        try:
-            async with asyncio.timeout(60):
-                while (replicas(db, cid)["pfs"].bytes_done or 0) < 512 * 1024:
-                    await asyncio.sleep(0.05)
-                await asyncio.to_thread(server.stop)
-                await asyncio.sleep(seconds)
-                await asyncio.to_thread(server.start)
-                while replicas(db, cid)["pfs"].state != "verified":
-                    await asyncio.sleep(0.1)
-        finally:
-            await service.stop(5)
+        async with pipelines_running(service), asyncio.timeout(60):
+            await poll_until(lambda: (replicas(db, cid)["pfs"].bytes_done or 0) >= 512 * 1024, timeout=60)
+            await asyncio.to_thread(server.stop)
+            await asyncio.sleep(seconds)  # the outage's length
+            await asyncio.to_thread(server.start)
+            await poll_until(lambda: replicas(db, cid)["pfs"].state == "verified", timeout=60)
     copied = {p.name: p.read_bytes() for p in (tmp_path / "pfs" / "r" / "s1").iterdir()}
     assert copied == data
     return dst, logs, cid
@@ -172,16 +167,10 @@ async def test_a_hop_that_finished_while_the_catalog_was_away_is_not_copied_agai
     backends: dict[str, Backend] = {"nvme": PosixBackend(config.tier0), "pfs": dst}
     service = PipelineService(Context(config=config, db=catalog), OPTIONS, backends=backends)
     with capture_logs() as logs:
-        await service.start()
-        try:
-            async with asyncio.timeout(60):
-                while not any(e["event"] == "hop_end_not_recorded" for e in logs):
-                    await asyncio.sleep(0.05)
-                await asyncio.to_thread(private_postgres.start)
-                while replicas(catalog, cid)["pfs"].state != "verified":
-                    await asyncio.sleep(0.1)
-        finally:
-            await service.stop(5)
+        async with pipelines_running(service), asyncio.timeout(60):
+            await poll_until(lambda: any(e["event"] == "hop_end_not_recorded" for e in logs), timeout=60)
+            await asyncio.to_thread(private_postgres.start)
+            await poll_until(lambda: replicas(catalog, cid)["pfs"].state == "verified", timeout=60)
 
     events = [e["event"] for e in logs]
     assert events.count("hop_started") == 2

@@ -7,7 +7,6 @@ full tier, is queued again with backoff, and completes once the file system has 
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
+from tests.fixtures.pipeline_run import run_pipeline_until
 from tests.fixtures.tmpfs import SmallDisk, small_disk
 from tests.integration.daemon_helpers import MiB, all_jobs, audit, record_checkpoint, replicas, write_files
 from tierd.config import Config
@@ -65,14 +65,7 @@ NO_RETRY_YET = dataclasses.replace(FAST, job_backoff=Backoff(base=600.0, cap=600
 
 
 async def _run_until(ctx: Context, until: Callable[[], bool], options: PipelineOptions = FAST) -> None:
-    service = PipelineService(ctx, options)
-    await service.start()
-    try:
-        async with asyncio.timeout(30):
-            while not await asyncio.to_thread(until):
-                await asyncio.sleep(0.02)
-    finally:
-        await service.stop(5)
+    await run_pipeline_until(PipelineService(ctx, options), until, in_thread=True)
 
 
 def _visible(root: Path) -> dict[str, bytes]:

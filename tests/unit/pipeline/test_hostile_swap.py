@@ -9,13 +9,13 @@ FIFO, and leave neither the secret's bytes nor a temporary file on the next tier
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.opens import OpenSpy
+from tests.fixtures.pipeline_run import run_pipeline_until
 from tests.integration.daemon_helpers import all_jobs, record_checkpoint, replicas, write_files
 from tierd.config import Config
 from tierd.daemon.catalog.db import Database
@@ -61,13 +61,7 @@ def _config(tmp_path: Path, db: Database) -> Config:
 
 async def _copy_until_failed(config: Config, db: Database, checkpoint_id: int) -> None:
     service = PipelineService(Context(config=config, db=db), FAST)  # its own backends, as the daemon's
-    await service.start()
-    try:
-        async with asyncio.timeout(30):
-            while replicas(db, checkpoint_id)["pfs"].state != "failed":
-                await asyncio.sleep(0.02)
-    finally:
-        await service.stop(5)
+    await run_pipeline_until(service, lambda: replicas(db, checkpoint_id)["pfs"].state == "failed")
 
 
 def _holds(root: Path, data: bytes) -> list[Path]:

@@ -5,7 +5,6 @@ Real tiers (POSIX directories, S3 on moto's server) and the real pipeline servic
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Callable, Collection, MutableMapping, Sequence
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
+from tests.fixtures.pipeline_run import run_pipeline_until
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import MiB, record_checkpoint, replicas, tier_dict, write_files
 from tests.unit.pipeline.test_runner import FAST
@@ -45,13 +45,9 @@ async def run_until(
     backends = backends or {t.name: make_backend(t) for t in config.tiers}
     service = PipelineService(Context(config=config, db=db), NO_SWEEP, backends=backends)
     with capture_logs() as logs:
-        await service.start()
         try:
-            async with asyncio.timeout(30):
-                while not until():
-                    await asyncio.sleep(0.01)
+            await run_pipeline_until(service, until)
         finally:
-            await service.stop(5)
             await close_backends(backends)
     return logs
 

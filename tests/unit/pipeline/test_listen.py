@@ -30,6 +30,18 @@ def _cut_listeners(url: str) -> int:
     return len(rows)
 
 
+async def _read_up_to_a_last_one(db: Database, listeners: list[JobListener], sent: int) -> None:
+    """Send one more notification, naming no listening node; return once each listener read it.
+
+    ``sent``: how many the test sent before. The catalog delivers notifications in the order
+    of their commits, so a listener that has read ``sent + 1`` has read, and acted on, every
+    one committed before the last: one sent by mistake too.
+    """
+    with db.session() as session:
+        notify_jobs(session, {"nobody"})
+    await asyncio.wait_for(asyncio.gather(*(listener.heard.past(sent) for listener in listeners)), 5)
+
+
 async def test_a_pass_that_queues_jobs_wakes_every_daemon_that_may_claim_them(pg_db: Database) -> None:
     heard = [asyncio.Event(), asyncio.Event()]
     back = asyncio.Event()
@@ -45,7 +57,7 @@ async def test_a_pass_that_queues_jobs_wakes_every_daemon_that_may_claim_them(pg
         for event in heard:
             event.clear()
         assert await asyncio.to_thread(schedule_pass, pg_db, TIERS) == 0
-        await asyncio.sleep(0.3)
+        await _read_up_to_a_last_one(pg_db, listeners, sent=1)  # the first pass's
         assert not any(event.is_set() for event in heard), "a pass that queued nothing woke the fleet"
 
         assert _cut_listeners(pg_db.url) == 2
@@ -89,7 +101,7 @@ async def test_part_jobs_wake_only_their_own_nodes(pg_db: Database) -> None:
         with pg_db.session() as session:
             notify_jobs(session, {"n0", "n2"})  # jobs copying n0's and n2's parts
         await asyncio.wait_for(asyncio.gather(heard["n0"].wait(), heard["n2"].wait()), 5)
-        await asyncio.sleep(0.2)
+        await _read_up_to_a_last_one(pg_db, listeners, sent=1)
         assert not heard["n1"].is_set(), "a node was woken for jobs only other nodes can claim"
         with pg_db.session() as session:
             notify_jobs(session, {f"node-{i:05d}" for i in range(2000)})  # too long for a payload

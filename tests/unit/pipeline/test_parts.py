@@ -8,13 +8,13 @@ replica is verified only once every part is there.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
+from tests.fixtures.pipeline_run import run_pipeline_until
 from tests.unit.detect.fleet import dcp_across, node_context, reconcile, step_row
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import AuditEvent, Checkpoint, Job, Part, Replica
@@ -46,18 +46,11 @@ def _tier_states(db: Database, step: int) -> tuple[dict[str, str], dict[str, dic
     return {r.tier: r.state for r in row.replicas}, parts
 
 
-async def _run(nodes: list[Context], until: Callable[[], bool], check: Callable[[], None]) -> None:
+async def _run(
+    nodes: list[Context], until: Callable[[], bool], check: Callable[[], None], then_passes: int = 0
+) -> None:
     services = [PipelineService(ctx, FAST) for ctx in nodes]
-    for service in services:
-        await service.start()
-    try:
-        async with asyncio.timeout(60):
-            while not until():
-                check()
-                await asyncio.sleep(0.02)
-    finally:
-        for service in services:
-            await service.stop(5)
+    await run_pipeline_until(services, until, timeout=60, check=check, then_passes=then_passes)
 
 
 @pytest.fixture
@@ -117,8 +110,10 @@ async def test_a_step_missing_a_part_on_a_shared_tier_is_not_durable_there(
     db: Database, three: tuple[list[Context], list[str]]
 ) -> None:
     nodes, _ = three
-    await _run(nodes[:2], lambda: _tier_states(db, 7)[1]["n1"]["pfs"] == "verified", lambda: None)
-    await asyncio.sleep(0.3)  # passes of the two pipelines: nothing more may happen
+    # Once n1's part is in, two more passes of each pipeline: nothing more may happen.
+    await _run(
+        nodes[:2], lambda: _tier_states(db, 7)[1]["n1"]["pfs"] == "verified", lambda: None, then_passes=2
+    )
     steps, parts = _tier_states(db, 7)
     assert steps["pfs"] != "verified"
     assert (parts["n0"]["pfs"], parts["n2"]["pfs"]) == ("pending", "pending"), "the marker's part went first"

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from tests.fixtures.pipeline_run import pipelines_running, poll_until, run_pipeline_until
 from tests.integration.daemon_helpers import all_jobs, audit, record_checkpoint, replicas, write_files
 from tierd.config import Config, PosixTier
 from tierd.daemon.aio import blocking
@@ -59,6 +60,7 @@ class Flaky(PosixBackend):
         self.errors: list[TierdError] = []
         self.writes = 0
         self.gate: asyncio.Event | None = None
+        self.writing = asyncio.Event()  # set once a write began
 
     def batch(self) -> WriteBatch:
         """No staging: every file goes through ``write`` (and its queued errors)."""
@@ -66,6 +68,7 @@ class Flaky(PosixBackend):
 
     async def write(self, request: WriteRequest) -> ObjectInfo:
         self.writes += 1
+        self.writing.set()
         if self.gate is not None:
             await self.gate.wait()
         if self.errors:
@@ -99,14 +102,7 @@ def setup(tmp_path: Path, sqlite_db: Database) -> tuple[Config, Database, Flaky,
 async def _run(config: Config, db: Database, dst: Flaky, until: Callable[[], bool]) -> Context:
     backends: dict[str, Backend] = {"nvme": PosixBackend(config.tier0), "pfs": dst}
     ctx = Context(config=config, db=db)
-    service = PipelineService(ctx, FAST, backends=backends)
-    await service.start()
-    try:
-        async with asyncio.timeout(20):
-            while not until():
-                await asyncio.sleep(0.01)
-    finally:
-        await service.stop(5)
+    await run_pipeline_until(PipelineService(ctx, FAST, backends=backends), until, timeout=20)
     return ctx
 
 
@@ -190,7 +186,7 @@ async def test_a_worker_that_lost_its_lease_stops_and_writes_nothing(
         claim=claim,
     )
     task = asyncio.create_task(runner.run())
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(dst.writing.wait(), 5)  # it copies: its write hangs at the gate
     # the lease expired and another worker took the job
     later = utcnow() + timedelta(seconds=31)
     taken = jobs.claim_next_copy_job(db, "n2:9", ["pfs"], lease_seconds=30, now=later)
@@ -224,13 +220,7 @@ async def test_small_files_count_as_done_only_once_committed(
     assert isinstance(config.tiers[1], PosixTier)
     backends: dict[str, Backend] = {"nvme": PosixBackend(config.tier0), "pfs": PosixBackend(config.tiers[1])}
     service = PipelineService(Context(config=config, db=sqlite_db), FAST, backends=backends)
-    await service.start()
-    try:
-        async with asyncio.timeout(20):
-            while replicas(sqlite_db, cid)["pfs"].state != "verified":
-                await asyncio.sleep(0.01)
-    finally:
-        await service.stop(5)
+    await run_pipeline_until(service, lambda: replicas(sqlite_db, cid)["pfs"].state == "verified", timeout=20)
     committed = [relpath for batch, _ in commits for relpath in batch]
     assert sorted(committed) == sorted(f"r/s1/{name}" for name in sizes)
     assert all(not set(batch) & before for batch, before in commits)  # unseen until their commit
@@ -258,8 +248,7 @@ async def test_an_idle_pipeline_keeps_no_transfer_buffers(
     cid = record_checkpoint(sqlite_db, config, "r", 1, "r/s1")
     service = PipelineService(Context(config=config, db=sqlite_db), FAST)
     taken: list[int] = []
-    await service.start()
-    try:
+    async with pipelines_running(service):
         budget = service._budget
         assert budget is not None
         real_take = budget._take_idle
@@ -269,13 +258,11 @@ async def test_an_idle_pipeline_keeps_no_transfer_buffers(
             return real_take(nbytes)
 
         budget._take_idle = counting  # type: ignore[method-assign]
-        async with asyncio.timeout(20):
-            while replicas(sqlite_db, cid)["pfs"].state != "verified" or service._running:
-                await asyncio.sleep(0.01)
+        await poll_until(
+            lambda: replicas(sqlite_db, cid)["pfs"].state == "verified" and not service._running, timeout=20
+        )
         assert taken  # the big file went through aligned chunk buffers ...
         assert budget.idle_bytes == 0  # ... which were unmapped once no hop was running
-    finally:
-        await service.stop(5)
 
 
 async def test_a_job_claimed_again_here_while_its_old_runner_hangs_never_runs_twice(
@@ -291,22 +278,15 @@ async def test_a_job_claimed_again_here_while_its_old_runner_hangs_never_runs_tw
     backends: dict[str, Backend] = {"nvme": PosixBackend(config.tier0), "pfs": dst}
     service = PipelineService(Context(config=config, db=db), slow_renewal, backends=backends)
     with capture_logs() as logs:
-        await service.start()
-        try:
-            async with asyncio.timeout(20):
-                while dst.writes == 0:
-                    await asyncio.sleep(0.01)
-                expired = utcnow() - timedelta(seconds=1)
-                with db.session() as session:  # its lease ran out (the catalog was away, say)
-                    session.get_one(Job, all_jobs(db)[0].id).lease_expires_at = expired
-                service.ctx.wake_pipeline()
-                while not any(e["event"] == "job_claimed_again" for e in logs):
-                    await asyncio.sleep(0.01)
-                dst.gate.set()
-                while replicas(db, cid)["pfs"].state != "verified":
-                    await asyncio.sleep(0.01)
-        finally:
-            await service.stop(5)
+        async with pipelines_running(service), asyncio.timeout(20):
+            await poll_until(lambda: dst.writes > 0, timeout=20)
+            expired = utcnow() - timedelta(seconds=1)
+            with db.session() as session:  # its lease ran out (the catalog was away, say)
+                session.get_one(Job, all_jobs(db)[0].id).lease_expires_at = expired
+            service.ctx.wake_pipeline()
+            await poll_until(lambda: any(e["event"] == "job_claimed_again" for e in logs), timeout=20)
+            dst.gate.set()
+            await poll_until(lambda: replicas(db, cid)["pfs"].state == "verified", timeout=20)
     events = [e["event"] for e in logs]
     assert events.count("hop_started") == 2
     assert "hop_released" not in events  # the old runner did not hand the job back

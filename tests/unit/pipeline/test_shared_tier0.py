@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import select
 
 from tests.conftest import posix_config_dict
+from tests.fixtures.pipeline_run import run_pipeline_until
 from tests.unit.detect.fleet import age, save_dcp_files, step_row
 from tests.unit.pipeline.test_parts import FAST
 from tierd.config import Config, PosixTier
@@ -83,15 +84,12 @@ async def test_three_daemons_on_one_directory_record_once_and_copy_each_file_onc
         backends: dict[str, Backend] = {t.name: Counting(t, writes=writes) for t in rest}
         backends[tier0.name] = PosixBackend(tier0)
         services.append(PipelineService(ctx, FAST, backends=backends))
-    for service in services:
-        await service.start()
-    try:
-        async with asyncio.timeout(60):
-            while (row := step_row(db, 5)) is None or {r.state for r in row.replicas} != {"verified"}:
-                await asyncio.sleep(0.02)
-    finally:
-        for service in services:
-            await service.stop(5)
+
+    def copied() -> bool:
+        row = step_row(db, 5)
+        return row is not None and {r.state for r in row.replicas} == {"verified"}
+
+    await run_pipeline_until(services, copied, timeout=60)
     files = sorted(p.name for p in step.iterdir())
     expected = {f"{tier}:demo/step_5/{name}" for tier in ("pfs", "object", "replica") for name in files}
     assert set(writes) == expected

@@ -3,12 +3,11 @@ across them and copied to the shared tiers by the nodes' own pipelines."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import posix_config_dict
+from tests.fixtures.pipeline_run import run_pipeline_until
 from tests.unit.detect.fleet import dcp_across, reconcile, step_row
 from tierd.config import Config
 from tierd.daemon.catalog.db import Database
@@ -58,12 +57,6 @@ def part_states(db: Database, step: int) -> tuple[str, dict[str, str]]:
     return nvme, {p.node: next(r.state for r in p.replicas if r.tier == "nvme") for p in row.parts}
 
 
-async def _until(done: Callable[[], bool]) -> None:
-    async with asyncio.timeout(60):
-        while not done():
-            await asyncio.sleep(0.02)
-
-
 async def make_fleet(db: Database, root: Path, delay: str) -> list[Context]:
     """Three nodes with steps 1 and 2 recorded and verified on every shared tier."""
     nodes = [node_context(db, root, f"n{i}", delay) for i in range(3)]
@@ -71,19 +64,12 @@ async def make_fleet(db: Database, root: Path, delay: str) -> list[Context]:
         dcp_across(root / "scratch", nodes, step)
         for ctx in nodes:
             await reconcile(ctx)
-    services = [PipelineService(ctx, FAST) for ctx in nodes]
-    for service in services:
-        await service.start()
 
     def copied() -> bool:
         rows = [step_row(db, step) for step in (1, 2)]
         return all(r is not None and all(x.state == "verified" for x in r.replicas) for r in rows)
 
-    try:
-        await _until(copied)
-    finally:
-        for service in services:
-            await service.stop(5)
+    await run_pipeline_until([PipelineService(ctx, FAST) for ctx in nodes], copied, timeout=60)
     return nodes
 
 

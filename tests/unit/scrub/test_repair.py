@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from sqlalchemy import select
 
+from tests.fixtures.pipeline_run import run_pipeline_until
 from tests.unit.pipeline.test_runner import FAST
 from tests.unit.scrub.helpers import flip_byte, relpaths, scrub_world, scrubber
 from tierd.daemon.catalog.db import Database
@@ -27,13 +27,7 @@ async def test_rot_on_tier_1_is_repaired_from_tier_2_after_tier_0_was_deleted(
     assert world.replica(cid, "pfs").state == "failed"
 
     pipeline = PipelineService(ctx, FAST, backends=world.backends)
-    await pipeline.start()
-    try:
-        async with asyncio.timeout(30):
-            while world.replica(cid, "pfs").state != "verified":
-                await asyncio.sleep(0.02)
-    finally:
-        await pipeline.stop(5)
+    await run_pipeline_until(pipeline, lambda: world.replica(cid, "pfs").state == "verified")
 
     assert {r: world.tier_path("pfs", r).read_bytes() for r in files} == good
     with sqlite_db.read_session() as s:

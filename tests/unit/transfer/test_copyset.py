@@ -402,12 +402,18 @@ class LocalHintedPosix(HintedPosix):
 
 
 class CountingPosix(PosixBackend):
-    """A POSIX destination that counts the groups it is staging at once."""
+    """A POSIX destination that counts the groups it is staging at once.
+
+    A group is in flight from its read at the source (``GroupReadingPosix``) to the end of
+    its staging here; a staging waits until every group in flight is staging too. So
+    ``most`` is how many groups the copy set lets run at once, however the reads are timed.
+    """
 
     def __init__(self, *args: Any, local: bool, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.local = local
-        self.staging = self.most = 0
+        self.in_flight = self.staging = self.most = 0
+        self._arrived = asyncio.Condition()
 
     async def local_disk(self) -> bool:
         return self.local
@@ -416,10 +422,27 @@ class CountingPosix(PosixBackend):
         self.staging += 1
         self.most = max(self.most, self.staging)
         try:
-            await asyncio.sleep(0.01)  # long enough for every lane to arrive
+            async with self._arrived:
+                self._arrived.notify_all()
+                await self._arrived.wait_for(lambda: self.staging == self.in_flight)
             return await super().stage_many(files)
         finally:
             self.staging -= 1
+            self.in_flight -= 1
+
+
+class GroupReadingPosix(LocalHintedPosix):
+    """A source that counts each group it starts reading as in flight at ``groups``."""
+
+    def __init__(self, *args: Any, groups: CountingPosix, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.groups = groups
+
+    async def read_whole(
+        self, relpaths: Sequence[str], views: Sequence[memoryview]
+    ) -> Sequence[TierdError | None]:
+        self.groups.in_flight += 1
+        return await super().read_whole(relpaths, views)
 
 
 @pytest.mark.parametrize("local", [True, False])
@@ -429,9 +452,11 @@ async def test_groups_between_local_tiers_run_on_a_few_lanes_with_their_reads_hi
     monkeypatch.setattr(copyset, "GROUP_FILES", 2)
     monkeypatch.setattr(copyset, "LOCAL_GROUP_LANES", 2)
     (tmp_path / "src").mkdir()
-    src = LocalHintedPosix(PosixTier(name="src", kind="posix", path=tmp_path / "src"), chunk_size=CHUNK)
     dst = CountingPosix(
         PosixTier(name="dst", kind="posix", path=tmp_path / "dst"), chunk_size=CHUNK, local=local
+    )
+    src = GroupReadingPosix(
+        PosixTier(name="src", kind="posix", path=tmp_path / "src"), chunk_size=CHUNK, groups=dst
     )
     (tmp_path / "dst").mkdir()
     files = await put_files(src, 40)

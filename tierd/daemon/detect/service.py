@@ -167,6 +167,14 @@ class DetectService:
             await blocking(self._observer.join, max(timeout, 1.0))
         await self.inflight.drain(timeout)
 
+    @property
+    def idle(self) -> bool:
+        """No directory waits for its look, is looked at, or has a step being recorded.
+
+        Looks set for later (a deferred step's timer) do not count.
+        """
+        return not (self._pending or self._busy or len(self.inflight))
+
     # -- events ------------------------------------------------------------------------
 
     def post_event(self, index: int, path: str) -> None:

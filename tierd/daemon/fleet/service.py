@@ -11,7 +11,6 @@ and stops first, giving the lease up so another daemon takes over at once.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from tierd.daemon.catalog import audit, fleet
 from tierd.daemon.catalog.jobs import owner_id
 from tierd.daemon.context import Context, FixedLeadership
 from tierd.daemon.fleet.election import Change, Elector
+from tierd.daemon.service import PassLoop
 from tierd.errors import CatalogError
 from tierd.logs import get_logger
 
@@ -50,24 +50,14 @@ class FleetService:
         ctx.metrics.fleet_leader.set_function(lambda: 1.0 if ctx.leader else 0.0)  # asked at each scrape
         self._registered = False
         self._unaudited: list[Change] = []
-        self._stop = asyncio.Event()
-        self._loop: asyncio.Task[None] | None = None
+        self.loop = PassLoop(
+            self.name, self.beat, self.settings.heartbeat_interval, what="beat", wait_first=True
+        )
 
     async def start(self) -> None:
         """Register this node, run the first election, then beat every ``heartbeat_interval``."""
         await self.beat()
-        self._loop = asyncio.create_task(self._run(), name="fleet:heartbeat")
-
-    async def _run(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.settings.heartbeat_interval)
-            if self._stop.is_set():
-                break
-            try:
-                await self.beat()
-            except Exception:
-                log.exception("fleet_beat_crashed")  # the next beat tries again
+        self.loop.start("fleet:heartbeat")
 
     async def beat(self) -> None:
         """One heartbeat and one election round; a catalog failure is logged, never raised."""
@@ -109,10 +99,7 @@ class FleetService:
 
     async def stop(self, timeout: float) -> None:
         """Stop beating and give the lease up (another daemon leads at its next heartbeat)."""
-        self._stop.set()
-        if self._loop is not None:
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(self._loop, max(timeout, 0.1))
+        await self.loop.stop(max(timeout, 0.1))
         if self.elector is None:
             return
         try:

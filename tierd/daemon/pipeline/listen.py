@@ -17,6 +17,7 @@ import functools
 from collections.abc import Callable
 
 from tierd.daemon.catalog.dialect import jobs_conninfo, listen_for_jobs
+from tierd.daemon.service import Tally
 from tierd.daemon.transfer.retry import Backoff
 from tierd.errors import CatalogError
 from tierd.logs import get_logger
@@ -43,6 +44,8 @@ class JobListener:
         self.node = node
         self.on_jobs, self.on_reconnect = on_jobs, on_reconnect
         self.listening = asyncio.Event()
+        #: Notifications read, acted on or not (in the order the catalog sent them).
+        self.heard = Tally()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -83,3 +86,4 @@ class JobListener:
     def _heard(self, nodes: frozenset[str] | None) -> None:
         if nodes is None or self.node in nodes:
             self.on_jobs()
+        self.heard.add()

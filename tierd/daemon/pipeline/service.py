@@ -20,7 +20,6 @@ bound is cut the same way.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -43,7 +42,7 @@ from tierd.daemon.pipeline.janitor import Janitor
 from tierd.daemon.pipeline.listen import JobListener
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.runner import HopRunner, Limits, Outcome
-from tierd.errors import CatalogError, TierdError
+from tierd.daemon.service import PassLoop
 from tierd.logs import get_logger
 
 __all__ = ["PipelineService"]
@@ -86,16 +85,25 @@ class PipelineService:
         self._given_backends = backends
         self.backends: dict[str, Backend] = {}
         self._running: dict[int, _Running] = {}
-        self._stopping = False
-        self._loop: asyncio.Task[None] | None = None
         self._janitor: Janitor | None = None
         self._listener: JobListener | None = None
         self._polls = 0
+        self._first = True  # the first pass creates the replica rows missing for a configured tier
+        self._failed = False  # the last pass failed: the next schedules every checkpoint
         #: The last claim found nothing for this node while a tier had room (see ``_claim_all``).
         self._queue_empty = False
         self._budget = budget  # the backends' shared one, dropped while the pipeline is idle
         self.outage = CatalogOutage(self.name)
         ctx.outages[self.name] = self.outage
+        self.loop = PassLoop(
+            self.name,
+            self._pass,
+            self.options.poll_interval,
+            wakeup=ctx.pipeline_wakeup,
+            outage=self.outage,
+            sooner_while_down=True,
+            on_idle=self._poll,
+        )
 
     async def start(self) -> None:
         """Requeue this node's orphaned jobs, open the backends, start the loops."""
@@ -122,37 +130,19 @@ class PipelineService:
         if not db.is_sqlite:  # other daemons share the catalog: hear when they queue jobs
             self._listener = JobListener(db.url, node, self.ctx.wake_claims, self.ctx.wake_pipeline)
             self._listener.start()
-        self._loop = asyncio.create_task(self._run(), name="pipeline:loop")
+        self.loop.start("pipeline:loop")
         log.info("pipeline_started", owner=self.owner, tiers=self.tier_names)
 
-    async def _run(self) -> None:
-        first, failed = True, False
-        while not self._stopping:
-            self.ctx.pipeline_wakeup.clear()
-            only = self.ctx.take_scheduling()
-            try:
-                await self._schedule(None if failed else only, fill_missing=first)
-                first, failed = False, False
-                if self._janitor is not None:
-                    await self._janitor.sweep_due()
-                await self._claim_all()
-                self.outage.succeeded()
-            except CatalogError as exc:
-                failed = True
-                self.outage.failed(exc, "pass")
-            except TierdError as exc:
-                failed = True
-                log.warning("pipeline_pass_failed", error=str(exc))
-            except Exception:
-                failed = True
-                log.exception("pipeline_pass_crashed")
-            wait = self.options.poll_interval
-            if self.outage.down:
-                wait = min(wait, self.outage.delay())
-            try:
-                await asyncio.wait_for(self.ctx.pipeline_wakeup.wait(), wait)
-            except TimeoutError:
-                self._poll()
+    async def _pass(self) -> None:
+        """Schedule, sweep stale uploads, claim; after a failed pass, schedule every checkpoint."""
+        only = self.ctx.take_scheduling()
+        failed, self._failed = self._failed, True  # until this pass ends well
+        await self._schedule(None if failed else only, fill_missing=self._first)
+        self._first = False
+        if self._janitor is not None:
+            await self._janitor.sweep_due()
+        await self._claim_all()
+        self._failed = False
 
     def _poll(self) -> None:
         """The poll's pass: every checkpoint, by the leader (one pass queues jobs for the fleet).
@@ -184,7 +174,7 @@ class PipelineService:
 
     async def _claim_all(self) -> None:
         """Claim jobs, highest priority first, while a destination tier has room."""
-        while not self._stopping:
+        while not self.loop.stopping:
             busy = Counter(r.runner.claim.dst_tier for r in self._running.values())
             free = [t.name for t in self.tiers[1:] if busy[t.name] < t.concurrency]
             claimed_at = time.monotonic()
@@ -204,7 +194,7 @@ class PipelineService:
                 self._queue_empty = len(free) == len(self.tiers) - 1
                 return
             self._queue_empty = False
-            if self._stopping:  # stop() began while we were claiming
+            if self.loop.stopping:  # stop() began while we were claiming
                 await blocking(release_job, self.ctx.db, claim.job_id, self.owner)
                 return
             await self._retire(claim.job_id)
@@ -251,7 +241,7 @@ class PipelineService:
             self._budget.drop_idle()  # an idle daemon keeps no transfer buffers
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("job_crashed", job=job_id, error=repr(exc))
-        if self._stopping:
+        if self.loop.stopping:
             return
         if unlocks:
             self.ctx.wake_pipeline(checkpoint_id)  # room for another job; maybe its next hop
@@ -261,15 +251,9 @@ class PipelineService:
     async def stop(self, timeout: float) -> None:
         """Claim nothing more; let the newest checkpoint's jobs finish within ``timeout``."""
         deadline = time.monotonic() + max(timeout, 0)
-        self._stopping = True
-        self.ctx.wake_pipeline()
-        if self._loop is not None:
-            # Let a claim in progress land (and be released) rather than cut it mid-transaction.
-            _, late = await asyncio.wait([self._loop], timeout=min(max(timeout, 0), LOOP_EXIT_SECONDS))
-            if late:
-                self._loop.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._loop
+        self.ctx.wake_pipeline()  # also: a pipeline started again on this context schedules everything
+        # Let a claim in progress land (and be released) rather than cut it mid-transaction.
+        await self.loop.stop(min(max(timeout, 0), LOOP_EXIT_SECONDS))
         if self._listener is not None:
             await self._listener.stop()
         await self._drain(deadline)

@@ -11,7 +11,6 @@ in the queue with their progress.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -24,8 +23,7 @@ from tierd.daemon.context import Context
 from tierd.daemon.outage import CatalogOutage
 from tierd.daemon.restore import requests
 from tierd.daemon.restore.runner import RestoreOptions, RestoreRunner
-from tierd.daemon.service import InFlight
-from tierd.errors import CatalogError, TierdError
+from tierd.daemon.service import InFlight, PassLoop
 from tierd.logs import get_logger
 
 __all__ = ["RestoreService"]
@@ -56,40 +54,23 @@ class RestoreService:
         self.budget = budget
         self.options = options or RestoreOptions()
         self.owner = owner_id(ctx.config.node)
-        self.wakeup = asyncio.Event()
         self._inflight = InFlight(self.name)
         self._running: dict[int, _Running] = {}
-        self._loop: asyncio.Task[None] | None = None
-        self._stopping = False
         self.outage = CatalogOutage(self.name)
         ctx.outages[self.name] = self.outage
+        self.loop = PassLoop(self.name, self._claim_all, self.options.poll_interval, outage=self.outage)
 
     async def start(self) -> None:
         """Start claiming restores; the API reaches the service through ``ctx.restore``."""
         self.ctx.restore = self
-        self._loop = asyncio.create_task(self._run(), name="restore:loop")
+        self.loop.start("restore:loop")
 
     def wake(self) -> None:
         """Look for queued restores now (one was just asked for)."""
-        self.wakeup.set()
-
-    async def _run(self) -> None:
-        while not self._stopping:
-            self.wakeup.clear()
-            try:
-                await self._claim_all()
-                self.outage.succeeded()
-            except CatalogError as exc:  # one log line per outage, not one per pass
-                self.outage.failed(exc, "pass")
-            except TierdError as exc:
-                log.warning("restore_pass_failed", error=str(exc))
-            except Exception:
-                log.exception("restore_pass_crashed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wakeup.wait(), self.options.poll_interval)
+        self.loop.wake()
 
     async def _claim_all(self) -> None:
-        while not self._stopping and len(self._running) < self.options.parallel:
+        while not self.loop.stopping and len(self._running) < self.options.parallel:
             claim = await blocking(
                 claim_next_restore,
                 self.ctx.db,
@@ -117,7 +98,7 @@ class RestoreService:
             return await runner.run()
         finally:
             self._running.pop(runner.claim.job_id, None)
-            self.wakeup.set()
+            self.loop.wake()
 
     async def cancel(self, job_id: int, *, actor: str, reason: str) -> None:
         """Cancel a restore and remove what it wrote (waiting for it if it runs here).
@@ -142,11 +123,6 @@ class RestoreService:
 
     async def stop(self, timeout: float) -> None:
         """Claim nothing more; let running restores finish within ``timeout``, then requeue them."""
-        self._stopping = True
-        self.wakeup.set()
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+        await self.loop.stop(0)  # a claim under way is cut: requeued at the next start
         await self._inflight.drain(timeout)
         self.ctx.restore = None

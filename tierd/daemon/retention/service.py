@@ -19,7 +19,6 @@ deletions and eviction do not run either. A tier with no retention block keeps e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from tierd.daemon.retention.deleter import Deleter, Outcome
 from tierd.daemon.retention.plan import Action, Verdict
 from tierd.daemon.retention.pressure import Pressure, Room
 from tierd.daemon.retention.snapshot import Snapshot, take_snapshot
-from tierd.errors import CatalogError, TierdError
+from tierd.daemon.service import PassLoop
 from tierd.logs import get_logger
 
 __all__ = ["PassReport", "RetentionService"]
@@ -76,12 +75,10 @@ class RetentionService:
             ctx.config, ctx.db, backends, ctx.metrics, on_bad_copy=ctx.wake_pipeline, acts_on=ctx.acts_on
         )
         self.pressure = Pressure(ctx.config, ctx.db, backends, self.deleter, ctx.metrics, self.snapshot)
-        self.wakeup = asyncio.Event()
-        self._loop: asyncio.Task[None] | None = None
         self._pass_lock = asyncio.Lock()
-        self._stopping = False
         self.outage = CatalogOutage(self.name)
         ctx.outages[self.name] = self.outage
+        self.loop = PassLoop(self.name, self._pass, self.config.retention.interval, outage=self.outage)
         self._woken = False
         self._last_marker: tuple[object, ...] | None = None
         self._replan_at: datetime | None = None
@@ -109,22 +106,10 @@ class RetentionService:
                 dry_run=self.config.retention.dry_run,
             )
         self.ctx.retention = self
-        self._loop = asyncio.create_task(self._run(), name="retention:loop")
+        self.loop.start("retention:loop")
 
-    async def _run(self) -> None:
-        while not self._stopping:
-            try:
-                await self.run_pass()
-                self.outage.succeeded()
-            except CatalogError as exc:  # one log line per outage, not one per pass
-                self.outage.failed(exc, "pass")
-            except TierdError as exc:
-                log.warning("retention_pass_failed", error=str(exc))
-            except Exception:
-                log.exception("retention_pass_crashed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wakeup.wait(), self.config.retention.interval)
-            self.wakeup.clear()
+    async def _pass(self) -> None:
+        await self.run_pass()
 
     async def run_pass(self, now: datetime | None = None) -> PassReport:
         """One pass (see the module docstring); passes never overlap.
@@ -174,7 +159,7 @@ class RetentionService:
     def wake(self) -> None:
         """Plan again now (a pin, hold, metric or delete changed what retention decides)."""
         self._woken = True
-        self.wakeup.set()
+        self.loop.wake()
 
     def _log(self, report: PassReport) -> None:
         if report.scheduled or report.outcomes:
@@ -249,15 +234,7 @@ class RetentionService:
 
     async def stop(self, timeout: float) -> None:
         """Stop the loop; a deletion under way may finish within ``timeout``, else resumes after restart."""
-        self._stopping = True
-        self.wakeup.set()
-        if self._loop is None:
-            return
-        _, late = await asyncio.wait([self._loop], timeout=max(timeout, 0))
-        if late:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+        if await self.loop.stop(timeout):
             log.info("retention_cut", detail="a pass was cut; begun deletions finish after restart")
 
 

@@ -13,7 +13,6 @@ daemon, for the checkpoints its node wrote.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -27,10 +26,9 @@ from tierd.daemon.catalog.part_deletions import part_files
 from tierd.daemon.catalog.scrub import ScrubCandidate, VerifyTarget, due_for_scrub, verify_target
 from tierd.daemon.context import Context
 from tierd.daemon.scrub.check import ReplicaChecker
-from tierd.daemon.service import InFlight
+from tierd.daemon.service import InFlight, PassLoop
 from tierd.daemon.transfer.recheck import CheckOutcome
 from tierd.daemon.transfer.throttle import TokenBucket
-from tierd.errors import TierdError
 from tierd.logs import get_logger
 
 __all__ = ["ScrubService"]
@@ -76,33 +74,31 @@ class ScrubService:
         #: When each tier last had every verified replica checked within ``every`` (since start).
         self.last_pass_at: dict[str, datetime | None] = dict.fromkeys(self.settings)
         self._checked_since_pass: dict[str, int] = dict.fromkeys(self.settings, 0)
-        self._stopping = asyncio.Event()
+        self.loops = {tier: self._loop(tier) for tier in self.settings}
         self._inflight = InFlight(self.name)
 
     async def start(self) -> None:
         """Start one loop per tier with a ``scrub`` block."""
         self.ctx.scrub = self
-        for tier in self.settings:
-            self._inflight.spawn(self._loop(tier), f"scrub {tier}")
+        for tier, loop in self.loops.items():
+            self._inflight.spawn(loop.run(), f"scrub {tier}")
         log.info("scrub_started", tiers=list(self.settings))
 
     async def stop(self, timeout: float) -> None:
         """Take no new replica; let the ones being checked finish for up to ``timeout``."""
-        self._stopping.set()
+        for loop in self.loops.values():
+            loop.halt()
         await self._inflight.drain(timeout)
 
-    async def _loop(self, tier: str) -> None:
+    def _loop(self, tier: str) -> PassLoop:
+        """Rounds on ``tier``: the next at once after one that checked replicas, else after an idle wait."""
         every = self.settings[tier].every
         idle = min(max(every / 10, IDLE_MIN_SECONDS), IDLE_MAX_SECONDS)
-        while not self._stopping.is_set():
-            try:
-                checked = await self.check_round(tier)
-            except TierdError as exc:
-                log.warning("scrub_round_failed", tier=tier, error=str(exc))
-                checked = 0
-            if checked == 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), idle)
+
+        async def round_() -> bool:
+            return await self.check_round(tier) > 0
+
+        return PassLoop(self.name, round_, idle, what="round", log_fields={"tier": tier})
 
     async def check_round(self, tier: str) -> int:
         """Re-check up to ``BATCH`` due replicas on ``tier``, oldest check first.
@@ -122,7 +118,7 @@ class ScrubService:
             return 0
         checked = 0
         for candidate in due:
-            if self._stopping.is_set() or not self.ctx.acts_on(tier):
+            if self.loops[tier].stopping or not self.ctx.acts_on(tier):
                 break
             outcome = await self.check(candidate)
             checked += outcome.result != "inconclusive"
