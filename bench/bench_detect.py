@@ -37,7 +37,7 @@ from tierd.daemon.beneath import Root
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.context import Context
-from tierd.daemon.detect.record import hash_stable
+from tierd.daemon.detect.hashing import hash_stable
 from tierd.daemon.detect.service import DetectService
 from tierd.daemon.detect.tree import stat_file
 from tierd.logs import configure_logging

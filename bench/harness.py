@@ -5,7 +5,7 @@ tierd's side of a hop always runs in a fresh ``python -m tierd run`` process, so
 peak RSS reported (``VmHWM`` from ``/proc/<pid>/status``, read before it stops) is the
 daemon's own. The checkpoint is recorded in the daemon's SQLite catalog beforehand,
 exactly as detection records it (``detect.record.write_complete`` with the checksums
-``detect.record.hash_stable`` took), so the first-sight hashing is not part of the hop.
+``detect.hashing.hash_stable`` took), so the first-sight hashing is not part of the hop.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ from tierd.daemon.beneath import Root
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.catalog.replicas import find_replica
-from tierd.daemon.detect.record import Detection, HashedFile, hash_stable, write_complete
+from tierd.daemon.detect.hashing import HashedFile, hash_stable
+from tierd.daemon.detect.record import Detection, write_complete
 from tierd.daemon.detect.tree import stat_file
 
 __all__ = [

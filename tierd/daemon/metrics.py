@@ -36,6 +36,14 @@ class Metrics:
             ["format"],
             registry=self.registry,
         )
+        self._transfer_metrics()
+        self._deletion_metrics()
+        self._scrub_metrics()
+        self._tier_metrics()
+        self.registry.register(_CatalogCollector(db, tiers))
+
+    def _transfer_metrics(self) -> None:
+        """Hops: bytes, results, failures, durations."""
         self.transfer_bytes = Counter(
             "tierd_transfer_bytes_total", "Bytes written into a tier", ["tier"], registry=self.registry
         )
@@ -58,6 +66,9 @@ class Metrics:
             buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600),
             registry=self.registry,
         )
+
+    def _deletion_metrics(self) -> None:
+        """Deletions and evictions: done, refused, failed, re-checks."""
         self.deletions = Counter(
             "tierd_deletions_total",
             "Replicas deleted, by tier and origin (retention, eviction, api)",
@@ -85,6 +96,9 @@ class Metrics:
             ["tier"],
             registry=self.registry,
         )
+
+    def _scrub_metrics(self) -> None:
+        """The scrubber's re-checks."""
         self.scrub_bytes = Counter(
             "tierd_scrub_bytes_total",
             "Bytes of replicas re-checked by the scrubber or a verify call",
@@ -103,6 +117,9 @@ class Metrics:
             ["tier"],
             registry=self.registry,
         )
+
+    def _tier_metrics(self) -> None:
+        """Each tier's space and pressure, and the fleet's leadership."""
         self.tier_free_bytes = Gauge(
             "tierd_tier_free_bytes", "Free bytes on the tier's file system", ["tier"], registry=self.registry
         )
@@ -123,7 +140,6 @@ class Metrics:
             "1 while this daemon leads the fleet's shared tiers (deletes, evicts, scrubs on them)",
             registry=self.registry,
         )
-        self.registry.register(_CatalogCollector(db, tiers))
 
     def count_fleet_nodes(self, db: Database, node_timeout: float) -> None:
         """Report ``tierd_fleet_nodes{state}`` (live, silent) from the catalog at each scrape."""

@@ -27,8 +27,8 @@ from tierd.config import Config
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import AuditEvent, Checkpoint, File
 from tierd.daemon.context import Context
+from tierd.daemon.detect.hashing import hash_stable
 from tierd.daemon.detect.hostile import find_offences, name_problem, printable
-from tierd.daemon.detect.record import hash_stable
 from tierd.daemon.detect.scan import Found, scan_root
 from tierd.daemon.detect.service import DetectService
 from tierd.errors import Refused, Unstable

@@ -20,7 +20,8 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import AuditEvent, Part, utcnow
 from tierd.daemon.catalog.parts import Expectation
 from tierd.daemon.context import Context
-from tierd.daemon.detect.record import Detection, HashedFile, Outcome, _record_part, write_complete
+from tierd.daemon.detect.hashing import HashedFile
+from tierd.daemon.detect.record import Detection, Outcome, _record_part, write_complete
 from tierd.daemon.detect.service import DetectService
 from tierd.daemon.detect.waiting import LATE
 from tierd.errors import Unstable

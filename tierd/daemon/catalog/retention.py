@@ -15,7 +15,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.models import (
@@ -67,13 +67,29 @@ def load_retention_rows(
     checkpoints only (or of no node, or of steps it holds a part of): another node's NVMe is
     that node's business.
     """
-    rows: dict[int, CheckpointRow] = {}
-    others: set[int] = set()
     conn = session.connection()
     mine: dict[int, int] = {}
     if node is not None:
         parts = select(Part.checkpoint_id, Part.total_bytes).where(Part.node == node)
         mine = {cid: size for cid, size in conn.execute(parts)}
+    rows, others = _checkpoint_rows(conn, node, mine)
+    live = select(Checkpoint.id).where(Checkpoint.state != CheckpointState.DELETED.value)
+    replicas = select(Replica.checkpoint_id, Replica.tier, Replica.state).where(
+        Replica.checkpoint_id.in_(live)
+    )
+    for cid, tier, state in conn.execute(replicas):
+        if (row := rows.get(cid)) is not None and not (cid in others and tier in node_local):
+            row.replicas[tier] = state
+    _attach_holds_and_use(conn, rows)
+    return list(rows.values())
+
+
+def _checkpoint_rows(
+    conn: Connection, node: str | None, mine: dict[int, int]
+) -> tuple[dict[int, CheckpointRow], set[int]]:
+    """Each checkpoint not deleted, by id; and, in a fleet, those of other nodes only."""
+    rows: dict[int, CheckpointRow] = {}
+    others: set[int] = set()
     query = (
         select(
             Checkpoint.id,
@@ -98,13 +114,11 @@ def load_retention_rows(
             cid, run, step, state, created, completed, total, dict(metrics or {}), pinned, [], False, {}
         )
         rows[cid].local_bytes = mine.get(cid)
-    live = select(Checkpoint.id).where(Checkpoint.state != CheckpointState.DELETED.value)
-    replicas = select(Replica.checkpoint_id, Replica.tier, Replica.state).where(
-        Replica.checkpoint_id.in_(live)
-    )
-    for cid, tier, state in conn.execute(replicas):
-        if (row := rows.get(cid)) is not None and not (cid in others and tier in node_local):
-            row.replicas[tier] = state
+    return rows, others
+
+
+def _attach_holds_and_use(conn: Connection, rows: dict[int, CheckpointRow]) -> None:
+    """Each row's hold names, and whether a job reads it now."""
     holds: dict[int, list[str]] = defaultdict(list)
     for cid, name in conn.execute(select(Hold.checkpoint_id, Hold.name).order_by(Hold.name)):
         holds[cid].append(name)
@@ -114,7 +128,6 @@ def load_retention_rows(
     for cid in conn.scalars(select(Job.checkpoint_id).where(Job.state.in_(READING_JOBS)).distinct()):
         if (row := rows.get(cid)) is not None:
             row.in_use = True
-    return list(rows.values())
 
 
 def change_marker(session: Session) -> tuple[object, ...]:
