@@ -1,1 +1,12 @@
-"""The HTTP API (FastAPI) and its errors (the CLI's client for it is :mod:`tierd.cli.http`)."""
+"""The HTTP API (FastAPI) and its errors (the CLI's client for it is :mod:`tierd.cli.http`).
+
+- ``app``        the FastAPI application: thin routes over the services the daemon runs
+- ``server``     uvicorn as a daemon service, on a socket tierd binds
+- ``routes/``    one APIRouter per resource
+- ``schemas/``   the JSON shapes, in and out, one module per resource
+- ``deps``       FastAPI dependencies: the daemon context, the catalog session, bearer-token roles
+- ``gate``       what is refused on a request's headers alone, before its body is read
+- ``admission``  a bound on the API's work, so clients that give up cannot stall it
+- ``bounds``     the bounds every input is checked against
+- ``problems``   RFC 9457 problem details: every error is ``application/problem+json``
+"""

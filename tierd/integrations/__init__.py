@@ -1,6 +1,6 @@
 """tierd from inside the training libraries.
 
-PyTorch DCP (:mod:`.dcp`), Lightning (:mod:`.lightning`) and Hugging Face ``transformers`` (:mod:`.hf`).
+PyTorch DCP (``dcp``), Lightning (``lightning``) and Hugging Face ``transformers`` (``hf``).
 
 Each module imports its library, so import only the one your job uses. They call tierd through
 :mod:`tierd.client`; a failed notify is logged and training goes on (the watcher still finds the

@@ -1,1 +1,14 @@
-"""One APIRouter per resource."""
+"""One APIRouter per resource.
+
+- ``checkpoints`` list and inspect checkpoints; record one a training job announces (notify)
+- ``runs``        what a training job asks at start-up to resume
+- ``tiers``       what each tier holds and how full it is; reservations of room before a save
+- ``jobs``        jobs in flight: copies, replicas being deleted, restores
+- ``restores``    start a restore, follow it, cancel it
+- ``verify``      re-check every replica of a checkpoint now
+- ``retention``   the retention plan per tier: kept, deleted, blocked, and why
+- ``audit``       the audit log
+- ``fleet``       every daemon on this catalog and who leads the shared tiers
+- ``health``      liveness and readiness
+- ``metrics``     Prometheus exposition at ``/metrics``
+"""

@@ -25,6 +25,12 @@ takes the caller's ``Session`` (and, where it changes a row, the loaded row).
 - ``audit``       the append-only audit log: append, list
 - ``stats``       totals for the metrics scrape: replicas by tier and state, verified bytes
 - ``fleet``       nodes' heartbeats and the shared tiers' leader lease (database clock), the fleet's jobs
+- ``inflight``    what is in flight: copy jobs queued or running, replicas being deleted
+- ``ownership``   owners and modes recorded at first sight, of each file and directory
+- ``recording``   who records a step on a shared tier 0, so not every daemon hashes it
+- ``restores``    restore jobs (``jobs`` rows of kind ``restore``): leases and audit events
+- ``runs``        runs as a training job sees them: their newest complete step, overall and per tier
+- ``scrub``       the scrubber's reads and writes: replicas due for a re-check, its progress
 """
 
 from tierd.daemon.catalog.db import Database

@@ -6,8 +6,14 @@ are checkpoints, per the ``registry`` of the detectors in ``formats/``) -> ``rec
 cannot carry; hash, then one catalog transaction) -> ``changes`` (files that change after
 they were recorded); ``waiting`` looks again at steps the catalog holds as waiting.
 ``notify`` is the HTTP path a training job uses to skip the wait. A detector implements
-``detector.Detector`` and reads the tree through ``tree`` (directory descriptors, no
-symlink followed).
+the ``Detector`` contract of ``detector`` and reads the tree through ``tree`` (directory
+descriptors, no symlink followed).
+
+Also: ``integrity`` (a file was written to its end), ``known`` (what the catalog holds, in
+memory), ``parts`` (a node's part of a multi-node step), ``owners`` (owner, group and mode of
+the directories at first sight), ``presence`` (tier 0 still holds a recorded checkpoint),
+``removals`` (recorded files deleted or moved away, from the watcher's events) and
+``unreadable`` (trees that cannot be walked fail alone, warned about once).
 """
 
 from tierd.daemon.detect.detector import Candidate, Detector, FileStat, Settings, Verdict
