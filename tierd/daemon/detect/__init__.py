@@ -3,7 +3,8 @@
 Data flow: ``service`` (watchdog events, reconcile scans) -> ``scan`` (which entries
 are checkpoints, per the ``registry`` of the detectors in ``formats/``) -> ``record``
 (``hostile`` refuses a tree holding symlinks, FIFOs, devices, hard links or names tierd
-cannot carry; hash, then one catalog transaction) -> ``changes`` (files that change after
+cannot carry; ``hashing`` takes each file's first-sight checksum, then one catalog
+transaction) -> ``changes`` (files that change after
 they were recorded); ``waiting`` looks again at steps the catalog holds as waiting.
 ``notify`` is the HTTP path a training job uses to skip the wait. A detector implements
 the ``Detector`` contract of ``detector`` and reads the tree through ``tree`` (directory
