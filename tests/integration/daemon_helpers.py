@@ -12,19 +12,18 @@ from typing import Any, TypeVar
 from sqlalchemy import select
 
 from tests.fixtures.net import free_port
+from tests.fixtures.world import FileRow, ReplicaRow, record
 from tierd.config import Config, PosixTier, S3Tier
 from tierd.daemon import checksum
 from tierd.daemon.catalog.audit import list_events
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import (
     AuditEvent,
-    Checkpoint,
     File,
     Job,
     JobFileDone,
     Replica,
     ReplicaState,
-    Run,
     Upload,
     utcnow,
 )
@@ -55,32 +54,27 @@ def _random_bytes(size: int, seed: int) -> bytes:
 def record_checkpoint(db: Database, config: Config, run: str, step: int, path: str, *, node: str = "") -> int:
     """Record the files under ``<tier0>/<path>`` as a complete checkpoint, as detection would."""
     root = config.tier0.path
-    with db.session() as s:
-        run_row = s.scalars(select(Run).where(Run.name == run)).one_or_none() or Run(name=run)
-        ckpt = Checkpoint(run=run_row, step=step, path=path, format="dcp", node=node, created_at=utcnow())
-        for file in sorted((root / path).rglob("*")):
-            if file.is_file():
-                size, crc = checksum.hash_file(file)
-                rel = str(file.relative_to(root))
-                st = file.stat()
-                ckpt.files.append(
-                    File(
-                        relpath=rel,
-                        size=size,
-                        mtime_ns=st.st_mtime_ns,
-                        checksum_algo="crc64nvme",
-                        checksum=crc,
-                    )
-                )
-        ckpt.total_bytes = sum(f.size for f in ckpt.files)
-        ckpt.file_count = len(ckpt.files)
-        ckpt.completed_at = utcnow()
-        for index, tier in enumerate(config.tiers):
-            state = ReplicaState.VERIFIED if index == 0 else ReplicaState.PENDING
-            ckpt.replicas.append(Replica(tier=tier.name, tier_index=index, state=state.value))
-        s.add(ckpt)
-        s.flush()
-        return ckpt.id
+    files = []
+    for file in sorted((root / path).rglob("*")):
+        if file.is_file():
+            size, crc = checksum.hash_file(file)
+            files.append(FileRow(str(file.relative_to(root)), size, crc, file.stat().st_mtime_ns))
+    copies = [
+        ReplicaRow(tier.name, index, (ReplicaState.VERIFIED if index == 0 else ReplicaState.PENDING).value)
+        for index, tier in enumerate(config.tiers)
+    ]
+    now = utcnow()
+    return record(
+        db,
+        run=run,
+        step=step,
+        path=path,
+        files=files,
+        replicas=copies,
+        node=node,
+        created_at=now,
+        completed_at=now,
+    )
 
 
 def replicas(db: Database, checkpoint_id: int) -> dict[str, Replica]:
