@@ -9,7 +9,7 @@ DEVSTAMP := $(VENV)/.installed-dev
 CONSTRAINTS := constraints.txt
 LOCKVENV ?= /tmp/tierd-lock-venv
 
-.PHONY: run test lint typecheck unit bench clean lock
+.PHONY: run test check lint typecheck bench clean lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,10 +43,16 @@ run: $(STAMP)
 	$(BIN)/tierd db upgrade --config $(CONFIG)
 	exec $(BIN)/tierd run --config $(CONFIG)
 
-# Two workers for everything but the timing-sensitive tests, which then run alone.
+# Two workers for everything but the timing-sensitive tests, which then run alone. Tests are
+# handed out one by one (a file's tests stay together only where they share a module fixture:
+# its xdist_group), so no long file keeps one worker busy while the other idles.
 test: $(DEVSTAMP) lint typecheck
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not serial"
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not serial"
 	$(BIN)/python -m pytest -m serial
+
+# The inner loop: lint, types and the unit tests that are not slow. CI runs the whole of `make test`.
+check: $(DEVSTAMP) lint typecheck
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not serial and not slow" tests/unit
 
 # lint-imports checks the import contracts in pyproject.toml ([tool.importlinter]).
 lint: $(DEVSTAMP)

@@ -269,7 +269,9 @@ def _scale(server: PostgresServer, root: Path) -> None:
     shard_bytes = env_int("TIERD_BENCH_FLEET_SHARD_BYTES", 64 * 1024)
     idle = env_float("TIERD_BENCH_FLEET_IDLE_SECONDS", 10.0 if quick() else 30.0)
     url = server.new_database()
-    spec = FleetSpec(nodes=nodes, with_s3=False, watch={"nodes": nodes, "format": "dcp", "settle_seconds": 1})
+    spec = FleetSpec(
+        nodes=nodes, with_s3=False, watch={"nodes": nodes, "format": "dcp", "settle_seconds": 1}, exec=True
+    )
     fleet = build_fleet(root / "fleet", url, spec)
     catalog = Catalog(url)
     load = OtherLoad()

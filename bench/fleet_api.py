@@ -22,7 +22,7 @@ import yaml
 
 from bench.common import emit, env_int, note, percentile, quick, vm_hwm_bytes
 from bench.retention_catalog import TIERS, Shape, fill_catalog
-from tests.fixtures.fleet import NodeProcess
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.net import free_port
 from tests.fixtures.pgserver import PostgresServer
 from tierd.daemon.catalog.db import Database
@@ -48,7 +48,7 @@ def _calls(shape: Shape, rng: random.Random) -> dict[str, Any]:
     }
 
 
-def _start_daemon(url: str, root: Path) -> tuple[NodeProcess, str]:
+def _start_daemon(url: str, root: Path) -> tuple[Daemon, str]:
     tiers = [{"name": name, "kind": "posix", "path": str(root / "tiers" / name)} for name in TIERS]
     for tier in tiers:
         Path(tier["path"]).mkdir(parents=True, exist_ok=True)
@@ -63,12 +63,12 @@ def _start_daemon(url: str, root: Path) -> tuple[NodeProcess, str]:
     }
     path = root / "tierd.yaml"
     path.write_text(yaml.safe_dump(config))
-    daemon = NodeProcess(path, root / "daemon.log")
+    daemon = Daemon(path, root / "daemon.log", exec=True, own_group=True)
     daemon.start()
     return daemon, f"http://{listen}"
 
 
-def _wait_ready(client: httpx.Client, daemon: NodeProcess) -> None:
+def _wait_ready(client: httpx.Client, daemon: Daemon) -> None:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         try:
@@ -124,7 +124,7 @@ def measure_api(server: PostgresServer, root: Path) -> None:
                     p99,
                     "goal: p99 <= 50 ms",
                     GOAL_SECONDS,
-                    peak_rss=vm_hwm_bytes(daemon.proc.pid) if daemon.proc else None,
+                    peak_rss=vm_hwm_bytes(daemon.pid) if daemon.pid else None,
                     status=status,
                     calls=calls,
                     p50_ms=round(percentile(times, 50) * 1000, 2),

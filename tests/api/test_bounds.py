@@ -18,7 +18,7 @@ import httpx
 import pytest
 from sqlalchemy import update
 
-from tests.unit.retention.world import World, served_world
+from tests.fixtures.world import World, served_world
 from tierd.api.bounds import MAX_EXPECTED_FILES, MAX_WORLD_SIZE
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Checkpoint

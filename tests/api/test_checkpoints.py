@@ -12,7 +12,7 @@ from sqlalchemy import event, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
-from tests.unit.retention.world import World, posix_tier
+from tests.fixtures.world import World, posix_tier
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
 from tierd.daemon.catalog.db import Database

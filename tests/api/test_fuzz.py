@@ -146,6 +146,10 @@ def guarded_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedA
     yield from _serve(root, f"sqlite:///{root / 'catalog.db'}", tokens)
 
 
+# Its tests share the served APIs (module fixtures): on one xdist worker, served once.
+pytestmark = pytest.mark.xdist_group("fuzz")
+
+
 @pytest.fixture(params=MODES, ids=[f"{server}-{role or 'no-token'}" for server, role in MODES])
 def mode(request: pytest.FixtureRequest) -> tuple[ServedApi, dict[str, str]]:
     """A served app and the headers to send it: no token, or one role's token."""

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.conftest import posix_config_dict
-from tests.unit.retention.world import World, posix_tier
+from tests.fixtures.world import World, posix_tier
 from tierd.api.app import create_app
 from tierd.api.gate import PUBLIC_PATHS
 from tierd.api.server import ApiService

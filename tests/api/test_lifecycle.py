@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.unit.retention.world import LATER_DAY, World, served_world
+from tests.fixtures.world import LATER_DAY, World, served_world
 from tierd.daemon.catalog.db import Database
 
 TOKENS = {"read": "r-token", "operate": "o-token", "admin": "a-token"}

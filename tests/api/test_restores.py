@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.unit.restore.world import Gate, RestoreWorld
-from tests.unit.retention.world import posix_tier
+from tests.fixtures.world import posix_tier
+from tests.unit.restore.harness import Gate, RestoreWorld
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
 from tierd.config import RestoreSettings

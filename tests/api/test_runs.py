@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.unit.retention.world import World, posix_tier
+from tests.fixtures.world import World, posix_tier
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
 from tierd.daemon.catalog.db import Database

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.unit.retention.world import World
+from tests.fixtures.world import World
 from tests.unit.scrub.helpers import checksum_of, flip_byte, relpaths, scrub_world, scrubber, set_checked
 from tierd.api.app import create_app
 from tierd.api.server import ApiService

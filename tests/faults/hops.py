@@ -1,10 +1,10 @@
 """Hops into and out of S3 through the fault proxy, with the real pipeline in-process.
 
 ``upload_world`` makes a checkpoint on a POSIX tier 0 and an S3 tier reached through a
-``FaultProxy``; ``add_download_tier`` copies it there first (no faults) and adds a POSIX
-tier after S3, so its hop reads from S3. ``World.hop`` runs the pipeline until the hop's replica
-is verified or failed. Jobs back off for a minute (``OPTIONS``), so one pass is one hop:
-what a test counts is what one pass sent.
+``FaultProxy`` (a ``tests.fixtures.world`` config and catalog); ``add_download_tier`` copies it
+there first (no faults) and adds a POSIX tier after S3, so its hop reads from S3. ``Hops.hop``
+runs the pipeline until the hop's replica is verified or failed. Jobs back off for a minute
+(``OPTIONS``), so one pass is one hop: what a test counts is what one pass sent.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pytest
 from tests.fixtures.faultproxy import FaultProxy, Rule
 from tests.fixtures.pipeline_run import run_pipeline_until
 from tests.fixtures.s3servers import S3Server
+from tests.fixtures.world import World, posix_tier
 from tests.integration.daemon_helpers import all_jobs, record_checkpoint, replicas, write_files
 from tierd.config import Config, S3Tier
 from tierd.daemon.backends.s3 import backend as s3_backend
@@ -39,7 +40,7 @@ __all__ = [
     "BOTOCORE_BOUND",
     "LEAN_BOUND",
     "OPTIONS",
-    "World",
+    "Hops",
     "add_download_tier",
     "attempts_over_table",
     "stall_timeouts",
@@ -58,7 +59,7 @@ RUN, STEP, PATH = "demo", 1, "demo/step1"
 
 
 @dataclass
-class World:
+class Hops:
     """A checkpoint, its catalog, the tiers and the proxy in front of the S3 tier."""
 
     root: Path
@@ -137,38 +138,37 @@ def stall_timeouts(monkeypatch: pytest.MonkeyPatch, rule: Rule) -> None:
         monkeypatch.setattr(s3_backend, "PIPELINE_STALL", 2)
 
 
-def _config(root: Path, tiers: list[Any]) -> Config:
-    return Config(node="n1", catalog={"url": f"sqlite:///{root / 'catalog.db'}"}, tiers=tiers)
+def _config(root: Path, db: Database, tiers: list[Any]) -> Config:
+    return World.make(root, db, tiers, node="n1").config
 
 
 @contextmanager
 def upload_world(
     root: Path, server: S3Server, sizes: Mapping[str, int], **s3_settings: Any
-) -> Iterator[World]:
+) -> Iterator[Hops]:
     """tier 0 (POSIX, holding the checkpoint) and S3 through a fresh proxy."""
     (root / "nvme").mkdir()
     db = Database(f"sqlite:///{root / 'catalog.db'}")
     upgrade(db)
     with FaultProxy(server.endpoint_url) as proxy:
         s3 = server.new_tier("s3", endpoint_url=proxy.endpoint_url, **s3_settings)
-        config = _config(root, [{"name": "nvme", "kind": "posix", "path": str(root / "nvme")}, s3])
+        config = _config(root, db, [posix_tier(root, "nvme"), s3])
         data = write_files(root / "nvme" / PATH, sizes)
         cid = record_checkpoint(db, config, RUN, STEP, PATH)
         try:
-            yield World(root, db, config, cid, data, proxy, server, s3)
+            yield Hops(root, db, config, cid, data, proxy, server, s3)
         finally:
             db.dispose()
 
 
-async def add_download_tier(world: World, **posix_settings: Any) -> None:
+async def add_download_tier(world: Hops, **posix_settings: Any) -> None:
     """Copy the checkpoint to S3 (no faults), then add a POSIX tier ``pfs`` after it.
 
     The next ``hop("pfs")`` reads from S3. The proxy's counts start from zero.
     """
     assert (await world.hop("s3")).state == "verified"
-    (world.root / "pfs").mkdir()
-    pfs = {"name": "pfs", "kind": "posix", "path": str(world.root / "pfs"), **posix_settings}
-    world.config = _config(world.root, [*world.config.tiers, pfs])
+    pfs = posix_tier(world.root, "pfs", **posix_settings)
+    world.config = _config(world.root, world.db, [*world.config.tiers, pfs])
     world.proxy.reset_counts()
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.hops import World, add_download_tier, attempts_over_table, stall_timeouts, upload_world
+from tests.faults.hops import Hops, add_download_tier, attempts_over_table, stall_timeouts, upload_world
 from tests.fixtures.faultproxy import ACCESS_DENIED, INTERNAL_ERROR, SLOW_DOWN, Fault, Rule
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import MiB
@@ -53,7 +53,7 @@ PIPELINED = {
 }
 
 
-async def _download(world: World, rule: Rule) -> None:
+async def _download(world: Hops, rule: Rule) -> None:
     await add_download_tier(world, concurrency=1)
     world.proxy.set_rules([rule])
     replica = await world.hop("pfs")

@@ -17,9 +17,9 @@ import pytest
 from tests.faults.hops import attempts_over_table, stall_timeouts
 from tests.fixtures.faultproxy import ACCESS_DENIED, SLOW_DOWN, Fault, FaultProxy, Rule
 from tests.fixtures.s3servers import S3Server
+from tests.fixtures.world import posix_tier
 from tests.integration.daemon_helpers import tier_dict
-from tests.unit.restore.world import RestoreWorld
-from tests.unit.retention.world import posix_tier
+from tests.unit.restore.harness import RestoreWorld
 from tierd.daemon.backends import close_backends
 from tierd.daemon.catalog.db import Database
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.hops import LEAN_BOUND, World, attempts_over_table, stall_timeouts, upload_world
+from tests.faults.hops import LEAN_BOUND, Hops, attempts_over_table, stall_timeouts, upload_world
 from tests.fixtures.faultproxy import ACCESS_DENIED, INTERNAL_ERROR, SLOW_DOWN, Fault, Rule
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import MiB
@@ -53,7 +53,7 @@ RETRYABLE = {
 DROPPING = frozenset({"reset_request", "reset_response", "truncate", "stall"})
 
 
-def _check_verified(world: World, rule: Rule) -> None:
+def _check_verified(world: Hops, rule: Rule) -> None:
     assert world.stored() == world.data
     assert world.pending_uploads() == []
     assert attempts_over_table(world.proxy, dropped=rule.fault.kind in DROPPING) == {}

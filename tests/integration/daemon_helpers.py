@@ -1,36 +1,29 @@
-"""Helpers for pipeline integration tests: checkpoints on disk and in the catalog, the daemon
-as a real subprocess, and polling."""
+"""Helpers for pipeline integration tests: checkpoints on disk and in the catalog, daemon
+configs, and polling (the daemon itself is ``tests.fixtures.daemon.Daemon``)."""
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from sqlalchemy import select
 
 from tests.fixtures.net import free_port
+from tests.fixtures.world import FileRow, ReplicaRow, record
 from tierd.config import Config, PosixTier, S3Tier
 from tierd.daemon import checksum
 from tierd.daemon.catalog.audit import list_events
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import (
     AuditEvent,
-    Checkpoint,
     File,
     Job,
     JobFileDone,
     Replica,
     ReplicaState,
-    Run,
     Upload,
     utcnow,
 )
@@ -61,32 +54,27 @@ def _random_bytes(size: int, seed: int) -> bytes:
 def record_checkpoint(db: Database, config: Config, run: str, step: int, path: str, *, node: str = "") -> int:
     """Record the files under ``<tier0>/<path>`` as a complete checkpoint, as detection would."""
     root = config.tier0.path
-    with db.session() as s:
-        run_row = s.scalars(select(Run).where(Run.name == run)).one_or_none() or Run(name=run)
-        ckpt = Checkpoint(run=run_row, step=step, path=path, format="dcp", node=node, created_at=utcnow())
-        for file in sorted((root / path).rglob("*")):
-            if file.is_file():
-                size, crc = checksum.hash_file(file)
-                rel = str(file.relative_to(root))
-                st = file.stat()
-                ckpt.files.append(
-                    File(
-                        relpath=rel,
-                        size=size,
-                        mtime_ns=st.st_mtime_ns,
-                        checksum_algo="crc64nvme",
-                        checksum=crc,
-                    )
-                )
-        ckpt.total_bytes = sum(f.size for f in ckpt.files)
-        ckpt.file_count = len(ckpt.files)
-        ckpt.completed_at = utcnow()
-        for index, tier in enumerate(config.tiers):
-            state = ReplicaState.VERIFIED if index == 0 else ReplicaState.PENDING
-            ckpt.replicas.append(Replica(tier=tier.name, tier_index=index, state=state.value))
-        s.add(ckpt)
-        s.flush()
-        return ckpt.id
+    files = []
+    for file in sorted((root / path).rglob("*")):
+        if file.is_file():
+            size, crc = checksum.hash_file(file)
+            files.append(FileRow(str(file.relative_to(root)), size, crc, file.stat().st_mtime_ns))
+    copies = [
+        ReplicaRow(tier.name, index, (ReplicaState.VERIFIED if index == 0 else ReplicaState.PENDING).value)
+        for index, tier in enumerate(config.tiers)
+    ]
+    now = utcnow()
+    return record(
+        db,
+        run=run,
+        step=step,
+        path=path,
+        files=files,
+        replicas=copies,
+        node=node,
+        created_at=now,
+        completed_at=now,
+    )
 
 
 def replicas(db: Database, checkpoint_id: int) -> dict[str, Replica]:
@@ -157,78 +145,3 @@ def config_dict(root: Path, tiers: list[dict[str, Any]], **overrides: Any) -> di
     }
     data.update(overrides)
     return data
-
-
-@dataclass
-class DaemonProcess:
-    """``python -m tierd run`` as a subprocess, its JSON log lines kept in a file."""
-
-    config_path: Path
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-    runs: int = 0
-    _offsets: list[int] = field(default_factory=list)
-
-    @classmethod
-    def prepare(cls, root: Path, data: dict[str, Any]) -> DaemonProcess:
-        """Write the config and migrate the catalog (``tierd db upgrade``)."""
-        path = root / "tierd.yaml"
-        path.write_text(yaml.safe_dump(data))
-        done = subprocess.run(
-            [sys.executable, "-m", "tierd", "db", "upgrade", "--config", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 0, done.stderr
-        return cls(path, root / "daemon.log")
-
-    def start(self) -> None:
-        assert self.proc is None or self.proc.poll() is not None
-        self._offsets.append(self.log_path.stat().st_size if self.log_path.exists() else 0)
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tierd", "run", "--config", str(self.config_path)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        self.runs += 1
-
-    def kill(self) -> None:
-        """SIGKILL: no cleanup of any kind runs."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def terminate(self, timeout: float) -> int:
-        """SIGTERM and wait; returns the exit code."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def events(self, run: int | None = None) -> list[dict[str, Any]]:
-        """The JSON log events of every run, or of run number ``run`` (1-based)."""
-        text = self.log_path.read_bytes() if self.log_path.exists() else b""
-        if run is not None:
-            end = self._offsets[run] if run < len(self._offsets) else len(text)
-            text = text[self._offsets[run - 1] : end]
-        out = []
-        for line in text.decode(errors="replace").splitlines():
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-        return out
-
-    def tail(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""

@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 
-from tests.integration.daemon_helpers import DaemonProcess, config_dict, write_files
-from tierd.config import load_config
+from tests.fixtures.daemon import Daemon
+from tests.integration.daemon_helpers import config_dict, write_files
 
 __all__ = [
     "checkpoint",
@@ -18,7 +18,6 @@ __all__ = [
     "get",
     "logged",
     "no_tracebacks",
-    "ready",
     "replica",
 ]
 
@@ -30,7 +29,7 @@ def dcp_step(root: Path, sizes: dict[str, int], seed: int) -> dict[str, bytes]:
 
 def two_tier_daemon(
     tmp_path: Path, catalog_url: str | None = None, *, pfs_rate: int | None = None
-) -> tuple[DaemonProcess, str]:
+) -> tuple[Daemon, str]:
     """A prepared (migrated, not started) daemon: nvme -> pfs under ``tmp_path``, watching
     ``nvme/demo`` as run ``demo``; ``pfs_rate`` caps pfs in bytes per second. Its API's URL."""
     (tmp_path / "nvme" / "demo").mkdir(parents=True)
@@ -42,20 +41,12 @@ def two_tier_daemon(
     data = config_dict(tmp_path, tiers, watch=[{"path": str(tmp_path / "nvme" / "demo"), "run": "demo"}])
     if catalog_url is not None:
         data["catalog"] = {"url": catalog_url}
-    daemon = DaemonProcess.prepare(tmp_path, data)
-    base = f"http://127.0.0.1:{load_config(daemon.config_path).api.port}"
-    return daemon, base
+    daemon = Daemon.prepare(tmp_path, data)
+    return daemon, daemon.url
 
 
 def get(base: str, path: str) -> httpx.Response:
     return httpx.get(f"{base}{path}", timeout=10)
-
-
-def ready(base: str) -> bool:
-    try:
-        return get(base, "/readyz").status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def checkpoint(base: str, step: int) -> dict[str, Any] | None:
@@ -68,10 +59,10 @@ def replica(base: str, step: int, tier: str) -> dict[str, Any] | None:
     return next((r for r in item["replicas"] if r["tier"] == tier), None) if item else None
 
 
-def logged(daemon: DaemonProcess, event: str, **fields: Any) -> list[dict[str, Any]]:
-    return [e for e in daemon.events() if e.get("event") == event and fields.items() <= e.items()]
+def logged(daemon: Daemon, event: str, **fields: Any) -> list[dict[str, Any]]:
+    return daemon.logged(event, **fields)
 
 
-def no_tracebacks(daemon: DaemonProcess) -> None:
+def no_tracebacks(daemon: Daemon) -> None:
     crashed = [e for e in daemon.events() if "exception" in e or e.get("level") == "critical"]
     assert crashed == [], crashed

@@ -21,7 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.daemon_helpers import DaemonProcess, config_dict, wait_for
+from tests.fixtures.daemon import Daemon
+from tests.integration.daemon_helpers import config_dict
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Checkpoint, File, Replica, Run, utcnow
 
@@ -78,32 +79,24 @@ def _seed(db: Database) -> None:
 
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[tuple[DaemonProcess, str]]:
+def daemon(tmp_path: Path) -> Iterator[tuple[Daemon, str]]:
     tiers = []
     for name in ("nvme", "pfs"):
         (tmp_path / name).mkdir()
         tiers.append({"name": name, "kind": "posix", "path": str(tmp_path / name)})
     data = config_dict(tmp_path, tiers)
-    proc = DaemonProcess.prepare(tmp_path, data)
+    proc = Daemon.prepare(tmp_path, data)
     db = Database(data["catalog"]["url"])
     try:
         _seed(db)
     finally:
         db.dispose()
-    base = f"http://{data['api']['listen']}"
     proc.start()
     try:
-        wait_for(lambda: _ready(base), 60, "the daemon to answer /readyz")
-        yield proc, base
+        proc.wait_ready(60)
+        yield proc, proc.url
     finally:
         proc.stop()
-
-
-def _ready(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/readyz", timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 async def _client(number: int, http: httpx.AsyncClient, until: float, seen: Round) -> None:
@@ -148,7 +141,7 @@ async def _round(base: str) -> Round:
     return seen
 
 
-async def test_clients_that_give_up_do_not_stall_the_api(daemon: tuple[DaemonProcess, str]) -> None:
+async def test_clients_that_give_up_do_not_stall_the_api(daemon: tuple[Daemon, str]) -> None:
     proc, base = daemon
     first = await _round(base)
     second = await _round(base)

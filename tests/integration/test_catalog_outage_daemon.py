@@ -19,7 +19,6 @@ from tests.integration.outage_helpers import (
     get,
     logged,
     no_tracebacks,
-    ready,
     replica,
     two_tier_daemon,
 )
@@ -42,7 +41,7 @@ def test_the_daemon_rides_out_a_postgresql_restart(tmp_path: Path, private_postg
     daemon, base = two_tier_daemon(tmp_path, url, pfs_rate=1 * MiB)
     try:
         daemon.start()
-        wait_for(lambda: ready(base), 30, "the daemon to be ready", interval=0.1)
+        daemon.wait_ready(30)
         first = dcp_step(tmp_path / "nvme" / "demo" / "step1", {f"s{i}.distcp": 1 * MiB for i in range(5)}, 1)
         wait_for(lambda: (found := replica(base, 1, "pfs")) and found["bytes_done"] > 0, 30, "step 1 copying")
 
@@ -54,7 +53,7 @@ def test_the_daemon_rides_out_a_postgresql_restart(tmp_path: Path, private_postg
         wait_for(lambda: logged(daemon, "progress_not_saved"), 30, "the hop in flight to notice")
         private_postgres.start()
 
-        wait_for(lambda: ready(base), 30, "ready again", interval=0.1)
+        daemon.wait_ready(30)
         wait_for(lambda: _verified(base, 1) and _verified(base, 2), 60, "both steps on pfs")
         assert daemon.terminate(30) == 0
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -16,8 +15,9 @@ import pytest
 import yaml
 
 from tests.conftest import posix_config_dict
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.net import free_port
-from tests.integration.daemon_helpers import DaemonProcess, wait_for
+from tests.integration.daemon_helpers import wait_for
 
 
 def _tierd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -56,14 +56,9 @@ def _port(config_file: Path) -> int:
 
 def test_ready_notify_and_sigterm(config_file: Path, notify_socket: socket.socket, tmp_path: Path) -> None:
     assert _tierd("db", "upgrade", "--config", str(config_file)).returncode == 0
-    env = {**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify.sock"), "WATCHDOG_USEC": "400000"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tierd", "run", "--config", str(config_file)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    env = {"NOTIFY_SOCKET": str(tmp_path / "notify.sock"), "WATCHDOG_USEC": "400000"}
+    daemon = Daemon(config_file, tmp_path / "daemon.log", exec=True, env=env)  # the entry point itself
+    daemon.start()
     try:
         messages = _messages_until(notify_socket, "READY=1")
         base = f"http://127.0.0.1:{_port(config_file)}"
@@ -72,16 +67,14 @@ def test_ready_notify_and_sigterm(config_file: Path, notify_socket: socket.socke
         assert httpx.get(f"{base}/v1/checkpoints").json()["items"] == []
         messages += _messages_until(notify_socket, "WATCHDOG=1")
         started = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
+        daemon.signal(signal.SIGTERM)
         messages += _messages_until(notify_socket, "STOPPING=1")
-        assert proc.wait(timeout=15) == 0
+        assert daemon.wait(15) == 0
         assert time.monotonic() - started < 5 + 5  # the drain bound, plus interpreter exit
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        _, stderr = proc.communicate()
+        daemon.stop()
     assert any(m.startswith("READY=1") for m in messages)
-    assert '"event": "stopped"' in stderr
+    assert '"event": "stopped"' in daemon.log_path.read_text()
 
 
 def test_run_refuses_an_unmigrated_catalog(config_file: Path) -> None:
@@ -102,21 +95,15 @@ def test_run_refuses_an_invalid_config_naming_the_key(tmp_path: Path) -> None:
 
 def test_sigint_also_stops_cleanly(config_file: Path, notify_socket: socket.socket, tmp_path: Path) -> None:
     assert _tierd("db", "upgrade", "--config", str(config_file)).returncode == 0
-    env = {**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify.sock")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tierd", "run", "--config", str(config_file)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    env = {"NOTIFY_SOCKET": str(tmp_path / "notify.sock")}
+    daemon = Daemon(config_file, tmp_path / "daemon.log", exec=True, env=env)
+    daemon.start()
     try:
         _messages_until(notify_socket, "READY=1")
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=15) == 0
+        daemon.signal(signal.SIGINT)
+        assert daemon.wait(15) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        daemon.stop()
 
 
 def test_sighup_reads_the_token_files_again(tmp_path: Path) -> None:
@@ -128,9 +115,8 @@ def test_sighup_reads_the_token_files_again(tmp_path: Path) -> None:
     data = posix_config_dict(
         tmp_path, api={"listen": f"127.0.0.1:{port}", "tokens": tokens}, log={"format": "json"}
     )
-    daemon = DaemonProcess.prepare(tmp_path, data)
+    daemon = Daemon.prepare(tmp_path, data)
     daemon.start()
-    assert daemon.proc is not None
 
     def status(token: str) -> int:
         headers = {"Authorization": f"Bearer {token}"}
@@ -142,14 +128,14 @@ def test_sighup_reads_the_token_files_again(tmp_path: Path) -> None:
     try:
         wait_for(lambda: any(e["event"] == "ready" for e in daemon.events()), 30, "the daemon to be ready")
         token_file.unlink()
-        daemon.proc.send_signal(signal.SIGHUP)
+        daemon.signal(signal.SIGHUP)
         wait_for(lambda: len(reloads()) == 1, 30, "the first reload")
         unreadable = [e for e in daemon.events() if e["event"] == "token_file_unreadable"]
         assert [e["token"] for e in unreadable] == ["ops"]
         assert (status("first"), status("second")) == (200, 401)
 
         token_file.write_text("second\n")
-        daemon.proc.send_signal(signal.SIGHUP)
+        daemon.signal(signal.SIGHUP)
         wait_for(lambda: len(reloads()) == 2, 30, "the second reload")
         assert (status("first"), status("second")) == (401, 200)
         assert daemon.alive()

@@ -21,11 +21,11 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.opens import OpenSpy
-from tests.integration.daemon_helpers import DaemonProcess, config_dict, wait_for
+from tests.integration.daemon_helpers import config_dict, wait_for
 from tests.unit.detect.helpers import deep_chain
 from tests.unit.detect.layouts import LAYOUTS, write_torch
-from tierd.config import load_config
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "O_PATH"), reason="inotify and O_PATH are Linux's")
 
@@ -81,13 +81,6 @@ def _all_refused(base: str) -> list[dict[str, Any]] | None:
     return refused if len(refused) == len(HOSTILE) else None
 
 
-def _ready(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def _verified(base: str) -> list[dict[str, Any]] | None:
     items: list[dict[str, Any]] = httpx.get(f"{base}/v1/checkpoints", timeout=10).json()["items"]
     done = [i for i in items if all(r["state"] == "verified" for r in i["replicas"])]
@@ -109,11 +102,11 @@ def test_daemon_refuses_hostile_checkpoints_and_reads_nothing_outside(tmp_path: 
     ]
     watch = [{"path": str(watched), "run": "demo"}]
     data = config_dict(tmp_path, tiers, watch=watch, reconcile_interval_seconds=1)
-    daemon = DaemonProcess.prepare(tmp_path, data)
-    base = f"http://127.0.0.1:{load_config(daemon.config_path).api.port}"
+    daemon = Daemon.prepare(tmp_path, data)
+    base = daemon.url
     try:
         daemon.start()
-        wait_for(lambda: _ready(base), 30, "the daemon to be ready", interval=0.1)
+        daemon.wait_ready(30)
         items = wait_for(lambda: _verified(base), 60, "the clean step on pfs", interval=0.2)
         refused = wait_for(lambda: _all_refused(base), 60, "every refusal", interval=0.2)
         answer = httpx.post(f"{base}/v1/checkpoints", json={"run": "x", "step": 2, "path": "demo/step_2"})
@@ -145,7 +138,7 @@ def test_daemon_refuses_hostile_checkpoints_and_reads_nothing_outside(tmp_path: 
     assert sorted(e["step"] for e in warned) == sorted(HOSTILE)  # once each, over several reconciles
 
 
-def _warned(daemon: DaemonProcess, event: str) -> list[dict[str, Any]]:
+def _warned(daemon: Daemon, event: str) -> list[dict[str, Any]]:
     return [e for e in daemon.events() if e.get("event") == event]
 
 
@@ -163,12 +156,12 @@ def test_a_step_deeper_than_path_max_stops_no_other_step(tmp_path: Path) -> None
     ]
     watch = [{"path": str(watched), "run": "demo"}]
     data = config_dict(tmp_path, tiers, watch=watch, reconcile_interval_seconds=1)
-    daemon = DaemonProcess.prepare(tmp_path, data)
-    base = f"http://127.0.0.1:{load_config(daemon.config_path).api.port}"
+    daemon = Daemon.prepare(tmp_path, data)
+    base = daemon.url
     with deep_chain(watched / "step_1"):
         try:
             daemon.start()
-            wait_for(lambda: _ready(base), 30, "the daemon to be ready", interval=0.1)
+            daemon.wait_ready(30)
             written = write_torch(watched / "model_step2.pt.tmp")  # torch.save, renamed into place
             written.rename(watched / "model_step2.pt")
             items = wait_for(lambda: _verified(base), 60, "step 2 on pfs", interval=0.2)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import shutil
-import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,10 +21,10 @@ import httpx
 import pytest
 from sqlalchemy import update
 
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.net import free_port
 from tests.fixtures.postgres import PostgresServer
 from tests.integration.daemon_helpers import (
-    DaemonProcess,
     audit,
     config_dict,
     record_checkpoint,
@@ -46,14 +45,14 @@ NODES = ("node-a", "node-b", "node-c")
 @dataclass
 class Node:
     name: str
-    daemon: DaemonProcess
+    daemon: Daemon
     config: Config
     url: str
 
     @property
     def pid(self) -> int:
-        assert self.daemon.proc is not None
-        return self.daemon.proc.pid
+        assert self.daemon.pid is not None
+        return self.daemon.pid
 
     def fleet(self) -> dict[str, Any] | None:
         try:
@@ -119,7 +118,7 @@ def fleet(tmp_path: Path, postgres_server: PostgresServer) -> Iterator[Fleet]:
             tier["delete_delay"] = 0
         data = config_dict(root, tiers, node=name, catalog={"url": url}, fleet=FLEET)
         data |= {"retention": {"interval": 0.3}, "api": {"listen": f"127.0.0.1:{free_port()}"}}
-        daemon = DaemonProcess.prepare(root, data)
+        daemon = Daemon.prepare(root, data)
         nodes[name] = Node(name, daemon, Config(**data), f"http://{data['api']['listen']}")
     db = Database(url)
     try:
@@ -130,9 +129,7 @@ def fleet(tmp_path: Path, postgres_server: PostgresServer) -> Iterator[Fleet]:
         yield Fleet(tmp_path, db, nodes)
     finally:
         for node in nodes.values():
-            if node.daemon.alive():
-                node.daemon.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
-            node.daemon.stop()
+            node.daemon.stop()  # a paused one is resumed first
         db.dispose()
 
 
@@ -231,8 +228,7 @@ def test_sigstop_the_leader_another_leads_and_the_resumed_one_stands_down_withou
     paused = fleet.nodes[leader]
     _retention_runs_everywhere(fleet, {leader: "before"})
 
-    assert paused.daemon.proc is not None
-    paused.daemon.proc.send_signal(signal.SIGSTOP)
+    paused.daemon.pause()
     stopped_at = datetime.now(UTC)
     asking = next(n for name, n in fleet.nodes.items() if name != leader)
     new, elapsed = _took_over(fleet, leader, asking)
@@ -242,7 +238,7 @@ def test_sigstop_the_leader_another_leads_and_the_resumed_one_stands_down_withou
     # While the old leader is stopped, the new one does the shared tiers' work.
     _retention_runs_everywhere(fleet, {new: "while-paused"})
 
-    paused.daemon.proc.send_signal(signal.SIGCONT)
+    paused.daemon.resume()
     resumed_at = datetime.now(UTC)
     down = wait_for(lambda: paused.logged("leader_stood_down"), 30, "the resumed leader to stand down")
     reason = down[-1]["reason"]

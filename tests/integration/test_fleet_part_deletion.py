@@ -10,14 +10,15 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.pgserver import PostgresServer
-from tests.integration.daemon_helpers import DaemonProcess, config_dict, wait_for
+from tests.integration.daemon_helpers import config_dict, wait_for
 from tests.unit.detect.fleet import age, save_dcp_files
 
 pytestmark = pytest.mark.slow
 
 
-def _node(root: Path, shared: Path, url: str, name: str) -> tuple[DaemonProcess, str]:
+def _node(root: Path, shared: Path, url: str, name: str) -> tuple[Daemon, str]:
     own = root / name
     (own / "nvme" / "demo").mkdir(parents=True)
     nvme: dict[str, Any] = {"name": "nvme", "kind": "posix", "path": str(own / "nvme")}
@@ -35,11 +36,11 @@ def _node(root: Path, shared: Path, url: str, name: str) -> tuple[DaemonProcess,
         reconcile_interval_seconds=1,
         retention={"interval": "1s"},
     )
-    return DaemonProcess.prepare(own, data), f"http://{data['api']['listen']}"
+    return Daemon.prepare(own, data), f"http://{data['api']['listen']}"
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, postgres_server: PostgresServer) -> Iterator[list[tuple[DaemonProcess, str]]]:
+def fleet(tmp_path: Path, postgres_server: PostgresServer) -> Iterator[list[tuple[Daemon, str]]]:
     url = postgres_server.new_database()
     shared = tmp_path / "pfs"
     shared.mkdir()
@@ -60,7 +61,7 @@ def _step(api: str, step: int) -> dict[str, Any] | None:
     return items[0] if items else None
 
 
-def _write(fleet: list[tuple[DaemonProcess, str]], scratch: Path, step: int) -> None:
+def _write(fleet: list[tuple[Daemon, str]], scratch: Path, step: int) -> None:
     """A real DCP step spread over the nodes: one shard each, ``.metadata`` on n0."""
     whole = scratch / f"whole{step}"
     save_dcp_files(whole, step, len(fleet))
@@ -73,12 +74,12 @@ def _write(fleet: list[tuple[DaemonProcess, str]], scratch: Path, step: int) -> 
         age(target)
 
 
-def _dir(daemon: DaemonProcess, step: int) -> Path:
+def _dir(daemon: Daemon, step: int) -> Path:
     return daemon.config_path.parent / "nvme" / "demo" / f"step_{step}"
 
 
 def test_keep_last_on_tier_0_removes_every_nodes_part_of_an_old_step(
-    fleet: list[tuple[DaemonProcess, str]], tmp_path: Path
+    fleet: list[tuple[Daemon, str]], tmp_path: Path
 ) -> None:
     for step in (3, 4):
         _write(fleet, tmp_path / "scratch", step)

@@ -15,14 +15,15 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.pgserver import PostgresServer
-from tests.integration.daemon_helpers import DaemonProcess, config_dict, wait_for
+from tests.integration.daemon_helpers import config_dict, wait_for
 from tests.unit.detect.fleet import age, save_dcp_files
 
 pytestmark = pytest.mark.slow
 
 
-def _node(root: Path, shared: Path, url: str, name: str) -> tuple[DaemonProcess, str]:
+def _node(root: Path, shared: Path, url: str, name: str) -> tuple[Daemon, str]:
     own = root / name
     (own / "nvme" / "demo").mkdir(parents=True)
     tiers = [
@@ -31,12 +32,12 @@ def _node(root: Path, shared: Path, url: str, name: str) -> tuple[DaemonProcess,
     ]
     watch = [{"path": str(own / "nvme" / "demo"), "run": "demo", "nodes": 3, "settle_seconds": 0.5}]
     data = config_dict(own, tiers, node=name, catalog={"url": url}, watch=watch, reconcile_interval_seconds=1)
-    daemon = DaemonProcess.prepare(own, data)
+    daemon = Daemon.prepare(own, data)
     return daemon, f"http://{data['api']['listen']}"
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, postgres_server: PostgresServer) -> Iterator[list[tuple[DaemonProcess, str]]]:
+def fleet(tmp_path: Path, postgres_server: PostgresServer) -> Iterator[list[tuple[Daemon, str]]]:
     url = postgres_server.new_database()
     shared = tmp_path / "pfs"
     shared.mkdir()
@@ -58,7 +59,7 @@ def _step(api: str) -> dict[str, Any] | None:
 
 
 def test_three_daemons_complete_a_step_only_with_every_part(
-    fleet: list[tuple[DaemonProcess, str]], tmp_path: Path
+    fleet: list[tuple[Daemon, str]], tmp_path: Path
 ) -> None:
     whole = tmp_path / "whole"
     save_dcp_files(whole, 3, 3)

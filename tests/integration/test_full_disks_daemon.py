@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.tmpfs import small_disk
-from tests.integration.daemon_helpers import DaemonProcess, MiB, wait_for
+from tests.integration.daemon_helpers import MiB, wait_for
 from tests.integration.outage_helpers import (
     checkpoint,
     dcp_step,
     get,
     logged,
     no_tracebacks,
-    ready,
     replica,
     two_tier_daemon,
 )
@@ -31,9 +31,9 @@ from tierd.daemon.backends.posix.temp import is_temp_name
 
 
 @pytest.fixture
-def running(tmp_path: Path) -> Iterator[list[DaemonProcess]]:
+def running(tmp_path: Path) -> Iterator[list[Daemon]]:
     """Daemons a test starts, killed at teardown if still alive (before any tmpfs goes)."""
-    started: list[DaemonProcess] = []
+    started: list[Daemon] = []
     yield started
     for daemon in started:
         daemon.stop()
@@ -41,13 +41,13 @@ def running(tmp_path: Path) -> Iterator[list[DaemonProcess]]:
 
 @pytest.mark.slow
 def test_a_full_tier_fails_the_hop_and_copies_once_space_returns(
-    tmp_path: Path, running: list[DaemonProcess]
+    tmp_path: Path, running: list[Daemon]
 ) -> None:
     with small_disk(tmp_path / "pfs", 2 * MiB) as pfs:
         daemon, base = two_tier_daemon(tmp_path)
         running.append(daemon)
         daemon.start()
-        wait_for(lambda: ready(base), 30, "the daemon to be ready", interval=0.1)
+        daemon.wait_ready(30)
         big = dcp_step(tmp_path / "nvme" / "demo" / "step1", {"a.distcp": 3 * MiB // 2, "b.distcp": MiB}, 1)
 
         failed = wait_for(
@@ -78,14 +78,14 @@ def _integrity(path: Path) -> str:
 
 @pytest.mark.slow
 def test_a_full_catalog_disk_logs_one_clear_error_and_loses_nothing(
-    tmp_path: Path, running: list[DaemonProcess]
+    tmp_path: Path, running: list[Daemon]
 ) -> None:
     with small_disk(tmp_path / "catalog", 4 * MiB) as disk:
         catalog = disk.path / "catalog.db"
         daemon, base = two_tier_daemon(tmp_path, f"sqlite:///{catalog}")
         running.append(daemon)
         daemon.start()
-        wait_for(lambda: ready(base), 30, "the daemon to be ready", interval=0.1)
+        daemon.wait_ready(30)
         filler = disk.fill()
         data = dcp_step(tmp_path / "nvme" / "demo" / "step1", {f"s{i}.distcp": 2048 for i in range(50)}, 1)
 

@@ -28,6 +28,10 @@ def tierd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobDaemon]:
         yield daemon
 
 
+# Its tests share one daemon (the module fixture): on one xdist worker, started once.
+pytestmark = pytest.mark.xdist_group("job_client")
+
+
 def write_step(daemon: JobDaemon, step: int) -> Path:
     path = daemon.root / "nvme" / RUN / f"step{step}"
     write_files(path, STEP_FILES, seed=step)

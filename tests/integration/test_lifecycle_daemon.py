@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import (
-    DaemonProcess,
     MiB,
     config_dict,
     replicas,
@@ -52,7 +52,7 @@ class Lab:
     """A running daemon over tiers under ``root``, and what a test needs to look at it."""
 
     root: Path
-    daemon: DaemonProcess
+    daemon: Daemon
     base: str
 
     def call(self, method: str, path: str, **kw: Any) -> httpx.Response:
@@ -105,7 +105,7 @@ LabFactory = Callable[..., Lab]
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[LabFactory]:
     """Start the daemon over the given tiers (tier 0 watched for run ``demo``); stopped at the end."""
-    daemons: list[DaemonProcess] = []
+    daemons: list[Daemon] = []
 
     def make(tiers: list[dict[str, Any]], **overrides: Any) -> Lab:
         (tmp_path / "nvme" / RUN).mkdir(parents=True, exist_ok=True)
@@ -115,9 +115,9 @@ def lab(tmp_path: Path) -> Iterator[LabFactory]:
             watch=[{"path": str(tmp_path / "nvme" / RUN), "run": RUN, "format": "dcp"}],
             **({"retention": {"interval": 0.5}} | overrides),
         )
-        daemon = DaemonProcess.prepare(tmp_path, data)
+        daemon = Daemon.prepare(tmp_path, data)
         daemons.append(daemon)
-        made = Lab(tmp_path, daemon, f"http://127.0.0.1:{load_config(daemon.config_path).api.port}")
+        made = Lab(tmp_path, daemon, daemon.url)
         start(made)
         return made
 
@@ -129,14 +129,7 @@ def lab(tmp_path: Path) -> Iterator[LabFactory]:
 def start(lab: Lab) -> None:
     """Start (or restart) the daemon and wait until it answers ready."""
     lab.daemon.start()
-    wait_for(lambda: _ready(lab.base), 30, "the daemon to be ready", interval=0.1)
-
-
-def _ready(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+    lab.daemon.wait_ready(30)
 
 
 def tree(root: Path) -> Files:

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import (
-    DaemonProcess,
     MiB,
     all_jobs,
     audit,
@@ -86,7 +86,7 @@ def test_kill_9_during_every_hop_then_resume(
         tier_dict(s3),
         tier_dict(dr),
     ]
-    daemon = DaemonProcess.prepare(tmp_path, config_dict(tmp_path, tiers))
+    daemon = Daemon.prepare(tmp_path, config_dict(tmp_path, tiers), exec=True)  # its own memory
     config = load_config(daemon.config_path)
     db = Database(config.catalog.url)
     data = write_files(tmp_path / "nvme" / "demo" / "step7", SIZES)
@@ -116,7 +116,7 @@ def test_kill_9_during_every_hop_then_resume(
                 assert all(expected.get(k) == v for k, v in files.items()), f"partial file visible on {where}"
         daemon.start()
         wait_for(lambda: states(db, cid)["dr"] == "verified", 90, "the whole chain to be verified")
-        peak = _peak_rss(daemon.proc.pid) if daemon.proc else 0
+        peak = _peak_rss(daemon.pid) if daemon.pid else 0
         assert daemon.terminate(30) == 0
     finally:
         daemon.stop()
@@ -189,7 +189,7 @@ def test_kill_9_while_small_files_are_staged(tmp_path: Path) -> None:
         {"name": "nvme", "kind": "posix", "path": str(tmp_path / "nvme")},
         {"name": "pfs", "kind": "posix", "path": str(tmp_path / "pfs"), "bandwidth_limit": SMALL_CAP},
     ]
-    daemon = DaemonProcess.prepare(tmp_path, config_dict(tmp_path, tiers))
+    daemon = Daemon.prepare(tmp_path, config_dict(tmp_path, tiers))
     config = load_config(daemon.config_path)
     db = Database(config.catalog.url)
     data = write_files(tmp_path / "nvme" / "demo" / "step9", SMALL)
@@ -232,7 +232,7 @@ def test_kill_9_mid_copy_of_a_big_file_resumes_from_the_kept_prefix(tmp_path: Pa
         {"name": "nvme", "kind": "posix", "path": str(tmp_path / "nvme")},
         {"name": "pfs", "kind": "posix", "path": str(tmp_path / "pfs"), "bandwidth_limit": BIG_CAP},
     ]
-    daemon = DaemonProcess.prepare(tmp_path, config_dict(tmp_path, tiers))
+    daemon = Daemon.prepare(tmp_path, config_dict(tmp_path, tiers))
     config = load_config(daemon.config_path)
     db = Database(config.catalog.url)
     data = write_files(tmp_path / "nvme" / "demo" / "step5", BIG)

@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.s3servers import S3Server
-from tests.integration.daemon_helpers import DaemonProcess, config_dict, tier_dict, wait_for, write_files
-from tierd.config import load_config
+from tests.integration.daemon_helpers import config_dict, tier_dict, wait_for, write_files
 
 DCP_SAVE = """
 import sys, warnings, torch, torch.distributed.checkpoint as dcp
@@ -46,11 +46,11 @@ def test_detected_and_notified_checkpoints_reach_the_last_tier(tmp_path: Path, m
         tier_dict(s3),
     ]
     watch = [{"path": str(tmp_path / "nvme" / "demo"), "run": "demo"}]
-    daemon = DaemonProcess.prepare(tmp_path, config_dict(tmp_path, tiers, watch=watch))
-    base = f"http://127.0.0.1:{load_config(daemon.config_path).api.port}"
+    daemon = Daemon.prepare(tmp_path, config_dict(tmp_path, tiers, watch=watch))
+    base = daemon.url
     try:
         daemon.start()
-        wait_for(lambda: _ready(base), 30, "the daemon to be ready", interval=0.1)
+        daemon.wait_ready(30)
         step5 = tmp_path / "nvme" / "demo" / "step5"
         subprocess.run([sys.executable, "-c", DCP_SAVE, str(step5)], check=True, timeout=120)
         write_files(tmp_path / "nvme" / "jobs" / "step6", {"model.bin": 3_000_000, "done": 10})
@@ -89,10 +89,3 @@ def test_detected_and_notified_checkpoints_reach_the_last_tier(tmp_path: Path, m
 
 def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-
-
-def _ready(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import (
-    DaemonProcess,
     MiB,
     config_dict,
     record_checkpoint,
@@ -48,15 +48,15 @@ def test_peak_rss_is_bounded(tmp_path: Path, moto_server: S3Server, part_size: i
         {"name": "pfs", "kind": "posix", "path": str(tmp_path / "pfs")},
         tier_dict(s3),
     ]
-    daemon = DaemonProcess.prepare(tmp_path, config_dict(tmp_path, tiers))
+    daemon = Daemon.prepare(tmp_path, config_dict(tmp_path, tiers), exec=True)  # its own memory
     config = load_config(daemon.config_path)
     db = Database(config.catalog.url)
     write_files(tmp_path / "nvme" / "r" / "s1", {f"shard{i}.bin": 128 * MiB for i in range(4)})
     cid = record_checkpoint(db, config, "r", 1, "r/s1")
     try:
         daemon.start()
-        assert daemon.proc is not None
-        pid = daemon.proc.pid
+        assert daemon.pid is not None
+        pid = daemon.pid
         wait_for(lambda: states(db, cid)["s3"] == "verified", 120, "both hops", interval=0.2)
         peak = _peak_rss(pid)
         assert daemon.terminate(30) == 0

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import (
-    DaemonProcess,
     MiB,
     all_jobs,
     config_dict,
@@ -40,7 +40,7 @@ def test_sigterm_finishes_the_newest_and_leaves_older_resumable(
     s3 = moto_server.new_tier("s3", bandwidth_limit=CAP)
     (tmp_path / "nvme").mkdir()
     tiers = [{"name": "nvme", "kind": "posix", "path": str(tmp_path / "nvme")}, tier_dict(s3)]
-    daemon = DaemonProcess.prepare(tmp_path, config_dict(tmp_path, tiers, drain_timeout_seconds=DRAIN))
+    daemon = Daemon.prepare(tmp_path, config_dict(tmp_path, tiers, drain_timeout_seconds=DRAIN))
     config = load_config(daemon.config_path)
     db = Database(config.catalog.url)
     # 128 MiB at 8 MiB/s: still copying when the daemon's next poll (10 s) finds the new step.

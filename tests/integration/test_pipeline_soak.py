@@ -32,9 +32,9 @@ import pytest
 from botocore.exceptions import ClientError
 from sqlalchemy import select
 
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import (
-    DaemonProcess,
     MiB,
     audit,
     config_dict,
@@ -44,7 +44,6 @@ from tests.integration.daemon_helpers import (
     wait_for,
     write_files,
 )
-from tests.integration.forked_daemon import ForkedDaemon
 from tierd.config import Config, load_config
 from tierd.daemon.backends.posix.backend import TEMP_MARK, is_temp_name
 from tierd.daemon.catalog.db import Database
@@ -190,7 +189,7 @@ class DebrisWatch:
         return {item for _, left in self.kills for item in left} - set(self.gone_at)
 
 
-def _run_briefly(daemon: ForkedDaemon, rng: random.Random) -> str:
+def _run_briefly(daemon: Daemon, rng: random.Random) -> str:
     """Start the daemon and kill -9 it at a random moment; returns when ("startup" or "running").
 
     One kill in four lands in start-up (catalog checked, jobs requeued, tiers probed); the
@@ -202,7 +201,11 @@ def _run_briefly(daemon: ForkedDaemon, rng: random.Random) -> str:
         moment = "startup"
     else:
         deadline = time.monotonic() + 5
-        while not daemon.logged("hop_started") and daemon.alive() and time.monotonic() < deadline:
+        while (
+            not daemon.logged("hop_started", run=daemon.runs)
+            and daemon.alive()
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.02)
         assert daemon.alive(), daemon.tail()
         time.sleep(rng.uniform(0.0, 1.0))
@@ -273,7 +276,7 @@ class Soak:
     db: Database
     config: Config
     where: Tiers
-    forked: ForkedDaemon
+    forked: Daemon  # forked from the zygote: fifty start-ups without fifty imports
     rng: random.Random
     expected: dict[str, str] = field(default_factory=dict)  # relpath -> SHA-256 on tier 0
     steps: list[int] = field(default_factory=list)
@@ -312,7 +315,7 @@ class Soak:
             assert set(s.scalars(select(Job.state))) == {"done"}
 
 
-def _make_soak(tmp_path: Path, moto: S3Server, rclone: S3Server, seed: int) -> tuple[Soak, DaemonProcess]:
+def _make_soak(tmp_path: Path, moto: S3Server, rclone: S3Server, seed: int) -> tuple[Soak, Daemon]:
     """The four tiers, a migrated catalog, and both ways of running the daemon on them."""
     s3 = moto.new_tier("s3", bandwidth_limit=CAPS["s3"])
     dr = rclone.new_tier("dr", bandwidth_limit=CAPS["dr"])
@@ -324,14 +327,14 @@ def _make_soak(tmp_path: Path, moto: S3Server, rclone: S3Server, seed: int) -> t
         tier_dict(s3),
         tier_dict(dr),
     ]
-    daemon = DaemonProcess.prepare(tmp_path, config_dict(tmp_path, tiers))
+    daemon = Daemon.prepare(tmp_path, config_dict(tmp_path, tiers), exec=True)
     config = load_config(daemon.config_path)
     soak = Soak(
         tmp_path,
         Database(config.catalog.url),
         config,
         Tiers(tmp_path / "pfs", (moto, s3.bucket), (rclone, dr.bucket)),
-        ForkedDaemon(daemon.config_path, tmp_path / "forked.log"),
+        Daemon(daemon.config_path, tmp_path / "forked.log"),
         random.Random(seed),
     )
     return soak, daemon
@@ -346,7 +349,6 @@ def test_kill_9_soak_across_four_tiers(
     print(f"kill -9 soak seed: {seed} (TIERD_SOAK_SEED={seed} replays it)")
     soak, daemon = _make_soak(tmp_path, moto_server, rclone_server, seed)
     watch = DebrisWatch(soak.where.leftovers)
-    soak.forked.spawn()  # forks before the watcher thread exists
     started = time.monotonic()
     watch.start()
     try:
@@ -359,7 +361,7 @@ def test_kill_9_soak_across_four_tiers(
         assert daemon.terminate(30) == 0, daemon.tail()
     finally:
         watch.stop()
-        soak.forked.close()
+        soak.forked.stop()
         daemon.stop()
     figures = _figures(soak, watch, seed, soak_seconds, daemon.log_path)
     print("kill -9 soak:", json.dumps(figures))

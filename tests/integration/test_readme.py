@@ -27,8 +27,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures.daemon import Daemon
 from tests.fixtures.net import free_port
-from tests.integration.daemon_helpers import DaemonProcess, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +67,7 @@ class Checkout:
 
     root: Path
     port: int
-    daemon: DaemonProcess
+    daemon: Daemon
 
     @property
     def url(self) -> str:
@@ -122,21 +122,15 @@ def checkout(tmp_path: Path) -> Iterator[Checkout]:
             ["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60
         )
         assert done.returncode == 0, f"{command}: {done.stderr}"
-    daemon = DaemonProcess(tmp_path / "config.example.yaml", tmp_path / "daemon.log")
+    # `make run` execs .venv/bin/tierd, which is `python -m tierd`: the entry point itself.
+    daemon = Daemon(tmp_path / "config.example.yaml", tmp_path / "daemon.log", exec=True)
     daemon.start()
     made = Checkout(tmp_path, port, daemon)
     try:
-        wait_for(lambda: _ready(made), 60, "the daemon on the example config to be ready", 0.2)
+        daemon.wait_ready(60)
         yield made
     finally:
         daemon.stop()
-
-
-def _ready(checkout: Checkout) -> bool:
-    try:
-        return httpx.get(f"{checkout.url}/readyz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def printed_json(out: str) -> list[Any]:

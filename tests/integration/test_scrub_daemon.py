@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.daemon_helpers import DaemonProcess, config_dict, wait_for, write_files
-from tierd.config import load_config
+from tests.fixtures.daemon import Daemon
+from tests.integration.daemon_helpers import config_dict, wait_for, write_files
 
 RUN = "demo"
 STEP_FILES = {"__0_0.distcp": 64 * 1024, "__1_0.distcp": 32 * 1024 + 5, ".metadata": 1024}
@@ -37,8 +37,8 @@ class Scrubbed:
         (root / "nvme" / RUN).mkdir()
         watch = [{"path": str(root / "nvme" / RUN), "run": RUN, "format": "dcp"}]
         data = config_dict(root, tiers, watch=watch, retention={"interval": 0.5})
-        self.daemon = DaemonProcess.prepare(root, data)
-        self.base = f"http://127.0.0.1:{load_config(self.daemon.config_path).api.port}"
+        self.daemon = Daemon.prepare(root, data)
+        self.base = self.daemon.url
 
     def call(self, method: str, path: str, **kw: Any) -> httpx.Response:
         return httpx.request(method, f"{self.base}{path}", timeout=10, **kw)
@@ -71,16 +71,9 @@ def scrubbed(tmp_path: Path) -> Iterator[Scrubbed]:
         lab.daemon.stop()
 
 
-def _ready(lab: Scrubbed) -> bool:
-    try:
-        return lab.call("GET", "/readyz").status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def test_rot_is_found_by_the_scrub_and_repaired_from_the_later_tier(scrubbed: Scrubbed) -> None:
     lab = scrubbed
-    wait_for(lambda: _ready(lab), 30, "the daemon to be ready", interval=0.1)
+    lab.daemon.wait_ready(30)
     step1 = write_files(lab.root / "nvme" / RUN / "step1", STEP_FILES, seed=1)
     lab.converge(
         lambda: lab.states(1) == dict.fromkeys(("nvme", "pfs", "archive"), "verified"), "step 1 copied"

@@ -1,4 +1,4 @@
-"""Catalog rows for pipeline unit tests."""
+"""Catalog rows for pipeline unit tests (through ``tests.fixtures.world.record``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 
+from tests.fixtures.world import FileRow, ReplicaRow, record
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import Checkpoint, File, Job, Replica, ReplicaState, Run
+from tierd.daemon.catalog.models import Job, Replica, ReplicaState
 
 TIERS = ("nvme", "pfs", "s3", "dr")
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
@@ -24,31 +25,22 @@ def add_checkpoint(
     minutes: int | None = None,
 ) -> int:
     """A checkpoint created ``minutes`` (default: ``step``) after BASE with replicas in ``states``."""
-    with db.session() as s:
-        run_row = s.scalars(select(Run).where(Run.name == run)).one_or_none() or Run(name=run)
-        ckpt = Checkpoint(
-            run=run_row,
-            step=step,
-            path=f"{run}/step{step}",
-            format="dcp",
-            state=state,
-            node=node,
-            created_at=BASE + timedelta(minutes=step if minutes is None else minutes),
-            total_bytes=3,
-            file_count=1,
-        )
-        ckpt.files.append(
-            File(relpath=f"{run}/step{step}/a", size=3, checksum_algo="crc64nvme", checksum="x")
-        )
-        for index, (tier, replica_state) in enumerate(zip(TIERS, states, strict=True)):
-            if replica_state is not None:
-                verified_at = ckpt.created_at if replica_state == "verified" else None
-                ckpt.replicas.append(
-                    Replica(tier=tier, tier_index=index, state=replica_state, verified_at=verified_at)
-                )
-        s.add(ckpt)
-        s.flush()
-        return ckpt.id
+    created = BASE + timedelta(minutes=step if minutes is None else minutes)
+    return record(
+        db,
+        run=run,
+        step=step,
+        path=f"{run}/step{step}",
+        files=[FileRow(f"{run}/step{step}/a", 3, "x")],
+        replicas=[
+            ReplicaRow(tier, index, replica_state, created if replica_state == "verified" else None)
+            for index, (tier, replica_state) in enumerate(zip(TIERS, states, strict=True))
+            if replica_state is not None
+        ],
+        state=state,
+        node=node,
+        created_at=created,
+    )
 
 
 def jobs(db: Database) -> list[Job]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from tests.unit.retention.world import World, served_world
+from tests.fixtures.world import World, served_world
 from tierd.cli.main import main
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Hold

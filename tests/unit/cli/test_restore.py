@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from tests.unit.restore.world import FAST, RestoreWorld
-from tests.unit.retention.world import posix_tier
+from tests.fixtures.world import posix_tier
+from tests.unit.restore.harness import FAST, RestoreWorld
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
 from tierd.cli.main import main

@@ -37,6 +37,10 @@ def two_rank_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
+# Its tests share one two-rank save (the module fixture): on one xdist worker, made once.
+pytestmark = pytest.mark.xdist_group("dcp_real")
+
+
 def test_two_rank_save_has_a_shard_per_rank(two_rank_checkpoint: Path) -> None:
     names = sorted(p.name for p in two_rank_checkpoint.iterdir())
     assert names == [".metadata", "__0_0.distcp", "__1_0.distcp"]

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from tests.fixtures.s3servers import S3Server
+from tests.fixtures.world import posix_tier
 from tests.integration.daemon_helpers import tier_dict
-from tests.unit.restore.world import Gate, RestoreWorld
-from tests.unit.retention.world import posix_tier
+from tests.unit.restore.harness import Gate, RestoreWorld
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends import close_backends
 from tierd.daemon.catalog import restores

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import update
 from structlog.testing import capture_logs
 
-from tests.unit.retention.world import BASE, World, posix_tier
+from tests.fixtures.world import BASE, World, posix_tier
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Checkpoint
 from tierd.daemon.retention import deleter as deleter_module

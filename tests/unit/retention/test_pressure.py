@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.retention.world import LATER_DAY, World, posix_tier
+from tests.fixtures.world import LATER_DAY, World, posix_tier
 from tierd.daemon.catalog import protection
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.tierview import FreeSpaceMarks, tier_views

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from tests.unit.retention.world import BASE, World, posix_tier
+from tests.fixtures.world import BASE, World, posix_tier
 from tierd.daemon.catalog import protection, replica_deletions
 from tierd.daemon.catalog.db import Database
 from tierd.errors import Conflict

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from sqlalchemy import select
 
-from tests.unit.retention.world import BASE, World, crc, posix_tier
+from tests.fixtures.world import BASE, World, crc, posix_tier
 from tierd.config import KeepBestConfig, TierRetention
 from tierd.daemon.backends import BytesReader, WriteRequest
 from tierd.daemon.catalog import protection, replica_deletions

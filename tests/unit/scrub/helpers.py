@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from tests.unit.retention.world import World, posix_tier
+from tests.fixtures.world import World, posix_tier
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import AuditEvent, File, Replica
 from tierd.daemon.scrub import ScrubService

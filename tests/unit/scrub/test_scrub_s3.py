@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.s3servers import S3Server
-from tests.unit.retention.world import World, posix_tier
+from tests.fixtures.world import World, posix_tier
 from tests.unit.scrub.helpers import SCRUB, FakeClock, checksum_of, events, relpaths, sample, scrubber
 from tierd.daemon.backends import close_backends
 from tierd.daemon.catalog.db import Database

@@ -551,6 +551,7 @@ def tls_rclone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
+@pytest.mark.xdist_group("tls_rclone")  # both cases on one worker: one TLS server (module fixture)
 @pytest.mark.parametrize("verify", [True, False])
 async def test_read_whole_pipelines_over_tls_as_the_client_trusts(
     tls_rclone: S3Server, verify: bool, monkeypatch: pytest.MonkeyPatch

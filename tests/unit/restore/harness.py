@@ -1,4 +1,4 @@
-"""Restores over real tiers (POSIX, and S3 on moto) and a real catalog, run by the real runner."""
+"""Restores over a ``tests.fixtures.world.World`` (POSIX tiers, and S3 on moto), run by the real runner."""
 
 from __future__ import annotations
 
@@ -8,14 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-
-from tests.unit.retention.world import World, crc
+from tests.fixtures.world import World
 from tierd.daemon.backends import Backend
 from tierd.daemon.catalog import restores
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.jobs import owner_id
-from tierd.daemon.catalog.models import Checkpoint, File, Replica, Run, utcnow
+from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.catalog.restores import RestoreRow
 from tierd.daemon.context import Context
 from tierd.daemon.restore.requests import RestoreRequest, request_restore
@@ -45,34 +43,11 @@ class RestoreWorld:
         return self.world.db
 
     async def add(self, step: int, on: Mapping[str, str], files: Mapping[str, bytes]) -> int:
-        """A DCP checkpoint ``demo/stepNNNNN`` of ``files`` (name -> bytes), on the tiers of ``on``."""
-        path = f"demo/step{step:05d}"
-        payload = {f"{path}/{name}": data for name, data in files.items()}
-        for tier, state in on.items():
-            if state in ("verified", "failed"):
-                await self.world._write(tier, payload)
-        with self.db.session() as s:
-            run = s.scalars(select(Run).where(Run.name == "demo")).one_or_none() or Run(name="demo")
-            row = Checkpoint(
-                run=run, step=step, path=path, format="dcp", state="complete", completed_at=utcnow()
-            )
-            for index, (relpath, data) in enumerate(payload.items()):
-                row.files.append(
-                    File(
-                        relpath=relpath,
-                        size=len(data),
-                        mtime_ns=index * 10**9,
-                        checksum_algo="crc64nvme",
-                        checksum=crc(data),
-                    )
-                )
-            row.total_bytes, row.file_count = sum(map(len, payload.values())), len(payload)
-            for index, tier in enumerate(t.name for t in self.world.config.tiers):
-                if tier in on:
-                    row.replicas.append(Replica(tier=tier, tier_index=index, state=on[tier]))
-            s.add(row)
-            s.flush()
-            return row.id
+        """A DCP checkpoint ``demo/stepNNNNN`` of ``files`` (name -> bytes), on the tiers of ``on``.
+
+        The n-th file's recorded mtime is n seconds (a restore to tier 0 gives each file back its own).
+        """
+        return await self.world.add(step, on=on, payload=files, mtimes=True)
 
     def ask(self, **fields: Any) -> int:
         """Queue a restore as the API would; returns its id."""
