@@ -8,6 +8,8 @@ DEVSTAMP := $(VENV)/.installed-dev
 # Every library's version, so one commit installs the same libraries on every day (`make lock`).
 CONSTRAINTS := constraints.txt
 LOCKVENV ?= /tmp/tierd-lock-venv
+# pytest-xdist workers for the tests that need not run alone (a core each on the 2-core CI machine).
+TEST_WORKERS ?= 2
 
 .PHONY: run test check lint typecheck bench clean lock
 
@@ -47,12 +49,12 @@ run: $(STAMP)
 # handed out one by one (a file's tests stay together only where they share a module fixture:
 # its xdist_group), so no long file keeps one worker busy while the other idles.
 test: $(DEVSTAMP) lint typecheck
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not serial"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not serial"
 	$(BIN)/python -m pytest -m serial
 
 # The inner loop: lint, types and the unit tests that are not slow. CI runs the whole of `make test`.
 check: $(DEVSTAMP) lint typecheck
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not serial and not slow" tests/unit
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not serial and not slow" tests/unit
 
 # lint-imports checks the import contracts in pyproject.toml ([tool.importlinter]).
 lint: $(DEVSTAMP)

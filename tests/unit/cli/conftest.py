@@ -1,4 +1,4 @@
-"""The CLI against a real API served over HTTP on 127.0.0.1 (a retention World behind it)."""
+"""The CLI against a real API served over HTTP on 127.0.0.1 (a ``tests.fixtures.world`` World behind it)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ FAST = RestoreOptions(poll_interval=0.05, progress_interval=0.02, file_backoff=B
 
 @dataclass
 class RestoreWorld:
-    """A retention World (tiers, catalog, checkpoints on disk) plus what runs restores over it."""
+    """A World (tiers, catalog, checkpoints on disk) plus what runs restores over it."""
 
     world: World
     root: Path

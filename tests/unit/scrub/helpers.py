@@ -1,4 +1,4 @@
-"""A retention World with scrubbed tiers, a scrubber over it, and ways to rot its bytes."""
+"""A World (``tests.fixtures.world``) with scrubbed tiers, a scrubber over it, and ways to rot its bytes."""
 
 from __future__ import annotations
 
