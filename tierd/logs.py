@@ -14,8 +14,13 @@ __all__ = ["configure_logging", "get_logger"]
 get_logger = structlog.get_logger
 
 
-def configure_logging(level: str = "info", fmt: Literal["auto", "json", "console"] = "auto") -> None:
-    """Configure structlog and route the standard library's logs (uvicorn, alembic) through it."""
+def configure_logging(
+    level: str = "info", fmt: Literal["auto", "json", "console"] = "auto", *, colors: bool = False
+) -> None:
+    """Configure structlog and route the standard library's logs (uvicorn, alembic) through it.
+
+    ``colors``: whether readable lines are coloured (the CLI decides: ``tierd.cli.terminal``).
+    """
     as_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -24,11 +29,9 @@ def configure_logging(level: str = "info", fmt: Literal["auto", "json", "console
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
     ]
-    renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer(default=_json_default)
-        if as_json
-        else structlog.dev.ConsoleRenderer()
-    )
+    renderer: structlog.types.Processor = structlog.dev.ConsoleRenderer(colors=colors)
+    if as_json:
+        renderer = structlog.processors.JSONRenderer(default=_json_default)
     structlog.configure(
         # Events below the level are dropped before any processor runs (time stamps cost ~10 us).
         processors=[

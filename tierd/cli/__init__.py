@@ -5,7 +5,9 @@ Modules:
 - ``main``: the parser of every command, and errors as exit codes.
 - ``daemon``: the daemon's own commands, run on its node: ``run``, ``db``, ``config``.
 - ``remote``: what every command that talks to a running daemon shares (``--url``, ``--token``,
-  ``--json``, a checkpoint named by id or ``RUN:STEP``).
+  ``--token-file``, ``--json``, a checkpoint named by id or ``RUN:STEP``).
+- ``connection``: the daemon's URL and the bearer token, from the flags, the environment
+  (``$TIERD_URL``, ``$TIERD_TOKEN``) or the config.
 - ``checkpoints``: ``ls``, ``show``, ``verify``, ``audit``, ``runs``, ``latest``.
 - ``protection``: ``pin``, ``unpin``, ``hold``, ``release``, ``delete``, ``undelete``.
 - ``tiers``: ``tiers``, ``reserve``, ``retention plan``.
@@ -13,4 +15,6 @@ Modules:
 - ``fleet``: ``status`` and ``fleet``.
 - ``http``: :class:`~tierd.cli.http.DaemonApi`, the commands' HTTP client for the daemon's API.
 - ``display``: text for people from the API's JSON (sizes, times, tables), escaped.
+- ``terminal``: colour only where wanted (``--no-color``, ``$NO_COLOR``, ``TERM=dumb``, not a terminal).
+- ``completion``: ``completion bash|zsh``, the shell's completion script (shtab).
 """

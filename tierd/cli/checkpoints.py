@@ -23,7 +23,7 @@ def add_listing(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``ls`` and ``show`` to ``sub`` (an argparse subparsers action)."""
     ls = command(sub, common, "ls", "list checkpoints, newest first", _cmd_ls)
     ls.add_argument("--run", help="only this run")
-    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--limit", type=int, default=50, help="at most this many checkpoints (default: 50)")
     with_ref(command(sub, common, "show", "show one checkpoint with its files", _cmd_show))
 
 
@@ -36,7 +36,7 @@ def add_audit(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``audit``."""
     audit = command(sub, common, "audit", "the audit log, newest first", _cmd_audit)
     audit.add_argument("ref", type=checkpoint_ref, nargs="?", metavar="ID|RUN:STEP", help="only this one")
-    audit.add_argument("--limit", type=int, default=50)
+    audit.add_argument("--limit", type=int, default=50, help="at most this many events (default: 50)")
     audit.add_argument("--before", type=int, help="only events older than this event id")
 
 
@@ -44,7 +44,7 @@ def add_runs(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``runs`` and ``latest``."""
     command(sub, common, "runs", "every run: its newest complete step, and per tier", _cmd_runs)
     latest = command(sub, common, "latest", "a run's newest complete step (to resume from)", _cmd_latest)
-    latest.add_argument("run")
+    latest.add_argument("run", help="the run's name")
     latest.add_argument("--tier", help="the newest verified on this tier")
     latest.add_argument("--durable", action="store_true", help="the newest verified on a durable tier")
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tierd.cli.completion import files
+from tierd.cli.terminal import colour
 from tierd.config import Config, default_config_path, load_config
 from tierd.keyring import Keyring
 
@@ -26,7 +29,7 @@ def add_catalog_and_config(sub: Any, common: argparse.ArgumentParser) -> None:
 
     cfg = sub.add_parser("config", help="configuration").add_subparsers(metavar="COMMAND")
     validate = _add(cfg, common, "validate", "check a config file and exit", _cmd_config_validate)
-    validate.add_argument("file", type=Path, nargs="?", help="the file (default: --config)")
+    files(validate.add_argument("file", type=Path, nargs="?", help="the file (default: --config)"))
 
 
 def _add(
@@ -41,7 +44,7 @@ def _config(args: argparse.Namespace) -> Config:
     from tierd.logs import configure_logging
 
     config = load_config(args.config or default_config_path())
-    configure_logging(config.log.level, config.log.format)
+    configure_logging(config.log.level, config.log.format, colors=colour(args.no_color, sys.stderr))
     return config
 
 

@@ -17,10 +17,11 @@ from typing import Any
 
 from tierd import __version__
 from tierd.cli import checkpoints, daemon, fleet, protection, restores, tiers
+from tierd.cli.completion import add_completion, files
 from tierd.cli.display import format_bytes, printable, table
 from tierd.errors import ApiError, ConfigError, TierdError
 
-__all__ = ["main"]
+__all__ = ["main", "parser"]
 
 EXIT_USAGE = 2
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h: systemd will not restart-loop on it
@@ -45,10 +46,10 @@ _COMMANDS: tuple[Callable[[Any, argparse.ArgumentParser], None], ...] = (
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse ``argv`` and run the command; returns the exit code."""
-    parser = _parser()
-    args = parser.parse_args(argv)
+    root = parser()
+    args = root.parse_args(argv)
     if not hasattr(args, "func"):
-        parser.print_help()
+        root.print_help()
         return EXIT_USAGE
     try:
         result: int = args.func(args)
@@ -84,20 +85,27 @@ def _report_api_error(args: argparse.Namespace, exc: ApiError) -> None:
             print(f"  {line}", file=sys.stderr)
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
+    """The parser of ``tierd`` and every command (``completion`` prints a script made from it)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--config",
-        type=Path,
-        default=None,
-        help="config file (default: $TIERD_CONFIG, else /etc/tierd/config.yaml)",
+    files(
+        common.add_argument(
+            "--config",
+            type=Path,
+            default=None,
+            help="config file (default: $TIERD_CONFIG, else /etc/tierd/config.yaml)",
+        )
     )
-    parser = argparse.ArgumentParser(prog="tierd", description="Checkpoint tiering daemon.")
-    parser.add_argument("--version", action="version", version=f"tierd {__version__}")
-    sub = parser.add_subparsers(metavar="COMMAND")
+    common.add_argument(
+        "--no-color", action="store_true", help="no colour, even on a terminal (as $NO_COLOR does)"
+    )
+    root = argparse.ArgumentParser(prog="tierd", description="Checkpoint tiering daemon.")
+    root.add_argument("--version", action="version", version=f"tierd {__version__}")
+    sub = root.add_subparsers(metavar="COMMAND")
     for add in _COMMANDS:
         add(sub, common)
-    return parser
+    add_completion(sub, root)
+    return root
 
 
 if __name__ == "__main__":

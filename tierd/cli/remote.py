@@ -1,8 +1,9 @@
 """What every command that talks to a running daemon shares.
 
-Each takes ``--url`` and ``--token`` (``$TIERD_TOKEN``) and ``--json``, which prints the API's
-JSON as it came (control characters escaped by JSON); otherwise it prints a short line or an
-aligned table, every line through ``display.printable``. A checkpoint is named by
+Each takes ``--url`` (``$TIERD_URL``), ``--token`` or ``--token-file`` (``$TIERD_TOKEN``), as
+:mod:`tierd.cli.connection` resolves them, and ``--json``, which prints the API's JSON as it
+came (control characters escaped by JSON); otherwise it prints a short line or an aligned
+table, every line through ``display.printable``. A checkpoint is named by
 its id or by ``RUN:STEP`` (split on the last ``:``, so a run name may hold one).
 """
 
@@ -10,15 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tierd.cli.completion import files
+from tierd.cli.connection import daemon_url, token, token_file
 from tierd.cli.display import printable
 from tierd.cli.http import DaemonApi
-from tierd.config import default_config_path, load_config
 from tierd.errors import NotFound
 
 __all__ = [
@@ -62,11 +63,24 @@ def checkpoint_ref(text: str) -> CheckpointRef:
 def command(
     sub: Any, common: argparse.ArgumentParser, name: str, help_: str, func: Command
 ) -> argparse.ArgumentParser:
-    """Add command ``name`` to ``sub`` (argparse subparsers) with ``--url``, ``--token`` and ``--json``."""
+    """Add command ``name`` to ``sub`` (argparse subparsers) with ``--url``, a token and ``--json``."""
     parser: argparse.ArgumentParser = sub.add_parser(name, help=help_, parents=[common])
     parser.set_defaults(func=func)
-    parser.add_argument("--url", help="the daemon's API (default: from the config's api.listen)")
-    parser.add_argument("--token", default=os.environ.get("TIERD_TOKEN"), help="bearer token ($TIERD_TOKEN)")
+    parser.add_argument(
+        "--url", help="the daemon's API (default: $TIERD_URL, else from the config's api.listen)"
+    )
+    secret = parser.add_mutually_exclusive_group()
+    secret.add_argument(
+        "--token", help="bearer token (others see it in ps: prefer --token-file or $TIERD_TOKEN)"
+    )
+    files(
+        secret.add_argument(
+            "--token-file",
+            type=token_file,
+            metavar="PATH",
+            help="read the bearer token from this file (not readable by every user)",
+        )
+    )
     parser.add_argument("--json", action="store_true", help="print the API's JSON")
     return parser
 
@@ -80,14 +94,8 @@ def with_ref(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def connect(args: argparse.Namespace) -> DaemonApi:
-    """The API at ``--url``, else at the config's ``api.listen`` (a wildcard host as loopback)."""
-    url = args.url
-    if url is None:
-        config = load_config(args.config or default_config_path())
-        host = config.api.host
-        host = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
-        url = f"http://{'[' + host + ']' if ':' in host else host}:{config.api.port}"
-    return DaemonApi(url, token=args.token)
+    """The API at ``--url``, ``$TIERD_URL`` or the config's ``api.listen``, with the token given."""
+    return DaemonApi(daemon_url(args), token=token(args))
 
 
 def resolve(client: DaemonApi, ref: CheckpointRef) -> int:

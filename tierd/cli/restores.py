@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+from tierd.cli.completion import directories
 from tierd.cli.display import format_bytes, format_duration, format_time, printable, table
 from tierd.cli.http import DaemonApi, JsonObject
 from tierd.cli.remote import DIGITS, CheckpointRef, checkpoint_ref, command, connect, emit
@@ -49,7 +50,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     restore.add_argument("ref", nargs="?", type=checkpoint_ref, metavar="ID|RUN:STEP", help="the checkpoint")
     restore.add_argument("--latest", metavar="RUN", help="instead of ID|RUN:STEP: the run's newest step")
     where = restore.add_mutually_exclusive_group(required=True)
-    where.add_argument("--to", metavar="DIR", help="the directory to restore into")
+    directories(where.add_argument("--to", metavar="DIR", help="the directory to restore into"))
     where.add_argument("--to-tier0", action="store_true", help="back to its own path on tier 0")
     restore.add_argument("--ranks", type=_ranks, help="only these ranks' shards (and the shared metadata)")
     restore.add_argument("--files", nargs="+", metavar="GLOB", help="only files matching these globs")

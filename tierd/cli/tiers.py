@@ -24,7 +24,7 @@ def add_tiers(sub: Any, common: argparse.ArgumentParser) -> None:
 def add_reserve(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``reserve``."""
     reserve = command(sub, common, "reserve", "make room on a POSIX tier before a save", _cmd_reserve)
-    reserve.add_argument("tier")
+    reserve.add_argument("tier", help="the POSIX tier to make room on")
     reserve.add_argument("size", type=_size, help="bytes to make room for: 500GB, 1TiB or a number")
 
 

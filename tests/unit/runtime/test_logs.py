@@ -1,4 +1,4 @@
-"""Logs are JSON lines when stderr is not a terminal."""
+"""Logs are JSON lines when stderr is not a terminal, readable lines (coloured when asked) when it is."""
 
 from __future__ import annotations
 
@@ -55,3 +55,20 @@ def test_events_below_the_level_are_dropped_before_processing(
         logging.getLogger().handlers.clear()
     assert [line["event"] for line in lines] == ["replica_verified"]
     assert stamped == ["replica_verified"]
+
+
+@pytest.mark.parametrize("colors", [True, False])
+def test_readable_lines_are_coloured_only_when_asked(
+    capsys: pytest.CaptureFixture[str], colors: bool
+) -> None:
+    configure_logging("info", "console", colors=colors)
+    try:
+        get_logger("tierd.test").info("checkpoint_recorded", run="demo")
+        logging.getLogger("uvicorn.error").warning("from the standard library")
+        err = capsys.readouterr().err
+    finally:
+        structlog.reset_defaults()
+        logging.getLogger().handlers.clear()
+    assert "checkpoint_recorded" in err
+    assert "from the standard library" in err
+    assert ("\x1b[" in err) is colors

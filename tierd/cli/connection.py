@@ -1,0 +1,70 @@
+"""The daemon's URL and the bearer token: flags first, then the environment, then the config.
+
+The URL: ``--url``, else ``$TIERD_URL`` (as :mod:`tierd.client` reads it), else the config
+file's ``api.listen``. The token: ``--token`` (others see it in ``ps``), else ``--token-file``,
+else ``$TIERD_TOKEN``. A token file is read whole when the arguments are parsed, stripped of
+surrounding whitespace, and refused (exit 2, naming the file, never showing its content) when
+every user may read it, when it is empty, larger than :data:`MAX_TOKEN_FILE_BYTES`, or holds a
+character a bearer token cannot carry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import stat
+from pathlib import Path
+
+from tierd.config import default_config_path, load_config
+from tierd.errors import ConfigError
+
+__all__ = ["MAX_TOKEN_FILE_BYTES", "daemon_url", "token", "token_file"]
+
+#: A token file larger than this is not a token (a wrong path, a key bundle): refused unread.
+MAX_TOKEN_FILE_BYTES = 64 * 1024
+
+
+def token_file(text: str) -> str:
+    """``--token-file``'s argparse type: the token in file ``text``; ArgumentTypeError says why not."""
+    try:
+        with Path(text).open("rb") as file:
+            mode = os.fstat(file.fileno()).st_mode
+            if mode & stat.S_IROTH:
+                raise argparse.ArgumentTypeError(
+                    f"{text}: every user may read it (mode {stat.S_IMODE(mode):o}); chmod o-r {text}"
+                )
+            data = file.read(MAX_TOKEN_FILE_BYTES + 1)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text}: cannot read: {exc.strerror}") from None
+    if len(data) > MAX_TOKEN_FILE_BYTES:
+        raise argparse.ArgumentTypeError(f"{text}: larger than {MAX_TOKEN_FILE_BYTES} bytes, not a token")
+    secret = data.strip()
+    if not secret:
+        raise argparse.ArgumentTypeError(f"{text}: is empty")
+    if not all(0x21 <= byte <= 0x7E for byte in secret):
+        raise argparse.ArgumentTypeError(
+            f"{text}: holds a space, a line break, a control or a non-ASCII character inside the token"
+        )
+    return secret.decode("ascii")
+
+
+def token(args: argparse.Namespace) -> str | None:
+    """The bearer token: ``--token``, else ``--token-file``'s, else ``$TIERD_TOKEN`` (None: no token)."""
+    return args.token or args.token_file or os.environ.get("TIERD_TOKEN") or None
+
+
+def daemon_url(args: argparse.Namespace) -> str:
+    """``--url``, else ``$TIERD_URL``, else the config's ``api.listen`` (a wildcard host as loopback).
+
+    Raises ConfigError when it comes to the config and the config cannot be read or is invalid.
+    """
+    url: str | None = args.url or os.environ.get("TIERD_URL")
+    if url:
+        return url
+    try:
+        config = load_config(args.config or default_config_path())
+    except ConfigError as exc:
+        raise ConfigError([*exc.problems, "(or name the daemon's API with --url or $TIERD_URL)"]) from None
+    host = config.api.host
+    host = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
+    return f"http://{'[' + host + ']' if ':' in host else host}:{config.api.port}"
