@@ -17,13 +17,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# The constraints pin botocore (which aioboto3 pins) too, so pip resolves in one pass.
-$(STAMP): pyproject.toml $(CONSTRAINTS) | $(BIN)/python
-	$(BIN)/pip install -q -c $(CONSTRAINTS) -e .
+# The constraints pin botocore (which aioboto3 pins) too, so pip resolves in one pass. The daemon
+# (.) depends on the client's distribution (client/), which comes from this tree, not an index.
+$(STAMP): pyproject.toml client/pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ./client -e .
 	touch $(STAMP)
 
 $(DEVSTAMP): $(STAMP)
-	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[dev]'
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ./client -e '.[dev]'
 	touch $(DEVSTAMP)
 
 # Regenerate constraints.txt from the newest releases pyproject.toml allows, in a scratch venv.
@@ -33,7 +34,7 @@ lock:
 	$(PYTHON) -m venv $(LOCKVENV)
 	$(LOCKVENV)/bin/pip install -q --upgrade pip
 	$(LOCKVENV)/bin/pip install -q "aioboto3==15.5.0"
-	$(LOCKVENV)/bin/pip install -q -e '.[dev]'
+	$(LOCKVENV)/bin/pip install -q -e ./client -e '.[dev]'
 	{ sed -n '/^#/p' $(CONSTRAINTS); \
 	  $(LOCKVENV)/bin/pip freeze --all --exclude-editable | grep -v '^pip=='; } > $(CONSTRAINTS).new
 	mv $(CONSTRAINTS).new $(CONSTRAINTS)
