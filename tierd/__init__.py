@@ -13,6 +13,10 @@
 - ``limits``     what one checkpoint step may expect, whoever says so
 - ``logs``       structlog set-up: JSON lines, or readable lines on a terminal
 - ``units``      sizes as people read them
+
+Two distributions ship this package: ``tierd-client`` (``client/``: this file, ``errors``,
+``client/`` and ``integrations/``, what a training job installs) and ``tierd`` (the rest,
+requiring ``tierd-client`` at this version).
 """
 
 __version__ = "0.1.0"
