@@ -2,6 +2,7 @@
 
 - ``app``        the FastAPI application: thin routes over the services the daemon runs
 - ``server``     uvicorn as a daemon service, on a socket tierd binds
+- ``tls``        the server's TLS context from ``api.tls``, checked at start
 - ``routes/``    one APIRouter per resource
 - ``schemas/``   the JSON shapes, in and out, one module per resource
 - ``deps``       FastAPI dependencies: the daemon context, the catalog session, bearer-token roles

@@ -5,7 +5,8 @@ Modules:
 - ``main``: the parser of every command, and errors as exit codes.
 - ``daemon``: the daemon's own commands, run on its node: ``run``, ``db``, ``config``.
 - ``remote``: what every command that talks to a running daemon shares (``--url``, ``--token``,
-  ``--json``, a checkpoint named by id or ``RUN:STEP``).
+  ``--ca-file``, ``--json``, a checkpoint named by id or ``RUN:STEP``).
+- ``tls``: how the CLI checks an https daemon's certificate (its CAs, or the config's own).
 - ``checkpoints``: ``ls``, ``show``, ``verify``, ``audit``, ``runs``, ``latest``.
 - ``protection``: ``pin``, ``unpin``, ``hold``, ``release``, ``delete``, ``undelete``.
 - ``tiers``: ``tiers``, ``reserve``, ``retention plan``.

@@ -1,9 +1,10 @@
 """What every command that talks to a running daemon shares.
 
-Each takes ``--url`` and ``--token`` (``$TIERD_TOKEN``) and ``--json``, which prints the API's
-JSON as it came (control characters escaped by JSON); otherwise it prints a short line or an
-aligned table, every line through ``display.printable``. A checkpoint is named by
-its id or by ``RUN:STEP`` (split on the last ``:``, so a run name may hold one).
+Each takes ``--url``, ``--token`` (``$TIERD_TOKEN``), ``--ca-file`` (``$TIERD_CA_FILE``) and
+``--json``, which prints the API's JSON as it came (control characters escaped by JSON);
+otherwise it prints a short line or an aligned table, every line through ``display.printable``.
+A checkpoint is named by its id or by ``RUN:STEP`` (split on the last ``:``, so a run name may
+hold one).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tierd.cli.display import printable
 from tierd.cli.http import DaemonApi
+from tierd.cli.tls import verification
 from tierd.config import default_config_path, load_config
 from tierd.errors import NotFound
 
@@ -67,6 +70,13 @@ def command(
     parser.set_defaults(func=func)
     parser.add_argument("--url", help="the daemon's API (default: from the config's api.listen)")
     parser.add_argument("--token", default=os.environ.get("TIERD_TOKEN"), help="bearer token ($TIERD_TOKEN)")
+    parser.add_argument(
+        "--ca-file",
+        type=Path,
+        default=None,
+        help="CA certificates (PEM) an https daemon's certificate must be signed by ($TIERD_CA_FILE; "
+        "default: the system's, or with no --url the config's own api.tls.cert_file)",
+    )
     parser.add_argument("--json", action="store_true", help="print the API's JSON")
     return parser
 
@@ -80,14 +90,18 @@ def with_ref(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def connect(args: argparse.Namespace) -> DaemonApi:
-    """The API at ``--url``, else at the config's ``api.listen`` (a wildcard host as loopback)."""
-    url = args.url
+    """The API at ``--url``, else at the config's ``api.listen`` (a wildcard host as loopback).
+
+    An https daemon's certificate is checked as :func:`tierd.cli.tls.verification` says.
+    """
+    url, config = args.url, None
     if url is None:
         config = load_config(args.config or default_config_path())
         host = config.api.host
         host = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
-        url = f"http://{'[' + host + ']' if ':' in host else host}:{config.api.port}"
-    return DaemonApi(url, token=args.token)
+        scheme = "http" if config.api.tls is None else "https"
+        url = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{config.api.port}"
+    return DaemonApi(url, token=args.token, verify=verification(args.ca_file, config))
 
 
 def resolve(client: DaemonApi, ref: CheckpointRef) -> int:
