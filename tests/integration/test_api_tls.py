@@ -5,15 +5,17 @@ the CLI reach the daemon over https; a client trusting another CA is refused wit
 error; plain http to the TLS port fails at once and leaves the daemon serving; with
 ``client_ca_file`` a client without a certificate is refused. A key that does not match the
 certificate, and a listen address other nodes can reach with no tokens, stop the daemon with
-exit 78 naming the key.
+exit 78 naming the key. ``/v1/docs`` loads nothing from another host.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import httpx
 import pytest
@@ -135,6 +137,27 @@ def test_plain_http_to_the_tls_port_fails_at_once_and_the_daemon_serves_on(
     assert "Traceback" not in out
     assert daemon.ready()
     assert [e for e in daemon.events() if e.get("level") in ("error", "critical")] == []
+
+
+def test_the_docs_page_and_all_it_loads_come_from_the_daemon(daemon: Daemon, pki: Pki) -> None:
+    """Swagger UI with no CDN: the page names only relative URLs, each answered by the daemon
+    itself without a token (the daemon has tokens), the document included."""
+    with httpx.Client(base_url=daemon.url, verify=tls_context(pki.ca)) as http:
+        page = http.get("/v1/docs")
+        assert page.status_code == 200
+        html = page.text
+        assert re.findall(r"https?://", html) == [], "an absolute URL: the page would ask another host"
+        referenced = re.findall(r'(?:src|href)="([^"]+)"', html) + re.findall(r"url: '([^']+)'", html)
+        assert len(referenced) == 4, referenced  # the CSS, the icon, the script, the document
+        for reference in referenced:
+            url = urljoin(f"{daemon.url}/v1/docs", reference)
+            assert url.startswith(f"{daemon.url}/v1/"), url
+            answer = http.get(url)
+            assert answer.status_code == 200, (url, answer.status_code)
+            assert answer.content, url
+        document = http.get(urljoin(f"{daemon.url}/v1/docs", re.findall(r"url: '([^']+)'", html)[0]))
+        assert document.json()["info"]["title"] == "tierd"
+        assert "SwaggerUIBundle" in http.get("/v1/docs/swagger-ui-bundle.js").text
 
 
 def test_client_certificates_required(pki: Pki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,4 +10,6 @@
 - ``admission``  a bound on the API's work, so clients that give up cannot stall it
 - ``bounds``     the bounds every input is checked against
 - ``problems``   RFC 9457 problem details: every error is ``application/problem+json``
+- ``openapi``    the OpenAPI document describes itself: each operation's role, summary, tag
+- ``docs``       ``/v1/docs``: Swagger UI, its files served by the daemon (no CDN)
 """
