@@ -22,6 +22,7 @@
     ├── ApiError                    the HTTP API answered a problem: its status and detail (client side;
     │                               retryable for 408, 429, 502, 503 and 504)
     ├── Unreachable                 the daemon's API could not be reached (client side; retryable)
+    ├── Untrusted                   the daemon's TLS certificate failed verification (client side)
     └── WaitTimeout                 a wait (``tierd.client``'s ``wait_durable``) ran out of time (retryable)
 
 Third-party errors (botocore, ``OSError``, SQLAlchemy) are translated into these at one
@@ -53,6 +54,7 @@ __all__ = [
     "TransientBackendError",
     "Unreachable",
     "Unstable",
+    "Untrusted",
     "WaitTimeout",
 ]
 
@@ -185,6 +187,13 @@ class Unreachable(TierdError):
     """The daemon's API could not be reached (refused, reset, timed out): try again later."""
 
     retryable = True
+
+
+class Untrusted(TierdError):
+    """The daemon's TLS certificate is not signed by a CA the client trusts, or names another host.
+
+    Not retryable: give the client the CA that signed it (``ca_file``, ``$TIERD_CA_FILE``).
+    """
 
 
 class WaitTimeout(TierdError):

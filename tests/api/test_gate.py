@@ -22,6 +22,7 @@ import pytest
 from tests.conftest import posix_config_dict
 from tests.fixtures.world import World, posix_tier
 from tierd.api.app import create_app
+from tierd.api.docs import DOCS_PATHS
 from tierd.api.gate import PUBLIC_PATHS
 from tierd.api.server import ApiService
 from tierd.config import Config
@@ -153,7 +154,7 @@ def test_the_public_paths_are_the_routes_that_need_no_token(tmp_path: Path) -> N
         for path, operations in document["paths"].items()
         if all("401" not in operation["responses"] for operation in operations.values())
     }
-    described = {app.openapi_url, app.docs_url, app.swagger_ui_oauth2_redirect_url}
+    described = {app.openapi_url, *DOCS_PATHS}
     assert tokenless | described == PUBLIC_PATHS
 
 

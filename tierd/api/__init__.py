@@ -2,6 +2,7 @@
 
 - ``app``        the FastAPI application: thin routes over the services the daemon runs
 - ``server``     uvicorn as a daemon service, on a socket tierd binds
+- ``tls``        the server's TLS context from ``api.tls``, checked at start
 - ``routes/``    one APIRouter per resource
 - ``schemas/``   the JSON shapes, in and out, one module per resource
 - ``deps``       FastAPI dependencies: the daemon context, the catalog session, bearer-token roles
@@ -9,4 +10,6 @@
 - ``admission``  a bound on the API's work, so clients that give up cannot stall it
 - ``bounds``     the bounds every input is checked against
 - ``problems``   RFC 9457 problem details: every error is ``application/problem+json``
+- ``openapi``    the OpenAPI document describes itself: each operation's role, summary, tag
+- ``docs``       ``/v1/docs``: Swagger UI, its files served by the daemon (no CDN)
 """

@@ -5,7 +5,9 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from tierd import __version__
+from tierd.api.docs import install_docs
 from tierd.api.gate import install_gate
+from tierd.api.openapi import DESCRIPTION, TAGS
 from tierd.api.problems import install_problem_handlers
 from tierd.api.routes import (
     audit,
@@ -26,13 +28,16 @@ __all__ = ["create_app"]
 
 
 def create_app(ctx: Context) -> FastAPI:
-    """Build the app over ``ctx``; OpenAPI is served at ``/v1/openapi.json``."""
+    """Build the app over ``ctx``; OpenAPI is served at ``/v1/openapi.json``, Swagger UI at ``/v1/docs``."""
     app = FastAPI(
         title="tierd",
         version=__version__,
+        description=DESCRIPTION,
+        openapi_tags=TAGS,
         openapi_url="/v1/openapi.json",
-        docs_url="/v1/docs",
+        docs_url=None,  # served by install_docs, with no CDN
         redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
     )
     app.state.ctx = ctx
     install_problem_handlers(app)
@@ -47,5 +52,6 @@ def create_app(ctx: Context) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(fleet.router)
     app.include_router(metrics.router)
+    install_docs(app, app.title)
     install_gate(app, ctx.tokens, ctx.config.api.max_body_bytes)
     return app

@@ -4,7 +4,8 @@ Routes take them as ``Annotated`` aliases: ``ContextDep``, ``ReadSessionDep``, `
 and ``Reader``, ``Operator``, ``Admin`` (each the caller's name once its token grants that
 role); ``CallerRole`` is the role the caller's token grants, for a route whose parts need more
 than the route does. The role checks and sessions carry the problems they may answer (``answers``), so
-every route using them documents 401, 403 and 503 without saying so itself.
+every route using them documents 401, 403 and 503 without saying so itself; a role check also
+names its role (``openapi.needs``), which the OpenAPI document gives as the operation's.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Annotated, Literal
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from tierd.api.openapi import needs
 from tierd.api.problems import answers, problem_responses
 from tierd.daemon.catalog.db import Session
 from tierd.daemon.context import Context
@@ -97,6 +99,7 @@ def require_role(role: Role) -> Callable[..., str]:
     (tierd listens on 127.0.0.1 by default for that reason).
     """
 
+    @needs(role)  # the OpenAPI document names the role from here (tierd.api.openapi)
     @answers(_AUTH_PROBLEMS)
     def check(
         ctx: ContextDep,

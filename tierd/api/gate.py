@@ -29,10 +29,20 @@ from tierd.keyring import Keyring
 __all__ = ["PUBLIC_PATHS", "BodyTooLarge", "RequestGate", "install_gate"]
 
 #: What anyone may ask without a token: a supervisor's health checks, Prometheus' scrape, and
-#: the API's own description. Every other path, known or not, needs one (a test checks that
-#: these are exactly the routes without a role). Fail-closed: a new public route must be added.
+#: the API's own description (the document, and Swagger UI's page and files). Every other path,
+#: known or not, needs one (a test checks that these are exactly the routes without a role).
+#: Fail-closed: a new public route must be added.
 PUBLIC_PATHS = frozenset(
-    {"/healthz", "/readyz", "/metrics", "/v1/openapi.json", "/v1/docs", "/docs/oauth2-redirect"}
+    {
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/v1/openapi.json",
+        "/v1/docs",
+        "/v1/docs/swagger-ui-bundle.js",
+        "/v1/docs/swagger-ui.css",
+        "/v1/docs/favicon-32x32.png",
+    }
 )
 
 _CLOSE = {"Connection": "close"}

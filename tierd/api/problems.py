@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from tierd.api.openapi import describe
 from tierd.api.schemas.common import Problem
 from tierd.errors import (
     CatalogError,
@@ -100,7 +101,10 @@ def answers(responses: Responses) -> Callable[[F], F]:
 
 
 class ProblemRoute(APIRoute):
-    """A route whose OpenAPI entry lists the problems its dependencies and its input may answer."""
+    """A route whose OpenAPI entry lists the problems its dependencies and its input may answer.
+
+    And its role, summary and description (``openapi.describe``).
+    """
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         super().__init__(path, endpoint, **kwargs)
@@ -112,6 +116,7 @@ class ProblemRoute(APIRoute):
             found.update(problem_responses(413, description=_TOO_LARGE))
         merged = {**found, **self.responses}  # what the route says itself wins
         self.responses = dict(sorted(merged.items(), key=lambda item: str(item[0])))
+        describe(self)
 
 
 def _dependency_answers(dependant: Dependant) -> Responses:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 from collections.abc import Callable, Iterator
 
 import anyio.to_thread
@@ -37,16 +38,26 @@ class _Server(uvicorn.Server):
 
 
 class ApiService:
-    """Serves the API on ``host:port`` behind ``admission``; ``start`` returns once the socket listens."""
+    """Serves the API on ``host:port`` behind ``admission``, over ``tls`` when given (HTTPS).
+
+    ``start`` returns once the socket listens.
+    """
 
     name = "api"
 
     def __init__(
-        self, app: FastAPI, host: str, port: int, *, admission: Callable[[ASGIApp], ASGIApp] = Admission
+        self,
+        app: FastAPI,
+        host: str,
+        port: int,
+        *,
+        admission: Callable[[ASGIApp], ASGIApp] = Admission,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.app = app
         self.host = host
         self.port = port
+        self.tls = tls
         self._admission = admission
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
@@ -62,6 +73,7 @@ class ApiService:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=5,
+            ssl_context_factory=None if self.tls is None else self._tls_context,
         )
         self._server = _Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="api:serve")
@@ -70,7 +82,12 @@ class ApiService:
                 self._task.result()
                 raise RuntimeError("the API server stopped during start-up")
             await asyncio.sleep(0.01)
-        log.info("api_listening", host=self.host, port=self.port)
+        log.info("api_listening", host=self.host, port=self.port, tls=self.tls is not None)
+
+    def _tls_context(self, config: uvicorn.Config, default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+        """The TLS context uvicorn asks for: the one built from ``api.tls`` at start."""
+        assert self.tls is not None
+        return self.tls
 
     async def stop(self, timeout: float) -> None:
         """Finish open requests (bounded) and close the socket."""

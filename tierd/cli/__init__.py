@@ -5,9 +5,10 @@ Modules:
 - ``main``: the parser of every command, and errors as exit codes.
 - ``daemon``: the daemon's own commands, run on its node: ``run``, ``db``, ``config``.
 - ``remote``: what every command that talks to a running daemon shares (``--url``, ``--token``,
-  ``--token-file``, ``--json``, a checkpoint named by id or ``RUN:STEP``).
+  ``--token-file``, ``--ca-file``, ``--json``, a checkpoint named by id or ``RUN:STEP``).
 - ``connection``: the daemon's URL and the bearer token, from the flags, the environment
   (``$TIERD_URL``, ``$TIERD_TOKEN``) or the config.
+- ``tls``: how the CLI checks an https daemon's certificate (its CAs, or the config's own).
 - ``checkpoints``: ``ls``, ``show``, ``verify``, ``audit``, ``runs``, ``latest``.
 - ``protection``: ``pin``, ``unpin``, ``hold``, ``release``, ``delete``, ``undelete``.
 - ``tiers``: ``tiers``, ``reserve``, ``retention plan``.

@@ -15,10 +15,10 @@ import os
 import stat
 from pathlib import Path
 
-from tierd.config import default_config_path, load_config
+from tierd.config import Config, default_config_path, load_config
 from tierd.errors import ConfigError
 
-__all__ = ["MAX_TOKEN_FILE_BYTES", "daemon_url", "token", "token_file"]
+__all__ = ["MAX_TOKEN_FILE_BYTES", "daemon_endpoint", "daemon_url", "token", "token_file"]
 
 #: A token file larger than this is not a token (a wrong path, a key bundle): refused unread.
 MAX_TOKEN_FILE_BYTES = 64 * 1024
@@ -58,13 +58,22 @@ def daemon_url(args: argparse.Namespace) -> str:
 
     Raises ConfigError when it comes to the config and the config cannot be read or is invalid.
     """
+    return daemon_endpoint(args)[0]
+
+
+def daemon_endpoint(args: argparse.Namespace) -> tuple[str, Config | None]:
+    """The daemon's URL as :func:`daemon_url` finds it, and the config when it came from one.
+
+    The scheme is https when the config's API has ``api.tls``.
+    """
     url: str | None = args.url or os.environ.get("TIERD_URL")
     if url:
-        return url
+        return url, None
     try:
         config = load_config(args.config or default_config_path())
     except ConfigError as exc:
         raise ConfigError([*exc.problems, "(or name the daemon's API with --url or $TIERD_URL)"]) from None
     host = config.api.host
     host = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
-    return f"http://{'[' + host + ']' if ':' in host else host}:{config.api.port}"
+    scheme = "http" if config.api.tls is None else "https"
+    return f"{scheme}://{'[' + host + ']' if ':' in host else host}:{config.api.port}", config

@@ -79,5 +79,9 @@ def _cmd_config_validate(args: argparse.Namespace) -> int:
     path = args.file or args.config or default_config_path()
     config = load_config(path)
     Keyring(config.api.tokens)  # a token file that cannot be read is an error here too
+    if config.api.tls is not None:
+        from tierd.api.tls import server_context
+
+        server_context(config.api.tls)  # and a certificate or key that cannot be used
     print(f"{path}: valid ({len(config.tiers)} tiers, {len(config.watch)} watched roots)")
     return 0

@@ -2,17 +2,19 @@
 
 Training jobs use :mod:`tierd.client` instead (httpx and the standard library only). Every
 method returns the decoded JSON body and raises ApiError when the API answers 4xx/5xx
-(its ``problem`` holds the problem+json body); a daemon that cannot be reached raises httpx's
-own transport errors.
+(its ``problem`` holds the problem+json body); a daemon that cannot be reached raises
+Unreachable, and one whose certificate is not trusted Untrusted (as the job's client does).
 """
 
 from __future__ import annotations
 
+import ssl
 from typing import Any, Literal, cast
 from urllib.parse import quote
 
 import httpx
 
+from tierd.client.wire import connection_error
 from tierd.errors import ApiError
 
 __all__ = ["DaemonApi", "JsonObject", "PlanAction"]
@@ -25,9 +27,16 @@ PlanAction = Literal["keep", "delete", "blocked"]
 class DaemonApi:
     """Calls ``base_url`` (e.g. ``http://127.0.0.1:8470``) with an optional bearer token."""
 
-    def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        timeout: float = 30.0,
+        *,
+        verify: ssl.SSLContext | bool = True,
+    ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout)
+        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout, verify=verify)
 
     def __enter__(self) -> DaemonApi:
         return self
@@ -40,8 +49,14 @@ class DaemonApi:
         self._http.close()
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        """Send a request and return the decoded JSON body; raises ApiError on 4xx/5xx."""
-        response = self._http.request(method, path, **kwargs)
+        """Send a request and return the decoded JSON body.
+
+        Raises ApiError on 4xx/5xx, Unreachable or Untrusted when no answer came.
+        """
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise connection_error(self._http.base_url, exc) from exc
         if response.status_code >= 400:
             problem = _problem(response)
             raise ApiError(response.status_code, _detail(response, problem), problem)

@@ -1,10 +1,11 @@
 """What every command that talks to a running daemon shares.
 
 Each takes ``--url`` (``$TIERD_URL``), ``--token`` or ``--token-file`` (``$TIERD_TOKEN``), as
-:mod:`tierd.cli.connection` resolves them, and ``--json``, which prints the API's JSON as it
-came (control characters escaped by JSON); otherwise it prints a short line or an aligned
-table, every line through ``display.printable``. A checkpoint is named by
-its id or by ``RUN:STEP`` (split on the last ``:``, so a run name may hold one).
+:mod:`tierd.cli.connection` resolves them, ``--ca-file`` (``$TIERD_CA_FILE``, see
+:mod:`tierd.cli.tls`) and ``--json``, which prints the API's JSON as it came (control characters
+escaped by JSON); otherwise it prints a short line or an aligned table, every line through
+``display.printable``. A checkpoint is named by its id or by ``RUN:STEP`` (split on the last
+``:``, so a run name may hold one).
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tierd.cli.completion import files
-from tierd.cli.connection import daemon_url, token, token_file
+from tierd.cli.connection import daemon_endpoint, token, token_file
 from tierd.cli.display import printable
 from tierd.cli.http import DaemonApi
+from tierd.cli.tls import verification
 from tierd.errors import NotFound
 
 __all__ = [
@@ -81,6 +84,13 @@ def command(
             help="read the bearer token from this file (not readable by every user)",
         )
     )
+    parser.add_argument(
+        "--ca-file",
+        type=Path,
+        default=None,
+        help="CA certificates (PEM) an https daemon's certificate must be signed by ($TIERD_CA_FILE; "
+        "default: the system's, or with no --url the config's own api.tls.cert_file)",
+    )
     parser.add_argument("--json", action="store_true", help="print the API's JSON")
     return parser
 
@@ -94,8 +104,12 @@ def with_ref(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def connect(args: argparse.Namespace) -> DaemonApi:
-    """The API at ``--url``, ``$TIERD_URL`` or the config's ``api.listen``, with the token given."""
-    return DaemonApi(daemon_url(args), token=token(args))
+    """The API at ``--url``, ``$TIERD_URL`` or the config's ``api.listen``, with the token given.
+
+    An https daemon's certificate is checked as :func:`tierd.cli.tls.verification` says.
+    """
+    url, config = daemon_endpoint(args)
+    return DaemonApi(url, token=token(args), verify=verification(args.ca_file, config))
 
 
 def resolve(client: DaemonApi, ref: CheckpointRef) -> int:

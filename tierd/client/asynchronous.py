@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
@@ -12,8 +13,7 @@ import httpx
 
 from tierd.client import ops
 from tierd.client.ops import Call, JsonObject, Local, Op, Pause, Progress, RestoreRequest
-from tierd.client.wire import BUSY_RETRIES, answer, busy_wait, settings
-from tierd.errors import Unreachable
+from tierd.client.wire import BUSY_RETRIES, PathName, answer, busy_wait, connection_error, settings
 
 __all__ = ["AsyncClient"]
 
@@ -23,8 +23,17 @@ T = TypeVar("T")
 class AsyncClient:
     """:class:`Client`'s methods as coroutines, on ``httpx.AsyncClient``."""
 
-    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0) -> None:
-        self._http = httpx.AsyncClient(**settings(url, token, timeout))
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        timeout: float = 30.0,
+        *,
+        ca_file: PathName | None = None,
+        verify: ssl.SSLContext | bool | None = None,
+    ) -> None:
+        """:meth:`Client.__init__`."""
+        self._http = httpx.AsyncClient(**settings(url, token, timeout, ca_file=ca_file, verify=verify))
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -59,7 +68,7 @@ class AsyncClient:
                     call.method, call.path, params=call.params, json=call.json
                 )
             except httpx.TransportError as exc:
-                raise Unreachable(f"cannot reach tierd at {self._http.base_url}: {exc}") from exc
+                raise connection_error(self._http.base_url, exc) from exc
             if (wait := busy_wait(response, attempt)) is None:
                 break
             await asyncio.sleep(wait)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -12,8 +13,7 @@ import httpx
 
 from tierd.client import ops
 from tierd.client.ops import Call, JsonObject, Local, Op, Pause, Progress, RestoreRequest
-from tierd.client.wire import BUSY_RETRIES, answer, busy_wait, settings
-from tierd.errors import Unreachable
+from tierd.client.wire import BUSY_RETRIES, PathName, answer, busy_wait, connection_error, settings
 
 __all__ = ["Client"]
 
@@ -23,8 +23,23 @@ T = TypeVar("T")
 class Client:
     """tierd's API, synchronously: ``url`` defaults to ``$TIERD_URL``, ``token`` to ``$TIERD_TOKEN``."""
 
-    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0) -> None:
-        self._http = httpx.Client(**settings(url, token, timeout))
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        timeout: float = 30.0,
+        *,
+        ca_file: PathName | None = None,
+        verify: ssl.SSLContext | bool | None = None,
+    ) -> None:
+        """Talk to ``url``; an HTTPS daemon's certificate is checked against ``ca_file``.
+
+        Without ``ca_file``: ``$TIERD_CA_FILE``, else the system's trust store. ``verify``
+        instead: a context of your own (``tierd.client.tls_context(client_cert=...)`` for a
+        daemon that requires client certificates), or False to check nothing. Raises
+        ConfigError for a CA or client certificate file that cannot be used.
+        """
+        self._http = httpx.Client(**settings(url, token, timeout, ca_file=ca_file, verify=verify))
 
     def __enter__(self) -> Client:
         return self
@@ -57,7 +72,7 @@ class Client:
             try:
                 response = self._http.request(call.method, call.path, params=call.params, json=call.json)
             except httpx.TransportError as exc:
-                raise Unreachable(f"cannot reach tierd at {self._http.base_url}: {exc}") from exc
+                raise connection_error(self._http.base_url, exc) from exc
             if (wait := busy_wait(response, attempt)) is None:
                 break
             time.sleep(wait)

@@ -8,8 +8,8 @@ Modules:
 
 - ``load``: reading the file and the environment into a :class:`Config` (:func:`load_config`).
 - ``model``: :class:`Config`, the whole configuration, and the checks across its sections.
-- ``sections``: the catalog, the API and its tokens, watched directories, retention, restores,
-  the fleet, logging.
+- ``sections``: the catalog, the API (its TLS and its tokens), watched directories, retention,
+  restores, the fleet, logging.
 - ``tiers``: each tier's kind, limits, retention, free-space marks and scrub.
 - ``values``: a strict block, durations (``36h``) and amounts of free space (``15%``, ``200GB``).
 """
@@ -24,8 +24,10 @@ from tierd.config.sections import (
     LogConfig,
     RestoreSettings,
     RetentionSettings,
+    TlsConfig,
     TokenConfig,
     WatchConfig,
+    is_loopback,
 )
 from tierd.config.tiers import (
     S3_MAX_KEY_BYTES,
@@ -61,9 +63,11 @@ __all__ = [
     "TierBase",
     "TierRetention",
     "TierConfig",
+    "TlsConfig",
     "TokenConfig",
     "WatchConfig",
     "default_config_path",
+    "is_loopback",
     "load_config",
     "parse_duration",
     "parse_space",

@@ -57,7 +57,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Make relative tier, watch, restore root and SQLite paths relative to the config file."""
+    """Make relative tier, watch, restore root, TLS file and SQLite paths relative to the config file."""
     out = dict(raw)
     for key in ("tiers", "watch"):
         items = out.get(key)
@@ -72,7 +72,20 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
     catalog = out.get("catalog")
     if isinstance(catalog, dict) and isinstance(catalog.get("url"), str):
         out["catalog"] = {**catalog, "url": _resolve_sqlite_url(catalog["url"], base)}
+    api = out.get("api")
+    if isinstance(api, dict) and isinstance(api.get("tls"), dict):
+        tls = api["tls"]
+        files = {key: _resolve_file(tls[key], base) for key in _TLS_FILES if isinstance(tls.get(key), str)}
+        out["api"] = {**api, "tls": {**tls, **files}}
     return out
+
+
+_TLS_FILES = ("cert_file", "key_file", "client_ca_file")
+
+
+def _resolve_file(name: str, base: Path) -> str:
+    """A relative file name made absolute against ``base``."""
+    return str(base / Path(name).expanduser())
 
 
 def _resolve_root(root: Any, base: Path) -> Any:

@@ -1,15 +1,17 @@
 """The config's sections beside its tiers.
 
-The catalog, the API and its tokens, watched directories, retention, restores, the fleet and logging.
+The catalog, the API (its TLS and its tokens), watched directories, retention, restores, the
+fleet and logging.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import ByteSize, Field, SecretStr, field_validator, model_validator
+from pydantic import ByteSize, Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from tierd.config.values import Duration, Strict
 
@@ -22,8 +24,10 @@ __all__ = [
     "LogConfig",
     "RestoreSettings",
     "RetentionSettings",
+    "TlsConfig",
     "TokenConfig",
     "WatchConfig",
+    "is_loopback",
 ]
 
 FORMATS = (
@@ -91,11 +95,49 @@ class TokenConfig(Strict):
         return self.token_file.read_text().strip()
 
 
+class TlsConfig(Strict):
+    """HTTPS on the API: the server's certificate and key, and optionally client certificates.
+
+    With ``client_ca_file`` every client must present a certificate signed by one of its CAs
+    (mutual TLS); bearer tokens are still checked after the handshake. The files are read when
+    the daemon starts (``tierd.api.tls``): one that cannot be read, or a key that does not
+    match the certificate, stops it with exit 78 naming the key.
+    """
+
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or name, without brackets) is only reachable from this node.
+
+    127.0.0.0/8, ::1 (also IPv4-mapped) and ``localhost``; any other name counts as reachable
+    from elsewhere (tierd does not resolve it to decide).
+    """
+    if host.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
 class ApiConfig(Strict):
-    """The HTTP API: where it listens and who may call it."""
+    """The HTTP API: where it listens, over TLS or not, and who may call it.
+
+    With no tokens every caller is admin: that is refused unless ``listen`` is a loopback
+    address or ``allow_anonymous`` says so outright.
+    """
 
     listen: str = "127.0.0.1:8470"
-    tokens: list[TokenConfig] = Field(default_factory=list)
+    #: Serve without tokens on an address other nodes can reach (every caller is then admin).
+    allow_anonymous: bool = False
+    tls: TlsConfig | None = None
+    # validate_default: the check below runs when tokens are left out too.
+    tokens: list[TokenConfig] = Field(default_factory=list, validate_default=True)
     #: A request body longer than this is refused (413) before it is read. 8 MiB holds a notify
     #: naming 100,000 files (the most it may) at ~60 bytes a path; every other body is tiny.
     max_body_bytes: ByteSize = Field(default=ByteSize(8 * 1024 * 1024), ge=64 * 1024)
@@ -107,6 +149,23 @@ class ApiConfig(Strict):
         if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:8470")
         return listen
+
+    @field_validator("tokens")
+    @classmethod
+    def _no_anonymous_admin_by_accident(
+        cls, tokens: list[TokenConfig], info: ValidationInfo
+    ) -> list[TokenConfig]:
+        listen = info.data.get("listen")
+        if tokens or listen is None or info.data.get("allow_anonymous"):
+            return tokens
+        host = listen.rpartition(":")[0].strip("[]")
+        if not is_loopback(host):
+            raise ValueError(
+                f"empty, and api.listen ({listen}) is not a loopback address: every caller who can "
+                "reach it would be admin (deletes included). Configure tokens, listen on 127.0.0.1, "
+                "or set api.allow_anonymous: true to mean it"
+            )
+        return tokens
 
     @property
     def host(self) -> str:

@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 from tierd import __version__
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
-from tierd.config import Config
+from tierd.api.tls import server_context
+from tierd.config import Config, is_loopback
 from tierd.daemon import sdnotify
 from tierd.daemon.aio import blocking, shutdown_executor
 from tierd.daemon.backends import ByteBudget, close_backends, make_backend
@@ -41,7 +42,8 @@ class Daemon:
         self.config = config
         self.db = Database(config.catalog.url, busy_timeout_ms=config.catalog.busy_timeout_ms)
         self.ctx = Context(config=config, db=self.db)
-        self.api = ApiService(create_app(self.ctx), config.api.host, config.api.port)
+        tls = None if config.api.tls is None else server_context(config.api.tls)
+        self.api = ApiService(create_app(self.ctx), config.api.host, config.api.port, tls=tls)
         # The pipeline, retention and restore share the tiers' backends (and their buffer budget);
         # the daemon closes them once every service has stopped.
         self.budget = ByteBudget(PipelineOptions().memory_budget)
@@ -80,6 +82,7 @@ class Daemon:
     async def run(self) -> None:
         """Run until SIGTERM/SIGINT, then drain. Raises SchemaError on an unmigrated catalog."""
         await blocking(check_schema, self.db)
+        _warn_if_anonymous(self.config)
         self._install_signals()
         try:
             for service in self.services:
@@ -122,6 +125,17 @@ class Daemon:
         await blocking(self.db.dispose)
         shutdown_executor()
         log.info("stopped")
+
+
+def _warn_if_anonymous(config: Config) -> None:
+    """Say at every start that ``api.allow_anonymous`` makes every caller who can reach the API admin."""
+    api = config.api
+    if api.allow_anonymous and not api.tokens and not is_loopback(api.host):
+        log.warning(
+            "api_anonymous",
+            listen=api.listen,
+            detail="no tokens, and api.allow_anonymous lets every caller who can reach it act as admin",
+        )
 
 
 @contextlib.asynccontextmanager

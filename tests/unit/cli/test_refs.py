@@ -95,12 +95,13 @@ def test_an_unreachable_daemon_is_said_so(capsys: pytest.CaptureFixture[str]) ->
         bound_not_listening.bind(("127.0.0.1", 0))
         port = bound_not_listening.getsockname()[1]
         assert main(["tiers", "--url", f"http://127.0.0.1:{port}"]) == 1
-    assert capsys.readouterr().err.startswith("tierd: cannot reach the daemon: ")
+    assert capsys.readouterr().err.startswith(f"tierd: cannot reach tierd at http://127.0.0.1:{port}: ")
 
 
 async def test_without_url_the_cli_asks_the_configs_api_listen(cli: Cli, tmp_path: Path) -> None:
     port = int(cli.url.rsplit(":", 1)[1])
-    config = posix_config_dict(tmp_path / "other", api={"listen": f"0.0.0.0:{port}"})
+    tokens = [{"name": "reader", "token": TOKENS["read"], "role": "read"}]  # no anonymous 0.0.0.0
+    config = posix_config_dict(tmp_path / "other", api={"listen": f"0.0.0.0:{port}", "tokens": tokens})
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     cli.capsys.readouterr()

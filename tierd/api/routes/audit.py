@@ -17,7 +17,7 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1/audit", tags=["audit"], route_class=ProblemRoute)
 
 
-@router.get("")
+@router.get("", operation_id="listAuditEvents")
 def list_audit(
     session: ReadSessionDep,
     _caller: Reader,

@@ -39,7 +39,7 @@ router = APIRouter(prefix="/v1/checkpoints", tags=["checkpoints"], route_class=P
 CheckpointId = Annotated[int, Path(ge=0, le=INTEGER_MAX)]
 
 
-@router.get("")
+@router.get("", operation_id="listCheckpoints")
 def list_checkpoints(
     session: ReadSessionDep,
     _caller: Reader,
@@ -60,7 +60,7 @@ def list_checkpoints(
     )
 
 
-@router.get("/{checkpoint_id}", responses=problem_responses(NotFound))
+@router.get("/{checkpoint_id}", operation_id="getCheckpoint", responses=problem_responses(NotFound))
 def get_checkpoint(session: ReadSessionDep, _caller: Reader, checkpoint_id: CheckpointId) -> CheckpointDetail:
     """One checkpoint with its replicas and its files' checksums."""
     row = queries.get_checkpoint(session, checkpoint_id)
@@ -80,6 +80,7 @@ def _out(db: Database, checkpoint_id: int) -> CheckpointOut:
 
 @router.post(
     "",
+    operation_id="notifyCheckpoint",
     status_code=201,
     responses={
         200: {"description": "already recorded", "model": CheckpointOut},
@@ -129,7 +130,7 @@ def _after(
     return _shown(session, checkpoint_id)
 
 
-@router.put("/{checkpoint_id}/pin", responses=CheckpointProblems)
+@router.put("/{checkpoint_id}/pin", operation_id="pinCheckpoint", responses=CheckpointProblems)
 def pin(
     ctx: ContextDep,
     session: SessionDep,
@@ -145,7 +146,7 @@ def pin(
     return _after(ctx, session, checkpoint_id)
 
 
-@router.delete("/{checkpoint_id}/pin", responses=CheckpointProblems)
+@router.delete("/{checkpoint_id}/pin", operation_id="unpinCheckpoint", responses=CheckpointProblems)
 def unpin(
     ctx: ContextDep,
     session: SessionDep,
@@ -158,7 +159,12 @@ def unpin(
     return _after(ctx, session, checkpoint_id, wake_retention=True)
 
 
-@router.post("/{checkpoint_id}/holds", status_code=201, responses=problem_responses(NotFound, Conflict))
+@router.post(
+    "/{checkpoint_id}/holds",
+    operation_id="addHold",
+    status_code=201,
+    responses=problem_responses(NotFound, Conflict),
+)
 def add_hold(
     ctx: ContextDep, session: SessionDep, caller: Admin, checkpoint_id: CheckpointId, body: HoldIn
 ) -> CheckpointOut:
@@ -167,7 +173,7 @@ def add_hold(
     return _after(ctx, session, checkpoint_id)
 
 
-@router.delete("/{checkpoint_id}/holds/{name}", responses=CheckpointProblems)
+@router.delete("/{checkpoint_id}/holds/{name}", operation_id="releaseHold", responses=CheckpointProblems)
 def release_hold(
     ctx: ContextDep,
     session: SessionDep,
@@ -181,7 +187,7 @@ def release_hold(
     return _after(ctx, session, checkpoint_id, wake_retention=True)
 
 
-@router.put("/{checkpoint_id}/metrics", responses=CheckpointProblems)
+@router.put("/{checkpoint_id}/metrics", operation_id="setCheckpointMetrics", responses=CheckpointProblems)
 def put_metrics(
     ctx: ContextDep, session: SessionDep, caller: Operator, checkpoint_id: CheckpointId, body: MetricsIn
 ) -> CheckpointOut:
@@ -190,7 +196,12 @@ def put_metrics(
     return _after(ctx, session, checkpoint_id, wake_retention=True)
 
 
-@router.delete("/{checkpoint_id}", status_code=202, responses=problem_responses(NotFound, Conflict))
+@router.delete(
+    "/{checkpoint_id}",
+    operation_id="deleteCheckpoint",
+    status_code=202,
+    responses=problem_responses(NotFound, Conflict),
+)
 def delete_checkpoint(
     ctx: ContextDep,
     session: SessionDep,
@@ -206,7 +217,11 @@ def delete_checkpoint(
     return _after(ctx, session, checkpoint_id, wake_retention=True)
 
 
-@router.post("/{checkpoint_id}/undelete", responses=problem_responses(NotFound, Conflict))
+@router.post(
+    "/{checkpoint_id}/undelete",
+    operation_id="undeleteCheckpoint",
+    responses=problem_responses(NotFound, Conflict),
+)
 def undelete(
     ctx: ContextDep,
     session: SessionDep,

@@ -16,7 +16,7 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1/fleet", tags=["fleet"], route_class=ProblemRoute)
 
 
-@router.get("")
+@router.get("", operation_id="getFleet")
 def fleet(ctx: ContextDep, session: ReadSessionDep, _caller: Reader) -> FleetOut:
     """Every node with its last heartbeat (and age, database clock), version, leadership and jobs.
 

@@ -18,7 +18,7 @@ __all__ = ["router"]
 router = APIRouter(tags=["health"], route_class=ProblemRoute)
 
 
-@router.get("/healthz")
+@router.get("/healthz", operation_id="getHealth")
 async def healthz() -> Health:
     """The process is alive and its event loop answers."""
     return Health(status="ok", version=__version__)
@@ -26,6 +26,7 @@ async def healthz() -> Health:
 
 @router.get(
     "/readyz",
+    operation_id="getReadiness",
     response_model=Ready,
     responses=problem_responses(503, description="not ready: each failing check is in checks"),
 )

@@ -16,7 +16,7 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=ProblemRoute)
 
 
-@router.get("")
+@router.get("", operation_id="listJobs")
 def jobs(session: ReadSessionDep, _caller: Reader) -> JobsOut:
     """Copies queued or running, replicas in ``deleting``, restores queued or running."""
     return JobsOut(

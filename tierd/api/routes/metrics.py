@@ -22,7 +22,7 @@ _EXPOSITION: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("/metrics", response_class=Response, responses=_EXPOSITION)
+@router.get("/metrics", operation_id="getMetrics", response_class=Response, responses=_EXPOSITION)
 async def metrics(ctx: ContextDep) -> Response:
     """Every metric in Prometheus' text format (catalog gauges are read at scrape time)."""
     body = await blocking(generate_latest, ctx.metrics.registry)

@@ -36,6 +36,7 @@ def _out(db: Database, job_id: int) -> RestoreOut:
 
 @router.post(
     "",
+    operation_id="createRestore",
     status_code=202,
     responses={
         **problem_responses(NotFound),
@@ -72,7 +73,7 @@ async def create_restore(body: RestoreIn, ctx: ContextDep, caller: Operator, rol
     return await blocking(_out, ctx.db, job_id)
 
 
-@router.get("")
+@router.get("", operation_id="listRestores")
 def list_restores(
     session: ReadSessionDep,
     _caller: Reader,
@@ -84,7 +85,7 @@ def list_restores(
     return RestorePage(items=[RestoreOut.of(row) for row in rows])
 
 
-@router.get("/{restore_id}", responses=problem_responses(NotFound))
+@router.get("/{restore_id}", operation_id="getRestore", responses=problem_responses(NotFound))
 def get_restore(session: ReadSessionDep, _caller: Reader, restore_id: RestoreId) -> RestoreOut:
     """One restore: state, source tier, progress, rate and ETA, and the files taken from another tier."""
     return RestoreOut.of(queries.get_restore(session, restore_id))
@@ -92,6 +93,7 @@ def get_restore(session: ReadSessionDep, _caller: Reader, restore_id: RestoreId)
 
 @router.delete(
     "/{restore_id}",
+    operation_id="cancelRestore",
     responses={
         **problem_responses(NotFound),
         **problem_responses(409, description="the restore is done or failed"),

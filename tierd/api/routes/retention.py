@@ -20,7 +20,7 @@ router = APIRouter(prefix="/v1/retention", tags=["retention"], route_class=Probl
 ActionName = Annotated[Action | None, Query(description="only this action")]
 
 
-@router.get("/plan")
+@router.get("/plan", operation_id="getRetentionPlan")
 async def plan(
     ctx: ContextDep,
     _caller: Reader,

@@ -21,7 +21,7 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"], route_class=ProblemRoute)
 RunPath = Annotated[RunName, Path()]
 
 
-@router.get("")
+@router.get("", operation_id="listRuns")
 def list_runs(ctx: ContextDep, session: ReadSessionDep, _caller: Reader) -> RunPage:
     """Every run by name: its checkpoints, newest complete step, and newest verified step per tier."""
     configured = [t.name for t in ctx.config.tiers]
@@ -45,6 +45,7 @@ def list_runs(ctx: ContextDep, session: ReadSessionDep, _caller: Reader) -> RunP
 # ``:path`` lets a run name hold a "/" (sent as %2F): the run is everything before "/latest".
 @router.get(
     "/{run:path}/latest",
+    operation_id="getLatestStep",
     responses=problem_responses(404, description="no such run or tier, or no step that qualifies"),
 )
 def latest(

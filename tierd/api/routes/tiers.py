@@ -18,7 +18,7 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1/tiers", tags=["tiers"], route_class=ProblemRoute)
 
 
-@router.get("")
+@router.get("", operation_id="listTiers")
 async def list_tiers(ctx: ContextDep, _caller: Reader) -> list[TierOut]:
     """Every tier in order: kind, durability, policy, space (POSIX), replicas by state, recovery point."""
     return [TierOut.model_validate(view, from_attributes=True) for view in await tier_views(ctx)]
@@ -26,6 +26,7 @@ async def list_tiers(ctx: ContextDep, _caller: Reader) -> list[TierOut]:
 
 @router.post(
     "/{tier}/reservations",
+    operation_id="reserveSpace",
     response_model=ReservationOut,
     responses={
         **problem_responses(NotFound, ShuttingDown),

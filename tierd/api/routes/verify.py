@@ -26,7 +26,11 @@ CheckpointId = Annotated[int, Path(ge=0, le=INTEGER_MAX)]
 GOOD = frozenset({"ok", "skipped", "gone"})
 
 
-@router.post("/{checkpoint_id}/verify", responses=problem_responses(NotFound, ShuttingDown, CatalogError))
+@router.post(
+    "/{checkpoint_id}/verify",
+    operation_id="verifyCheckpoint",
+    responses=problem_responses(NotFound, ShuttingDown, CatalogError),
+)
 async def verify(ctx: ContextDep, caller: Operator, checkpoint_id: CheckpointId) -> VerifyOut:
     """Re-check every verified replica of the checkpoint now and answer per tier.
 
@@ -52,7 +56,11 @@ def _tier_out(outcome: CheckOutcome) -> VerifyTierOut:
     return VerifyTierOut(tier=outcome.tier, result=outcome.result, files=files, detail=outcome.detail)
 
 
-@router.post("/{checkpoint_id}/tier0-check", responses=problem_responses(NotFound, CatalogError))
+@router.post(
+    "/{checkpoint_id}/tier0-check",
+    operation_id="checkTier0",
+    responses=problem_responses(NotFound, CatalogError),
+)
 async def tier0_check(ctx: ContextDep, caller: Reader, checkpoint_id: CheckpointId) -> Tier0CheckOut:
     """Whether this node's tier 0 holds the checkpoint now, asked before using it in place.
 

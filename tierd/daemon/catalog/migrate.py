@@ -1,4 +1,12 @@
-"""Schema migrations (Alembic), run by ``tierd db upgrade`` and checked by ``tierd run``."""
+"""Schema migrations (Alembic), run by ``tierd db upgrade`` and checked by ``tierd run``.
+
+On PostgreSQL an upgrade holds a transaction-level advisory lock (``MIGRATION_LOCK_KEY``) from
+before Alembic reads the schema's version to its commit, so any number of nodes may run
+``tierd db upgrade`` at once: one migrates, the others wait and then find the schema at head.
+Without it, eight started together on a fresh catalog left five failed (each saw no
+``alembic_version`` and created it). Alembic's DDL is transactional on PostgreSQL: a node
+that dies mid-upgrade leaves nothing half-made, and its lock goes with its connection.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +16,24 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from tierd.daemon.catalog.db import Database
 from tierd.errors import CatalogError, SchemaError
 
-__all__ = ["alembic_config", "check_schema", "current_revision", "head_revision", "upgrade"]
+__all__ = [
+    "MIGRATION_LOCK_KEY",
+    "alembic_config",
+    "check_schema",
+    "current_revision",
+    "head_revision",
+    "upgrade",
+]
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+#: The advisory lock an upgrade holds on PostgreSQL ("tierdm"; the scheduler's is "tierd1").
+MIGRATION_LOCK_KEY = 0x7469_6572_646D
 
 
 def alembic_config(db: Database) -> AlembicConfig:
@@ -43,10 +61,15 @@ def current_revision(db: Database) -> str | None:
 
 
 def upgrade(db: Database, revision: str = "head") -> None:
-    """Migrate the catalog to ``revision`` (default: the newest)."""
+    """Migrate the catalog to ``revision`` (default: the newest); one node at a time on PostgreSQL.
+
+    Raises CatalogError when the database fails.
+    """
     cfg = alembic_config(db)
     try:
         with db.engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, revision)
     except SQLAlchemyError as exc:
