@@ -1,55 +1,107 @@
-"""Prometheus metrics: counters the services bump, and gauges read from the catalog at scrape.
+"""``Metrics``: one daemon's registry and the counters its services bump.
 
 Names follow the conventions: prefix ``tierd_``, base units, counters end in ``_total``,
-labels bounded (``tier``, ``state``, ``result``, ``format``) — never a path or a step.
+labels bounded (``tier``, ``state``, ``result``, ``reason``, ``format``) — never a path or a
+step. Every counter's children for the configured tiers and known reasons exist from the
+start at 0, so ``increase()`` sees a first failure and a dashboard shows 0 rather than
+nothing. No ``*_created`` series (one more per child, which nobody reads), and the process's
+own metrics (``process_*``, ``python_info``).
+
+Who exports what, so that ``sum()`` over a fleet counts each thing once: counters, the
+process, build and catalog reachability are each daemon's own; a tier's space, disk
+pressure and scrub progress come from the daemon that acts on the tier (its own node-local
+tiers; shared tiers only while it leads: ``tiers``); the catalog-wide totals come from the
+leader alone (``fleetwide``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import UTC, datetime
+from collections.abc import Callable
+from typing import get_args
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
 
-from tierd import __version__
-from tierd.daemon.catalog import fleet
+from tierd.config import Config
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import ReplicaState
-from tierd.daemon.catalog.stats import replica_stats
-from tierd.errors import CatalogError
+from tierd.daemon.catalog.replica_deletions import Origin
+from tierd.daemon.metrics.build import build_info
+from tierd.daemon.metrics.fleetwide import CatalogCollector, FleetCollector
+from tierd.daemon.metrics.tiers import TierCollector
+from tierd.daemon.transfer.recheck import CheckResult
+from tierd.daemon.transfer.retry import FAILURE_REASONS
 
-__all__ = ["Metrics"]
+__all__ = ["DELETION_REFUSALS", "TRANSFER_RESULTS", "Metrics"]
+
+#: How a hop ends, as ``tierd_transfers_total`` counts it (``retry``: failed, tried again later).
+TRANSFER_RESULTS = ("verified", "failed", "retry", "cancelled")
+#: Why a deletion was refused right before it ran, as ``tierd_deletions_refused_total`` counts it.
+DELETION_REFUSALS = ("pinned", "held", "recheck_failed", "no_durable_copy")
+
+
+def _always() -> bool:
+    return True
+
+
+def _everywhere(tier: str) -> bool:
+    return True
 
 
 class Metrics:
-    """One daemon's metrics, on a registry of their own (so tests can build many)."""
+    """One daemon's metrics, on a registry of their own (so tests can build many).
 
-    def __init__(self, db: Database, tiers: list[str]) -> None:
+    ``leads`` says whether this daemon leads its fleet now and ``acts_on`` whether it acts
+    on a tier now (both asked at each scrape; a daemon alone does both always).
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        config: Config,
+        *,
+        leads: Callable[[], bool] = _always,
+        acts_on: Callable[[str], bool] = _everywhere,
+    ) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide, read at each scrape
         self.registry = CollectorRegistry()
-        build = Gauge("tierd_build_info", "tierd build", ["version"], registry=self.registry)
-        build.labels(__version__).set(1)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        build_info(self.registry)
+        self._leads = leads
+        tiers = [tier.name for tier in config.tiers]
         self.detected = Counter(
             "tierd_checkpoints_detected_total",
             "Checkpoint steps recorded complete",
             ["format"],
             registry=self.registry,
         )
-        self._transfer_metrics()
-        self._deletion_metrics()
-        self._scrub_metrics()
-        self._tier_metrics()
-        self.registry.register(_CatalogCollector(db, tiers))
+        self._transfer_metrics(tiers)
+        self._deletion_metrics(tiers)
+        self._scrub_metrics(tiers)
+        self.fleet_leader = Gauge(
+            "tierd_fleet_leader",
+            "1 while this daemon leads the fleet's shared tiers (deletes, evicts, scrubs on them)",
+            registry=self.registry,
+        )
+        self.registry.register(CatalogCollector(db, tiers, leads))
+        self.tiers = TierCollector(db, config, acts_on)
+        self.registry.register(self.tiers)
 
-    def _transfer_metrics(self) -> None:
+    def _transfer_metrics(self, tiers: list[str]) -> None:
         """Hops: bytes, results, failures, durations."""
         self.transfer_bytes = Counter(
             "tierd_transfer_bytes_total", "Bytes written into a tier", ["tier"], registry=self.registry
         )
         self.transfers = Counter(
             "tierd_transfers_total",
-            "Checkpoint hops finished, by result (verified, failed, cancelled)",
+            "Checkpoint hops finished, by result (verified, failed, retry, cancelled)",
             ["tier", "result"],
             registry=self.registry,
         )
@@ -66,8 +118,15 @@ class Metrics:
             buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600),
             registry=self.registry,
         )
+        for tier in tiers:
+            self.transfer_bytes.labels(tier)
+            self.transfer_seconds.labels(tier)
+            for result in TRANSFER_RESULTS:
+                self.transfers.labels(tier, result)
+            for reason in FAILURE_REASONS:
+                self.transfer_failures.labels(tier, reason)
 
-    def _deletion_metrics(self) -> None:
+    def _deletion_metrics(self, tiers: list[str]) -> None:
         """Deletions and evictions: done, refused, failed, re-checks."""
         self.deletions = Counter(
             "tierd_deletions_total",
@@ -96,8 +155,16 @@ class Metrics:
             ["tier"],
             registry=self.registry,
         )
+        for tier in tiers:
+            self.evictions.labels(tier)
+            self.deletion_failures.labels(tier)
+            self.reverify_failures.labels(tier)
+            for origin in Origin:
+                self.deletions.labels(tier, origin.value)
+            for refusal in DELETION_REFUSALS:
+                self.deletions_refused.labels(tier, refusal)
 
-    def _scrub_metrics(self) -> None:
+    def _scrub_metrics(self, tiers: list[str]) -> None:
         """The scrubber's re-checks."""
         self.scrub_bytes = Counter(
             "tierd_scrub_bytes_total",
@@ -117,97 +184,17 @@ class Metrics:
             ["tier"],
             registry=self.registry,
         )
+        for tier in tiers:
+            self.scrub_bytes.labels(tier)
+            self.scrub_mismatches.labels(tier)
+            for result in get_args(CheckResult):
+                if result != "skipped":  # a verify call's answer for a tier it did not check
+                    self.scrub_replicas.labels(tier, result)
 
-    def _tier_metrics(self) -> None:
-        """Each tier's space and pressure, and the fleet's leadership."""
-        self.tier_free_bytes = Gauge(
-            "tierd_tier_free_bytes", "Free bytes on the tier's file system", ["tier"], registry=self.registry
-        )
-        self.tier_used_bytes = Gauge(
-            "tierd_tier_used_bytes", "Used bytes on the tier's file system", ["tier"], registry=self.registry
-        )
-        self.tier_size_bytes = Gauge(
-            "tierd_tier_size_bytes", "Size of the tier's file system", ["tier"], registry=self.registry
-        )
-        self.pressure_blocked = Gauge(
-            "tierd_tier_pressure_blocked",
-            "1 while the tier is below its low mark and nothing more may be evicted",
-            ["tier"],
-            registry=self.registry,
-        )
-        self.fleet_leader = Gauge(
-            "tierd_fleet_leader",
-            "1 while this daemon leads the fleet's shared tiers (deletes, evicts, scrubs on them)",
-            registry=self.registry,
-        )
+    def tier_pressure(self, tier: str, *, blocked: bool) -> None:
+        """Record whether the tier's disk pressure is stuck (``tierd_tier_pressure_blocked``)."""
+        self.tiers.set_blocked(tier, blocked)
 
     def count_fleet_nodes(self, db: Database, node_timeout: float) -> None:
-        """Report ``tierd_fleet_nodes{state}`` (live, silent) from the catalog at each scrape."""
-        self.registry.register(_FleetCollector(db, node_timeout))
-
-
-class _CatalogCollector(Collector):
-    """Gauges computed from the catalog at scrape time (so every node reports the same truth)."""
-
-    def __init__(self, db: Database, tiers: list[str]) -> None:
-        self.db = db
-        self.tiers = tiers
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        up = GaugeMetricFamily("tierd_catalog_up", "Whether the last scrape could read the catalog")
-        try:
-            families = self._read()
-        except CatalogError:
-            up.add_metric([], 0)
-            yield up
-            return
-        up.add_metric([], 1)
-        yield up
-        yield from families
-
-    def _read(self) -> list[GaugeMetricFamily]:
-        replicas = GaugeMetricFamily("tierd_replicas", "Replicas by tier and state", labels=["tier", "state"])
-        age = GaugeMetricFamily(
-            "tierd_recovery_point_age_seconds",
-            "Age of the newest checkpoint with a verified replica on the tier",
-            labels=["tier"],
-        )
-        verified_bytes = GaugeMetricFamily(
-            "tierd_verified_bytes", "Bytes of checkpoints verified on the tier", labels=["tier"]
-        )
-        now = datetime.now(UTC)
-        stats = replica_stats(self.db)
-        for tier in self.tiers:
-            for state in ReplicaState:
-                replicas.add_metric([tier, state.value], stats.counts.get((tier, state.value), 0))
-        for verified in stats.verified:
-            created = verified.newest_created_at
-            if created is not None:
-                created = created if created.tzinfo else created.replace(tzinfo=UTC)
-                age.add_metric([verified.tier], (now - created).total_seconds())
-            verified_bytes.add_metric([verified.tier], float(verified.total_bytes))
-        pinned = GaugeMetricFamily("tierd_checkpoints_pinned", "Checkpoints pinned (kept on every tier)")
-        pinned.add_metric([], stats.pinned)
-        held = GaugeMetricFamily("tierd_checkpoints_held", "Checkpoints under one or more legal holds")
-        held.add_metric([], stats.held)
-        return [replicas, age, verified_bytes, pinned, held]
-
-
-class _FleetCollector(Collector):
-    """``tierd_fleet_nodes{state}``: nodes heard from within ``node_timeout`` (database clock) or not."""
-
-    def __init__(self, db: Database, node_timeout: float) -> None:
-        self.db = db
-        self.node_timeout = node_timeout
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        try:
-            with self.db.read_session() as session:
-                nodes = fleet.list_nodes(session)
-        except CatalogError:
-            return
-        family = GaugeMetricFamily("tierd_fleet_nodes", "Daemons of the fleet by state", labels=["state"])
-        silent = sum(1 for n in nodes if n.age_seconds > self.node_timeout)
-        family.add_metric(["live"], len(nodes) - silent)
-        family.add_metric(["silent"], silent)
-        yield family
+        """Report ``tierd_fleet_nodes{state}`` (live, silent) from the catalog on the leader, per scrape."""
+        self.registry.register(FleetCollector(db, node_timeout, self._leads))
