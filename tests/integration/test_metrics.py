@@ -14,6 +14,7 @@ from tierd.config import Config
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Checkpoint, Replica, Run
 from tierd.daemon.context import Context
+from tierd.daemon.metrics.build import revision
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -45,7 +46,7 @@ async def test_metrics_report_the_catalog(sqlite_db: Database, make_config: Call
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     samples = _samples(response.text)
-    assert samples[("tierd_build_info", (("version", "0.1.0"),))] == 1
+    assert samples[("tierd_build_info", (("revision", revision()), ("version", "0.1.0")))] == 1
     assert samples[("tierd_catalog_up", ())] == 1
     assert samples[("tierd_replicas", (("state", "verified"), ("tier", "nvme")))] == 1
     assert samples[("tierd_replicas", (("state", "copying"), ("tier", "pfs")))] == 1

@@ -4,7 +4,8 @@ The app is served behind ``admission.Admission`` (a bound on requests in progres
 waiting, a deadline per request, abandoned requests dropped), and anyio's thread limiter,
 which runs FastAPI's synchronous routes and dependencies, is cut from its 40 threads to
 ``aio.API_THREADS``: the API's work holds at most that many threads and catalog connections
-however many clients call.
+however many clients call. With ``api.access_log`` in the app's context's config, the access
+log (``access.AccessLog``) wraps it all.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import uvicorn
 from fastapi import FastAPI
 from starlette.types import ASGIApp
 
+from tierd.api.access import AccessLog
 from tierd.api.admission import Admission
 from tierd.daemon.aio import API_THREADS
 from tierd.logs import get_logger
@@ -68,7 +70,7 @@ class ApiService:
         self.port = sock.getsockname()[1]
         anyio.to_thread.current_default_thread_limiter().total_tokens = API_THREADS
         config = uvicorn.Config(
-            self._admission(self.app),
+            self._served(),
             log_config=None,
             access_log=False,
             lifespan="off",
@@ -88,6 +90,14 @@ class ApiService:
         """The TLS context uvicorn asks for: the one built from ``api.tls`` at start."""
         assert self.tls is not None
         return self.tls
+
+    def _served(self) -> ASGIApp:
+        """The app behind admission, and behind the access log when its context's config asks for one."""
+        served = self._admission(self.app)
+        ctx = getattr(self.app.state, "ctx", None)
+        if ctx is not None and ctx.config.api.access_log:
+            served = AccessLog(served, tokens=ctx.tokens)
+        return served
 
     async def stop(self, timeout: float) -> None:
         """Finish open requests (bounded) and close the socket."""

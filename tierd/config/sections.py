@@ -141,6 +141,9 @@ class ApiConfig(Strict):
     #: A request body longer than this is refused (413) before it is read. 8 MiB holds a notify
     #: naming 100,000 files (the most it may) at ~60 bytes a path; every other body is tiny.
     max_body_bytes: ByteSize = Field(default=ByteSize(8 * 1024 * 1024), ge=64 * 1024)
+    #: One ``http_request`` log line per request (method, route template, status, duration,
+    #: the caller's token name). Off by default: a busy job's polling would fill the journal.
+    access_log: bool = False
 
     @field_validator("listen")
     @classmethod

@@ -11,6 +11,7 @@ Subpackages:
 - ``restore/``   put a checkpoint back from the nearest tier holding a verified copy
 - ``scrub/``     re-checking verified replicas' bytes, on a schedule and on demand
 - ``fleet/``     many daemons on one PostgreSQL catalog: heartbeats, the shared tiers' leader
+- ``metrics/``   Prometheus metrics: counters the services bump, gauges read at scrape
 
 Modules:
 
@@ -18,7 +19,6 @@ Modules:
 - ``context``    what every service shares: config, catalog, and a few signals between them
 - ``service``    the lifecycle every long-lived service follows
 - ``tierview``   what ``GET /v1/tiers`` shows of each tier
-- ``metrics``    Prometheus metrics: counters the services bump, gauges read at scrape
 - ``outage``     noticing the catalog went away and came back
 - ``aio``        the one place blocking work leaves the event loop
 - ``checksum``   CRC64-NVME file checksums, taken once and carried through every hop

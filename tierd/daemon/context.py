@@ -176,7 +176,7 @@ class Context:
     outages: dict[str, CatalogOutage] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.metrics = Metrics(self.db, [tier.name for tier in self.config.tiers])
+        self.metrics = Metrics(self.db, self.config, leads=lambda: self.leader, acts_on=self.acts_on)
         self.tokens = Keyring(self.config.api.tokens)
 
     @property

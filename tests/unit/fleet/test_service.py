@@ -94,11 +94,14 @@ async def test_of_two_daemons_one_leads_and_the_other_takes_over_when_it_stops(
         assert (a.leader, b.leader) == (True, False)
         assert (a.acts_on("nvme"), b.acts_on("nvme")) == (True, True)  # node-local: every daemon's own
         assert metric(b, "tierd_fleet_leader") == 0
-        assert metric(b, "tierd_fleet_nodes", state="live") == 2
+        assert metric(a, "tierd_fleet_nodes", state="live") == 2
+        assert metric(b, "tierd_fleet_nodes", state="live") is None  # the fleet's count: the leader's alone
         assert not b.retention.loop.wakeup.is_set()
         await first.stop(5)
         await second.beat()
         assert (a.leader, b.leader) == (False, True)
+        assert metric(a, "tierd_fleet_nodes", state="live") is None
+        assert metric(b, "tierd_fleet_nodes", state="live") == 2  # a's last heartbeat is recent
         assert b.retention.loop.wakeup.is_set()  # the new leader plans the shared tiers at once
         assert [(action, term) for action, _, term in actions(db)] == [
             ("leader_elected", 1),

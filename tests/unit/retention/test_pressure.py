@@ -83,7 +83,11 @@ async def test_nothing_evictable_is_said_loudly_and_deletes_nothing(
     w.service.ctx.retention = w.service
     nvme = (await tier_views(w.service.ctx))[0]  # GET /v1/tiers
     assert (nvme.pressure_blocked, nvme.free_space) == (blocked["nvme"], FreeSpaceMarks("40%", "60%"))
-    assert w.service.ctx.metrics.pressure_blocked.labels("nvme")._value.get() == 1
+    registry = w.service.ctx.metrics.registry
+    assert registry.get_sample_value("tierd_tier_pressure_blocked", {"tier": "nvme"}) == 1
+    assert registry.get_sample_value("tierd_tier_free_bytes", {"tier": "nvme"}) == pytest.approx(
+        space.free, rel=0.01
+    )
 
 
 async def test_reservation_evicts_then_answers(small_fs: Path, tmp_path: Path, sqlite_db: Database) -> None:

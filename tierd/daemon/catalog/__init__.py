@@ -23,7 +23,7 @@ takes the caller's ``Session`` (and, where it changes a row, the loaded row).
 - ``mismatches``  a replica whose bytes a re-check found bad: failed, audited, copied again
 - ``retention``   what a retention pass reads (one query per table) and its change marker
 - ``audit``       the append-only audit log: append, list
-- ``stats``       totals for the metrics scrape: replicas by tier and state, verified bytes
+- ``stats``       totals for the metrics scrape: replicas by tier and state, jobs, waiting steps
 - ``fleet``       nodes' heartbeats and the shared tiers' leader lease (database clock), the fleet's jobs
 - ``inflight``    what is in flight: copy jobs queued or running, replicas being deleted
 - ``ownership``   owners and modes recorded at first sight, of each file and directory

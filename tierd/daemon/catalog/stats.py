@@ -1,4 +1,4 @@
-"""Totals over the catalog for the metrics scrape: replicas by tier and state, verified data, pins, holds."""
+"""Totals over the catalog for the metrics scrape: replicas, verified bytes, pins, holds, jobs, waits."""
 
 from __future__ import annotations
 
@@ -8,9 +8,17 @@ from datetime import datetime
 from sqlalchemy import func, select
 
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.models import Checkpoint, Hold, Replica, ReplicaState
+from tierd.daemon.catalog.models import (
+    Checkpoint,
+    CheckpointState,
+    Hold,
+    Job,
+    JobState,
+    Replica,
+    ReplicaState,
+)
 
-__all__ = ["ReplicaStats", "TierVerified", "replica_stats"]
+__all__ = ["ReplicaStats", "TierVerified", "WorkStats", "replica_stats", "work_stats"]
 
 
 @dataclass(frozen=True)
@@ -51,4 +59,41 @@ def replica_stats(db: Database) -> ReplicaStats:
         verified=[TierVerified(tier, created, int(total or 0)) for tier, created, total in newest],
         pinned=int(pinned or 0),
         held=int(held or 0),
+    )
+
+
+@dataclass(frozen=True)
+class WorkStats:
+    """The fleet's work: jobs queued or running, and steps waiting for files or a node's part.
+
+    ``jobs`` is keyed by (kind, state, destination tier or ""); ``oldest_waiting_since`` is
+    when the step waiting longest began to wait.
+    """
+
+    jobs: dict[tuple[str, str, str], int]
+    waiting: int
+    oldest_waiting_since: datetime | None
+
+
+def work_stats(db: Database) -> WorkStats:
+    """Both, in one read-only transaction; raises CatalogError when the catalog fails.
+
+    The jobs' claim index (state first) and the waiting steps' partial index serve them.
+    """
+    unfinished = (JobState.QUEUED.value, JobState.RUNNING.value)
+    with db.read_session() as session:
+        jobs = session.execute(
+            select(Job.kind, Job.state, Job.dst_tier, func.count())
+            .where(Job.state.in_(unfinished))
+            .group_by(Job.kind, Job.state, Job.dst_tier)
+        ).all()
+        waiting, oldest = session.execute(
+            select(func.count(), func.min(Checkpoint.waiting_since)).where(
+                Checkpoint.state == CheckpointState.WAITING.value
+            )
+        ).one()
+    return WorkStats(
+        jobs={(kind, state, tier or ""): n for kind, state, tier, n in jobs},
+        waiting=int(waiting or 0),
+        oldest_waiting_since=oldest,
     )

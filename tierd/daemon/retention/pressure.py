@@ -99,9 +99,6 @@ class Pressure:
         space = await self.backends[tier].space()
         if space is not None:
             self.state.setdefault(tier, TierPressure()).space = space
-            self.metrics.tier_free_bytes.labels(tier).set(space.free)
-            self.metrics.tier_size_bytes.labels(tier).set(space.total)
-            self.metrics.tier_used_bytes.labels(tier).set(space.total - space.free)
         return space
 
     async def relieve_all(self) -> None:
@@ -221,7 +218,7 @@ class Pressure:
         stuck = alarm_below is not None and room.space.free < alarm_below
         if stuck:
             state.blocked = room.describe()
-            self.metrics.pressure_blocked.labels(tier).set(1)
+            self.metrics.tier_pressure(tier, blocked=True)
             log.error("disk_pressure_unrelieved", tier=tier, detail=state.blocked, evicted=len(room.evicted))
         elif alarm_below is not None:
             self._clear(tier)
@@ -239,4 +236,4 @@ class Pressure:
         if state.blocked is not None:
             log.info("disk_pressure_relieved", tier=tier)
         state.blocked = None
-        self.metrics.pressure_blocked.labels(tier).set(0)
+        self.metrics.tier_pressure(tier, blocked=False)
