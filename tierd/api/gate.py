@@ -32,7 +32,7 @@ __all__ = ["PUBLIC_PATHS", "BodyTooLarge", "RequestGate", "install_gate"]
 #: the API's own description. Every other path, known or not, needs one (a test checks that
 #: these are exactly the routes without a role). Fail-closed: a new public route must be added.
 PUBLIC_PATHS = frozenset(
-    {"/healthz", "/readyz", "/metrics", "/v1/openapi.json", "/v1/docs", "/docs/oauth2-redirect"}
+    {"/livez", "/healthz", "/readyz", "/metrics", "/v1/openapi.json", "/v1/docs", "/docs/oauth2-redirect"}
 )
 
 _CLOSE = {"Connection": "close"}
