@@ -8,7 +8,8 @@ capability) the copies are the daemon's, 0600; as root with the capabilities
 docs/operations.md names they keep their owner, group, mode and setgid bit.
 
 Slow: the image is built once per module (cold, ~5 minutes: see ``tests.fixtures.docker``;
-warm, a few seconds of Docker's cache) and each container takes ~10 s to import and migrate.
+warm, ~1 s of Docker's cache) and each run takes 15-20 s (the container imports tierd and
+migrates its catalog before it answers; then a copy and a drain).
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ import yaml
 from tests.fixtures.docker import KEEP_OWNERS_CAPABILITIES, Built, build_image, docker
 from tests.integration.daemon_helpers import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("image"), pytest.mark.usefixtures("docker_engine")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group("image"),
+    pytest.mark.usefixtures("docker_engine"),
+    pytest.mark.timeout(1800),  # the first test's set-up builds the image: ~5 minutes cold
+]
 
 IMAGE_UID = 8470
 JOB_UID, JOB_GID = 1234, 1235
