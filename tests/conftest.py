@@ -17,7 +17,12 @@ from tierd.daemon.catalog.migrate import upgrade
 if TYPE_CHECKING:
     from tests.fixtures.postgres import PostgresServer
 
-pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.s3servers", "tests.fixtures.fleet"]
+pytest_plugins = [
+    "tests.fixtures.postgres",
+    "tests.fixtures.s3servers",
+    "tests.fixtures.fleet",
+    "tests.fixtures.docker",
+]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -76,6 +76,7 @@ def _app(probe: Probe) -> FastAPI:
         return {"ok": "yes"}
 
     @app.get("/healthz")
+    @app.get("/livez")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
@@ -276,12 +277,14 @@ async def test_a_write_that_waited_for_its_turn_gets_its_whole_body() -> None:
         assert (await write).json() == {"name": name}
 
 
-async def test_healthz_is_answered_whatever_the_load() -> None:
+@pytest.mark.parametrize("path", ["/livez", "/healthz"])
+async def test_liveness_is_answered_whatever_the_load(path: str) -> None:
+    """A liveness probe is not failed (and the daemon restarted) for the API being busy."""
     probe = Probe()
     async with served(probe, active=1, waiting=0) as (http, _):
         first = in_background(http, "GET", "/hold", params={"name": "first"})
         await until(lambda: probe.entered == ["first"], "the first request to be worked on")
-        assert (await http.get("/healthz")).status_code == 200
+        assert (await http.get(path)).status_code == 200
         assert_busy(await http.get("/quick"), "the API is busy")
         probe.release.set()
         assert (await first).status_code == 200

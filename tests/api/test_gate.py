@@ -139,7 +139,7 @@ async def test_a_body_within_the_bound_reaches_the_route(served: Served) -> None
 
 async def test_public_routes_need_no_token(served: Served) -> None:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{served.port}") as client:
-        for path in ("/healthz", "/metrics", "/v1/openapi.json"):
+        for path in ("/livez", "/healthz", "/metrics", "/v1/openapi.json"):
             assert (await client.get(path)).status_code == 200, path
         assert (await client.get("/v1/checkpoints")).status_code == 401
 

@@ -1,0 +1,1 @@
+"""Tests of what deploy/ and the Dockerfile ship: the container image, the Kubernetes manifests."""

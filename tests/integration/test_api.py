@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
+from tierd import __version__
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
 from tierd.config import Config
@@ -132,6 +133,21 @@ async def test_readyz_fails_when_the_catalog_is_gone(served: tuple[Context, str]
     assert "catalog unreachable" in response.json()["detail"]
 
 
+async def test_livez_checks_neither_the_catalog_nor_the_watcher(
+    served: tuple[Context, str], tmp_path
+) -> None:
+    """Liveness is the process and its loop: a daemon unready for any reason is still alive."""
+    ctx, base = served
+    ctx.db = Database(f"sqlite:///{tmp_path}")  # a directory: SQLite cannot open it
+    ctx.watcher_running = False
+    ctx.draining = True
+    async with httpx.AsyncClient(base_url=base) as http:
+        assert (await http.get("/readyz")).status_code == 503
+        response = await http.get("/livez")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "version": __version__}
+
+
 async def test_tokens_guard_the_api(sqlite_db: Database, make_config: Callable[..., Config]) -> None:
     config = make_config(
         api={"listen": "127.0.0.1:0", "tokens": [{"name": "viewer", "token": "v", "role": "read"}]}
@@ -142,6 +158,7 @@ async def test_tokens_guard_the_api(sqlite_db: Database, make_config: Callable[.
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.port}") as http:
             assert (await http.get("/healthz")).status_code == 200
+            assert (await http.get("/livez")).status_code == 200
             denied = await http.get("/v1/checkpoints")
             assert denied.status_code == 401
             assert denied.headers["www-authenticate"] == "Bearer"

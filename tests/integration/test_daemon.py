@@ -63,7 +63,7 @@ def test_ready_notify_and_sigterm(config_file: Path, notify_socket: socket.socke
         messages = _messages_until(notify_socket, "READY=1")
         base = f"http://127.0.0.1:{_port(config_file)}"
         assert httpx.get(f"{base}/readyz").json()["status"] == "ready"
-        assert httpx.get(f"{base}/healthz").status_code == 200
+        assert httpx.get(f"{base}/livez").json()["status"] == "ok"
         assert httpx.get(f"{base}/v1/checkpoints").json()["items"] == []
         messages += _messages_until(notify_socket, "WATCHDOG=1")
         started = time.monotonic()

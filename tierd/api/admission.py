@@ -1,6 +1,6 @@
 """Admission: a bound on the API's work, so clients that give up cannot stall it.
 
-``ApiService`` wraps the app in ``Admission``: every HTTP request but ``/healthz`` passes
+``ApiService`` wraps the app in ``Admission``: every HTTP request but ``/livez`` and ``/healthz`` passes
 here first. At most ``ACTIVE`` requests are worked on at once (as many as the API has
 threads, ``aio.API_THREADS``) and at most ``WAITING`` more wait for a turn, first come
 first served (writes before reads: a job's notify is not held up by a dashboard's listing),
@@ -50,8 +50,8 @@ QUEUE_SECONDS = 0.5
 DEADLINE_SECONDS = 10.0
 #: What a 503 from here asks the client to wait, in whole seconds.
 RETRY_AFTER_SECONDS = 1
-#: Paths that skip admission: the liveness check answers from the event loop alone.
-EXEMPT = frozenset({"/healthz"})
+#: Paths that skip admission: the liveness checks answer from the event loop alone.
+EXEMPT = frozenset({"/livez", "/healthz"})
 #: At most one ``api_busy`` log line (with the count of 503s since the last) this often.
 LOG_EVERY_SECONDS = 10.0
 #: Methods whose work may be cancelled: they change nothing.

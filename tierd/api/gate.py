@@ -34,6 +34,7 @@ __all__ = ["PUBLIC_PATHS", "BodyTooLarge", "RequestGate", "install_gate"]
 #: Fail-closed: a new public route must be added.
 PUBLIC_PATHS = frozenset(
     {
+        "/livez",
         "/healthz",
         "/readyz",
         "/metrics",

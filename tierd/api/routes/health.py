@@ -1,4 +1,11 @@
-"""Liveness and readiness, for supervisors and load balancers."""
+"""Liveness and readiness, for supervisors and load balancers.
+
+``/livez`` (and its older name ``/healthz``) asks only that the process and its event loop
+answer: what a liveness probe or the image's ``HEALTHCHECK`` restarts on. ``/readyz`` also
+checks the catalog, the watcher and the drain: what a readiness probe routes on. Neither
+needs a token, and the liveness checks skip the API's admission queue (``api.admission``),
+so a busy daemon is not restarted for being busy.
+"""
 
 from __future__ import annotations
 
@@ -18,9 +25,15 @@ __all__ = ["router"]
 router = APIRouter(tags=["health"], route_class=ProblemRoute)
 
 
+@router.get("/livez", operation_id="getLiveness")
+async def livez() -> Health:
+    """The process is alive and its event loop answers; no catalog or tier check (see /readyz)."""
+    return Health(status="ok", version=__version__)
+
+
 @router.get("/healthz", operation_id="getHealth")
 async def healthz() -> Health:
-    """The process is alive and its event loop answers."""
+    """The process is alive and its event loop answers (as ``/livez``)."""
     return Health(status="ok", version=__version__)
 
 

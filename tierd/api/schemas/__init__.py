@@ -5,7 +5,7 @@ shows is fetched before (by the route, through the catalog, or built on the daem
 view), and it sends no query itself.
 
 - ``common``      the bounds of numbers the catalog stores (``BIGINT_MAX``, ``INTEGER_MAX``), the error body
-- ``health``      ``/healthz`` and ``/readyz``
+- ``health``      ``/livez``, ``/healthz`` and ``/readyz``
 - ``checkpoints`` a notify; a step with its replicas, parts, files and directories; pins, holds, metrics
 - ``runs``        each run and its newest verified step per tier
 - ``tiers``       each tier (space, pressure, replicas, scrub) and reservations of room

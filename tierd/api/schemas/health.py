@@ -1,4 +1,4 @@
-"""Liveness and readiness (``/healthz``, ``/readyz``)."""
+"""Liveness and readiness (``/livez``, ``/healthz``, ``/readyz``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ __all__ = [
 
 
 class Health(BaseModel):
-    """The process answers (``/healthz``)."""
+    """The process answers (``/livez``, ``/healthz``)."""
 
     status: Literal["ok"]
     version: str
