@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tierd.config import Config, default_config_path, load_config
+from tierd.daemon.hangups import HangUps
 from tierd.keyring import Keyring
 
 __all__ = ["add_catalog_and_config", "add_run"]
@@ -46,9 +47,11 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    hangups = HangUps()  # first: a SIGHUP while tierd starts must not end it
+    config = _config(args)
     from tierd.daemon.runtime import run
 
-    run(_config(args))
+    run(config, args.config or default_config_path(), hangups=hangups)
     return 0
 
 
