@@ -5,6 +5,8 @@ runs changed every request's answer to a 500 when it was read on each one. The d
 the files again on SIGHUP (``systemctl reload tierd``), so a token can be rotated without a
 restart. A file that cannot be read (or is empty) is a ConfigError naming its key at start;
 at a reload that token keeps its old value and a warning ``token_file_unreadable`` says why.
+A reload whose config changes ``api.tokens`` replaces the whole set (``replace``), or nothing
+when one of the new tokens cannot be read.
 """
 
 from __future__ import annotations
@@ -52,6 +54,15 @@ class Keyring:
             if hmac.compare_digest(token.secret, given):
                 return token
         return None
+
+    def replace(self, configs: Sequence[TokenConfig]) -> None:
+        """Take ``configs`` as the tokens, every secret read first.
+
+        Raises ConfigError naming a file that cannot be read; the old tokens stay then.
+        """
+        fresh = tuple(_load(index, config) for index, config in enumerate(configs))
+        self._configs, self._tokens = tuple(configs), fresh
+        log.info("tokens_reloaded", tokens=len(fresh))
 
     def reload(self) -> None:
         """Read the token files again; a file that cannot be read keeps its token's old secret."""

@@ -9,7 +9,7 @@ from typing import Literal
 
 import structlog
 
-__all__ = ["configure_logging", "get_logger"]
+__all__ = ["configure_logging", "get_logger", "set_level"]
 
 get_logger = structlog.get_logger
 
@@ -63,6 +63,11 @@ def configure_logging(
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
     for noisy in ("botocore", "aiobotocore", "watchdog", "urllib3", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def set_level(level: str) -> None:
+    """Log events at ``level`` and above from now on (a reload's ``log.level``)."""
+    logging.getLogger().setLevel(level.upper())
 
 
 def _json_default(value: object) -> str:

@@ -8,13 +8,16 @@ from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import SecretStr
 from structlog.testing import capture_logs
 
 from tests.fixtures.world import World, posix_tier
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
+from tierd.config import TokenConfig
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.context import Context
+from tierd.errors import ConfigError
 
 
 @dataclass
@@ -69,3 +72,16 @@ async def test_a_reload_reads_the_files_again_and_keeps_a_token_whose_file_is_go
     served.ctx.tokens.reload()
     assert await served.status("second") == 200
     assert await served.status("first") == 401
+
+
+async def test_a_reload_with_new_token_configs_replaces_them_all_or_none(
+    served: Served, tmp_path: Path
+) -> None:
+    """``api.tokens`` changed in the config: the whole set swaps, unless a new one cannot be read."""
+    missing = [TokenConfig(name="ops", token_file=tmp_path / "gone.token", role="admin")]
+    with pytest.raises(ConfigError, match=r"api\.tokens\.0\.token_file: cannot read"):
+        served.ctx.tokens.replace(missing)
+    assert await served.status("first") == 200
+
+    served.ctx.tokens.replace([TokenConfig(name="ops", token=SecretStr("inline"), role="read")])
+    assert (await served.status("inline"), await served.status("first")) == (200, 401)

@@ -4,6 +4,7 @@ Modules:
 
 - ``main``: the parser of every command, and errors as exit codes.
 - ``daemon``: the daemon's own commands, run on its node: ``run``, ``db``, ``config``.
+- ``systemd``: ``systemd drop-in``, the hardened unit's paths for this config.
 - ``remote``: what every command that talks to a running daemon shares (``--url``, ``--token``,
   ``--token-file``, ``--ca-file``, ``--json``, a checkpoint named by id or ``RUN:STEP``).
 - ``connection``: the daemon's URL and the bearer token, from the flags, the environment

@@ -11,6 +11,7 @@ from typing import Any
 from tierd.cli.completion import files
 from tierd.cli.terminal import colour
 from tierd.config import Config, default_config_path, load_config
+from tierd.daemon.hangups import HangUps
 from tierd.keyring import Keyring
 
 __all__ = ["add_catalog_and_config", "add_run"]
@@ -49,9 +50,11 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    hangups = HangUps()  # first: a SIGHUP while tierd starts must not end it
+    config = _config(args)
     from tierd.daemon.runtime import run
 
-    run(_config(args))
+    run(config, args.config or default_config_path(), hangups=hangups)
     return 0
 
 

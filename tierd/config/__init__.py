@@ -6,6 +6,7 @@ Every name below is imported from here (``from tierd.config import Config, load_
 
 Modules:
 
+- ``changes``: what a reload (SIGHUP) may change, and the config it applies (:func:`config_changes`).
 - ``load``: reading the file and the environment into a :class:`Config` (:func:`load_config`).
 - ``model``: :class:`Config`, the whole configuration, and the checks across its sections.
 - ``sections``: the catalog, the API (its TLS and its tokens), watched directories, retention,

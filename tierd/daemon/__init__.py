@@ -27,4 +27,5 @@ Modules:
 - ``nofollow``   opening a tier's files for reading: no symlink followed, no FIFO waited on
 - ``libc``       the C library through ctypes, for the few calls ``os`` lacks
 - ``sdnotify``   systemd's notify protocol over ``$NOTIFY_SOCKET``
+- ``hangups``    SIGHUP for the process's whole life: kept while starting, ignored while stopping
 """

@@ -1,19 +1,30 @@
-"""``tierd run``: one asyncio process hosting the watcher, pipeline, retention, restore and HTTP server."""
+"""``tierd run``: one asyncio process hosting the watcher, pipeline, retention, restore and HTTP server.
+
+Signals: SIGTERM and SIGINT drain and stop (exit 0). SIGHUP reloads the config file: what may
+change while running (``tierd.config.changes``: tokens, retention, bandwidth limits, the log
+level) is applied and logged ``config_reloaded`` with the keys applied and those that wait for
+a restart; a file that does not load is refused (``reload_refused``, each problem naming its
+key) and the daemon runs on as it was. A SIGHUP never ends the daemon: one that comes while it
+starts is kept for when it is ready, one while it stops is ignored (``tierd.daemon.hangups``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import signal
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from tierd import __version__
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
 from tierd.api.tls import server_context
-from tierd.config import Config, is_loopback
+from tierd.config import Config, is_loopback, load_config
+from tierd.config.changes import ConfigChanges, config_changes
 from tierd.daemon import sdnotify
 from tierd.daemon.aio import blocking, shutdown_executor
 from tierd.daemon.backends import ByteBudget, close_backends, make_backend
@@ -22,13 +33,15 @@ from tierd.daemon.catalog.migrate import check_schema
 from tierd.daemon.context import Context
 from tierd.daemon.detect.service import DetectService
 from tierd.daemon.fleet.service import FleetService
+from tierd.daemon.hangups import HangUps
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.service import PipelineService
 from tierd.daemon.restore.service import RestoreService
 from tierd.daemon.retention.service import RetentionService
 from tierd.daemon.scrub import ScrubService
-from tierd.daemon.service import Service
-from tierd.logs import get_logger
+from tierd.daemon.service import Reconfigurable, Service
+from tierd.errors import ConfigError
+from tierd.logs import get_logger, set_level
 
 __all__ = ["Daemon", "run"]
 
@@ -38,8 +51,17 @@ log = get_logger(__name__)
 class Daemon:
     """Starts the services in order, waits for a stop signal, then drains them with a bound."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(
+        self, config: Config, config_path: Path | None = None, *, hangups: HangUps | None = None
+    ) -> None:
+        """Build the services over ``config`` (nothing starts yet).
+
+        ``config_path``: the file a SIGHUP reads again (None: only the token files are read
+        again). ``hangups``: the process's SIGHUP handler, when installed earlier than this.
+        """
         self.config = config
+        self.config_path = config_path
+        self.hangups = hangups or HangUps()
         self.db = Database(config.catalog.url, busy_timeout_ms=config.catalog.busy_timeout_ms)
         self.ctx = Context(config=config, db=self.db)
         tls = None if config.api.tls is None else server_context(config.api.tls)
@@ -66,7 +88,8 @@ class Daemon:
         ]
         self._stop = asyncio.Event()
         self._started: list[Service] = []
-        self._reloads: set[asyncio.Task[None]] = set()
+        self._reloads: set[asyncio.Task[ConfigChanges | None]] = set()
+        self._reload_lock = asyncio.Lock()
 
     def _api_address(self) -> str:
         """Where this daemon's API listens (the bound port once it is up)."""
@@ -92,24 +115,69 @@ class Daemon:
             # of the collector's sight, a full collection no longer walks its 150,000 objects
             # while every I/O thread waits for the GIL (two took 0.18 s of a 1.3 s hop).
             gc.freeze()
-            sdnotify.notify(f"READY=1\nSTATUS=serving on {self.config.api.host}:{self.api.port}")
+            sdnotify.notify(f"READY=1\nSTATUS={self._status()}")
             log.info("ready", version=__version__, node=self.config.node, port=self.api.port)
+            loop = asyncio.get_running_loop()
+            self.hangups.deliver_to(functools.partial(loop.call_soon_threadsafe, self.request_reload))
             async with _watchdog():
                 await self._stop.wait()
         finally:
+            self.hangups.ignore()
             await self._shutdown()
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, sig.name)
-        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
+
+    def _status(self) -> str:
+        return f"serving on {self.config.api.host}:{self.api.port}"
 
     def request_reload(self) -> None:
-        """Read the API's token files again (SIGHUP); the rest of the config needs a restart."""
-        task = asyncio.get_running_loop().create_task(blocking(self.ctx.tokens.reload), name="reload")
+        """Reload the config in a task of its own (SIGHUP, once ready; see the module docstring)."""
+        if self._stop.is_set():
+            return
+        task = asyncio.get_running_loop().create_task(self.reload(), name="reload")
         self._reloads.add(task)
         task.add_done_callback(self._reloads.discard)
+
+    async def reload(self) -> ConfigChanges | None:
+        """Read the config file again and apply what may change while running; reloads take turns.
+
+        Returns what changed, or None when the new config was refused (or there is no file, or
+        the reload failed: ``reload_failed``, logged with its traceback). systemd hears
+        ``RELOADING=1`` and then ``READY=1`` again.
+        """
+        async with self._reload_lock:
+            sdnotify.notify("RELOADING=1")
+            try:
+                return await self._reload()
+            except Exception:
+                log.exception("reload_failed")
+                return None
+            finally:
+                sdnotify.notify(f"READY=1\nSTATUS={self._status()}")
+
+    async def _reload(self) -> ConfigChanges | None:
+        if self.config_path is None:
+            await blocking(self.ctx.tokens.reload)
+            return None
+        try:
+            changes = config_changes(self.config, await blocking(load_config, self.config_path))
+            if changes.tokens:  # every new token read before anything changes
+                await blocking(self.ctx.tokens.replace, changes.config.api.tokens)
+        except ConfigError as exc:
+            log.error("reload_refused", config=str(self.config_path), problems=exc.problems)
+            return None
+        if not changes.tokens:
+            await blocking(self.ctx.tokens.reload)  # a token file's new contents
+        self.config = self.ctx.config = changes.config
+        set_level(changes.config.log.level)
+        for service in self.services:
+            if isinstance(service, Reconfigurable):
+                service.reconfigure(changes.config)
+        log.info("config_reloaded", applied=list(changes.applied), need_restart=list(changes.need_restart))
+        return changes
 
     async def _shutdown(self) -> None:
         sdnotify.notify("STOPPING=1")
@@ -158,6 +226,6 @@ async def _watchdog() -> AsyncIterator[None]:
         task.cancel()
 
 
-def run(config: Config) -> None:
-    """Run the daemon in this process until it is told to stop."""
-    asyncio.run(Daemon(config).run())
+def run(config: Config, config_path: Path | None = None, *, hangups: HangUps | None = None) -> None:
+    """Run the daemon in this process until it is told to stop (see ``Daemon`` for the arguments)."""
+    asyncio.run(Daemon(config, config_path, hangups=hangups).run())

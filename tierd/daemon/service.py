@@ -1,6 +1,7 @@
 """The service lifecycle every long-lived part of the daemon follows (after arq's worker).
 
 - ``Service``  the start and bounded stop the runtime calls
+- ``Reconfigurable`` a service that takes a reload's config (retention, bandwidth limits)
 - ``InFlight`` a service's tasks, drained with a bound at stop
 - ``PassLoop`` the loop of passes the restore, retention, pipeline, scrub and fleet services
   run: a pass, then a wait for the interval or a wake-up, each pass's failure logged (a
@@ -13,15 +14,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tierd.errors import CatalogError, TierdError
 from tierd.logs import get_logger
 
 if TYPE_CHECKING:
+    from tierd.config import Config
     from tierd.daemon.outage import CatalogOutage
 
-__all__ = ["InFlight", "PassLoop", "Service", "Tally"]
+__all__ = ["InFlight", "PassLoop", "Reconfigurable", "Service", "Tally"]
 
 log = get_logger(__name__)
 
@@ -36,6 +38,17 @@ class Service(Protocol):
 
     async def stop(self, timeout: float) -> None:
         """Take no new work, let in-flight work finish for up to ``timeout`` seconds, cancel the rest."""
+
+
+@runtime_checkable
+class Reconfigurable(Protocol):
+    """A service that keeps parts of the config and takes a reload's new values of them."""
+
+    def reconfigure(self, config: Config) -> None:
+        """Run on ``config`` from now on.
+
+        It differs from the last one only in reloadable keys (``tierd.config.changes``).
+        """
 
 
 class InFlight:

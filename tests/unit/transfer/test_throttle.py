@@ -121,3 +121,17 @@ async def test_pool_cancelled_waiter_gives_way_and_leaks_nothing() -> None:
     assert await later == 1
     pool.release(1)
     assert pool.free == 2
+
+
+async def test_a_new_rate_applies_to_the_debt_already_run_up() -> None:
+    """A reload's ``bandwidth_limit``: the time so far counts at the old rate, the rest at the new."""
+    clock = FakeClock()
+    bucket = TokenBucket(1 * MiB, burst=0, clock=clock, sleep=clock.sleep)
+    await bucket.take(4 * MiB)  # 4 MiB of debt at 1 MiB/s
+    clock.now = 1.0  # 1 MiB repaid
+    bucket.set_rate(3 * MiB, burst=0)
+    await bucket.take(1)
+    assert clock.now == pytest.approx(2.0)  # the other 3 MiB at 3 MiB/s
+    with pytest.raises(ValueError, match="positive"):
+        bucket.set_rate(0)
+    assert bucket.rate == 3 * MiB

@@ -65,7 +65,7 @@ class Limits:
     """What every hop into a tier shares: its file slots and its bandwidth cap."""
 
     slots: Mapping[str, PriorityPool]
-    buckets: Mapping[str, TokenBucket | None]
+    buckets: dict[str, TokenBucket | None]
 
     @classmethod
     def for_tiers(cls, tiers: Sequence[TierConfig]) -> Limits:
@@ -76,6 +76,21 @@ class Limits:
                 t.name: TokenBucket(int(t.bandwidth_limit)) if t.bandwidth_limit else None for t in tiers
             },
         )
+
+    def retune(self, tiers: Sequence[TierConfig]) -> None:
+        """Take each tier's ``bandwidth_limit`` anew (a reload).
+
+        A changed cap applies to the copies in flight too (they pay the same bucket); a cap set
+        or removed applies from the next hop.
+        """
+        for tier in tiers:
+            bucket = self.buckets.get(tier.name)
+            if not tier.bandwidth_limit:
+                self.buckets[tier.name] = None
+            elif bucket is None:
+                self.buckets[tier.name] = TokenBucket(int(tier.bandwidth_limit))
+            elif bucket.rate != int(tier.bandwidth_limit):
+                bucket.set_rate(int(tier.bandwidth_limit))
 
 
 class _Progress:

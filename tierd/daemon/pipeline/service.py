@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tierd.config import Config
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends import Backend, ByteBudget, close_backends, make_backend
 from tierd.daemon.catalog.jobs import (
@@ -143,6 +144,11 @@ class PipelineService:
             await self._janitor.sweep_due()
         await self._claim_all()
         self._failed = False
+
+    def reconfigure(self, config: Config) -> None:
+        """A reload: each tier's new ``bandwidth_limit`` (the only reloadable key the pipeline reads)."""
+        self.tiers = list(config.tiers)
+        self.limits.retune(self.tiers)
 
     def _poll(self) -> None:
         """The poll's pass: every checkpoint, by the leader (one pass queues jobs for the fleet).

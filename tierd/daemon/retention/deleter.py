@@ -105,6 +105,12 @@ class Deleter:
         self.durable = [t.name for t in config.tiers if t.durable]
         self._tiers = {t.name: t for t in config.tiers}
 
+    def reconfigure(self, config: Config) -> None:
+        """Take a reload's tier rules (the tiers themselves, their names and kinds, are the same)."""
+        self.config = config
+        self.rules = tier_rules(config)
+        self._tiers = {t.name: t for t in config.tiers}
+
     def due(
         self, now: datetime, *, tiers: Sequence[str] | None = None, checkpoint_id: int | None = None
     ) -> list[DueDeletion]:

@@ -156,6 +156,16 @@ class RetentionService:
             now + timedelta(seconds=REPLAN_SECONDS), _next_window_edge(snap, self.config, now)
         )
 
+    def reconfigure(self, config: Config) -> None:
+        """Take a reload's tier rules, delete delays and ``dry_run``.
+
+        They apply from the next pass (woken now), whose plan also gives back the deletions the
+        new rules no longer want.
+        """
+        self.config = self.pressure.config = config
+        self.deleter.reconfigure(config)
+        self.wake()
+
     def wake(self) -> None:
         """Plan again now (a pin, hold, metric or delete changed what retention decides)."""
         self._woken = True

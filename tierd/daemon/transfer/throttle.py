@@ -43,11 +43,8 @@ class TokenBucket:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        if rate <= 0:
-            raise ValueError("rate must be positive")
-        self.rate = float(rate)
-        #: Bytes that may pass at once after an idle period (a tenth of a second's worth).
-        self.burst = float(burst) if burst is not None else self.rate / 10
+        #: Bytes per second, and the bytes that may pass at once after an idle period.
+        self.rate, self.burst = _rate_and_burst(rate, burst)
         self._clock = clock
         self._sleep = sleep
         self.tokens = self.burst
@@ -55,6 +52,17 @@ class TokenBucket:
         self._waiters: list[_Waiter] = []
         self._seq = itertools.count()
         self._pump: asyncio.Task[None] | None = None
+
+    def set_rate(self, rate: float, *, burst: float | None = None) -> None:
+        """Cap at ``rate`` bytes per second from now on (a reload's ``bandwidth_limit``).
+
+        Debt already run up is repaid at the new rate (a waiter asleep on the old one wakes when
+        it planned to, then goes on at the new). Raises ValueError unless ``rate`` > 0.
+        """
+        new = _rate_and_burst(rate, burst)
+        self._refill()  # the time so far counts at the old rate
+        self.rate, self.burst = new
+        self.tokens = min(self.tokens, self.burst)
 
     def _refill(self) -> float:
         now = self._clock()
@@ -86,6 +94,13 @@ class TokenBucket:
                 waiter.future.set_result(None)
                 continue
             await self._sleep(-self.tokens / self.rate)
+
+
+def _rate_and_burst(rate: float, burst: float | None) -> tuple[float, float]:
+    """``rate``, and ``burst`` or a tenth of a second's worth of it; ValueError unless rate > 0."""
+    if rate <= 0:
+        raise ValueError("rate must be positive")
+    return float(rate), float(burst) if burst is not None else float(rate) / 10
 
 
 class PriorityPool:
