@@ -35,6 +35,7 @@ PROBLEM = {"$ref": "#/components/schemas/Problem"}
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 #: Every operation's id, by method and path: renaming one breaks every generated client.
 OPERATION_IDS = {
+    ("get", "/livez"): "getLiveness",
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",
     ("get", "/metrics"): "getMetrics",

@@ -96,7 +96,7 @@ def test_the_url_flag_then_the_environment_then_the_config(
 ) -> None:
     config = tmp_path / "tierd.yaml"
     config.write_text(
-        "catalog: {url: 'sqlite:///c.db'}\napi: {listen: '0.0.0.0:9001'}\n"
+        "catalog: {url: 'sqlite:///c.db'}\napi: {listen: '0.0.0.0:9001', allow_anonymous: true}\n"
         "tiers: [{name: t, kind: posix, path: t}]\n"
     )
     monkeypatch.setenv("TIERD_CONFIG", str(config))
