@@ -62,10 +62,15 @@ def test_retention_never_deletes_through_a_symlink_planted_in_a_step(lab: LabFac
     (step1 / "sub").rmdir()
     (step1 / "sub").symlink_to(outside)  # after the step was recorded
     lab_.write_step(2, NESTED)
-    lab_.converge(lambda: lab_.states().get(1, {}).get("nvme") == "deleted", "step 1 gone from nvme")
+    # Retention (step 2 makes step 1 the one to drop) races the detector, which sees step 1
+    # changed (sub/x.bin gone) and marks its tier-0 copy failed: a changed step is the job's
+    # own, left alone. Either way nothing is deleted through the symlink.
+    ends = ("deleted", "failed")
+    lab_.converge(lambda: lab_.states().get(1, {}).get("nvme") in ends, "step 1 deleted or failed on nvme")
     assert tree(outside) == {"x.bin": b"root's own file"}
     assert (step1 / "sub").is_symlink()  # not a recorded file: left as the job made it
-    assert sorted(p.name for p in step1.iterdir()) == ["sub"]
+    left = ["sub"] if lab_.states()[1]["nvme"] == "deleted" else [".metadata", "__0_0.distcp", "sub"]
+    assert sorted(p.name for p in step1.iterdir()) == left
     assert lab_.daemon.terminate(30) == 0
 
 
