@@ -30,9 +30,10 @@ mkdir -p "$PREFIX"
 # pip builds in the source tree: build from a copy, so a read-only checkout installs too.
 BUILD=$(mktemp -d)
 trap 'rm -rf "$BUILD"' EXIT
-cp -R "$SRC/pyproject.toml" "$SRC/README.md" "$SRC/tierd" "$BUILD/"
+cp -R "$SRC/pyproject.toml" "$SRC/README.md" "$SRC/tierd" "$SRC/client" "$BUILD/"
+# The daemon depends on the client's distribution (tierd-client), built from the same tree.
 "$PREFIX/.venv/bin/pip" install --quiet --disable-pip-version-check \
-  --constraint "$SRC/constraints.txt" "$BUILD"
+  --constraint "$SRC/constraints.txt" "$BUILD/client" "$BUILD"
 "$PREFIX/.venv/bin/tierd" --version
 
 echo "install.sh: unit $UNITDIR/tierd.service"

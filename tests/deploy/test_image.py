@@ -70,7 +70,8 @@ class Site:
         (self.root / "etc").mkdir()
         config = {
             "catalog": {"url": "sqlite:////var/lib/tierd/catalog.db"},
-            "api": {"listen": "0.0.0.0:8470"},
+            # Published on the host's loopback only (-p 127.0.0.1:...), so anonymous is meant.
+            "api": {"listen": "0.0.0.0:8470", "allow_anonymous": True},
             "drain_timeout_seconds": 5,
             "log": {"format": "json"},
             "watch": [{"path": "/tiers/nvme/demo", "run": "demo", "format": "marker", "marker": "done"}],

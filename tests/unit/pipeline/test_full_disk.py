@@ -81,7 +81,14 @@ async def test_a_full_tier_fails_the_hop_cleanly_and_it_completes_once_space_ret
     cid = record_checkpoint(sqlite_db, config, "r", 1, "r/s1")
     ctx = Context(config=config, db=sqlite_db)
 
-    await _run_until(ctx, lambda: replicas(sqlite_db, cid)["pfs"].state == "failed", NO_RETRY_YET)
+    def failed_and_unwound() -> bool:
+        # The hop is recorded failed when its first file fails; a sibling file still being
+        # written discards its temporary file as it unwinds, a moment later on a busy machine
+        # (stopped before that, it would keep it to resume from, as a shutdown does).
+        temps = [p for p in pfs.path.rglob("*") if is_temp_name(p.name)]
+        return replicas(sqlite_db, cid)["pfs"].state == "failed" and not temps
+
+    await _run_until(ctx, failed_and_unwound, NO_RETRY_YET)
 
     replica = replicas(sqlite_db, cid)["pfs"]
     assert "No space left on device" in (replica.error or "")
