@@ -197,9 +197,8 @@ def read_files(
 
 
 def _read_file(opener: Opener, path: Path, view: memoryview) -> int:
-    fd = opener.open(path)
+    fd, st = opener.open_stat(path)
     try:
-        st = os.fstat(fd)
         if st.st_size != len(view):
             return st.st_size
         try:
