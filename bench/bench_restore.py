@@ -36,23 +36,10 @@ import httpx
 import yaml
 
 from bench.common import REPO, bench_root, emit, note, vm_hwm_bytes
-from bench.harness import (
-    STEP_DIR,
-    Cpu,
-    Dataset,
-    Runs,
-    S3Endpoint,
-    Settings,
-    Timed,
-    Trash,
-    make_big,
-    make_small,
-    prepare_cache,
-    rclone_s3,
-    s5cmd_binary,
-    sync,
-    timed,
-)
+from bench.datasets import STEP_DIR, Dataset, make_big, make_small
+from bench.harness import Settings, Timed, Trash, prepare_cache, sync, timed
+from bench.results import Cpu, Runs
+from bench.s3endpoint import S3Endpoint, rclone_s3, s5cmd_binary
 from tests.fixtures.net import free_port
 from tests.fixtures.s3servers import die_with_parent
 from tierd.config import Config
