@@ -48,7 +48,7 @@ def _top(root: Base) -> Path:
     return root.top if isinstance(root, Root) else root
 
 
-def _components(path: Path, root: Base) -> tuple[str, ...]:
+def _components(path: str | Path, root: Base) -> tuple[str, ...]:
     """``path``'s names below ``root`` (string work: ``Path.relative_to`` costs 8 us a call here)."""
     text, base = os.fspath(path), os.fspath(_top(root)).rstrip("/")
     if not text.startswith(base + "/"):
@@ -74,7 +74,7 @@ def _directory(root: Base, parts: tuple[str, ...]) -> int:
     return directory
 
 
-def _open_in(directory: int, name: str, path: Path, single_link: bool) -> tuple[int, os.stat_result]:
+def _open_in(directory: int, name: str, path: str | Path, single_link: bool) -> tuple[int, os.stat_result]:
     """Open ``name`` in ``directory`` if ``lstat`` says it is a regular file, and it still is once open.
 
     Returns the descriptor and its ``fstat``.
@@ -133,16 +133,16 @@ class Opener:
         self.single_link = single_link
         self._dirs: OrderedDict[tuple[str, ...], int] = OrderedDict()
 
-    def open(self, path: Path) -> int:
-        """Like ``open_regular(path, root)``; raises the same OSError."""
+    def open(self, path: str | Path) -> int:
+        """Like ``open_regular(path, root)`` (``path`` may be a string); raises the same OSError."""
         return self.open_stat(path)[0]
 
-    def open_stat(self, path: Path) -> tuple[int, os.stat_result]:
+    def open_stat(self, path: str | Path) -> tuple[int, os.stat_result]:
         """``open``, and the open file's ``fstat`` (taken anyway, to check it)."""
         directory, name = self._enter(path)
         return _open_in(directory, name, path, self.single_link)
 
-    def stat(self, path: Path) -> os.stat_result:
+    def stat(self, path: str | Path) -> os.stat_result:
         """``lstat`` of ``path`` reached like ``open``, nothing opened (a symlink is itself).
 
         Raises OSError: ENOENT when it is missing, ENOTDIR when a directory on the way is a symlink.
@@ -150,7 +150,7 @@ class Opener:
         directory, name = self._enter(path)
         return os.stat(name, dir_fd=directory, follow_symlinks=False)
 
-    def _enter(self, path: Path) -> tuple[int, str]:
+    def _enter(self, path: str | Path) -> tuple[int, str]:
         """``path``'s directory, open (reached without a symlink), and its last name."""
         parts = _components(path, self.root)
         return self._directory(parts[:-1]), parts[-1]

@@ -177,7 +177,7 @@ def stage_files(
 
 
 def read_files(
-    root: Path | Root, paths: Sequence[Path], views: Sequence[memoryview], *, single_link: bool = False
+    root: Path | Root, paths: Sequence[str | Path], views: Sequence[memoryview], *, single_link: bool = False
 ) -> list[int | OSError]:
     """Read each regular file under ``root`` into its view, in order; each file's size, or its OSError.
 
@@ -196,7 +196,7 @@ def read_files(
     return results
 
 
-def _read_file(opener: Opener, path: Path, view: memoryview) -> int:
+def _read_file(opener: Opener, path: str | Path, view: memoryview) -> int:
     fd, st = opener.open_stat(path)
     try:
         if st.st_size != len(view):
@@ -227,7 +227,7 @@ def commit_staged(staged: Sequence[tuple[TempFile, Place]]) -> None:
         sync_directory(directory)
 
 
-def read_ahead(root: Path | Root, paths: Sequence[Path], *, single_link: bool = False) -> None:
+def read_ahead(root: Path | Root, paths: Sequence[str | Path], *, single_link: bool = False) -> None:
     """Ask the kernel to read these files under ``root`` into the page cache (best effort)."""
     if not hasattr(os, "posix_fadvise"):
         return

@@ -67,8 +67,8 @@ _live_lock = threading.Lock()
 
 
 def _key(directory: Dir, name: str) -> str:
-    """The whole path of ``name`` in ``directory`` as a string (``Path`` joins cost 5 us a file here)."""
-    return os.path.join(directory.path, name)
+    """The whole path of ``name`` in ``directory``, a string for the live set (no ``Path`` joined)."""
+    return f"{directory.path}/{name}"
 
 
 def is_temp_name(name: str) -> bool:
