@@ -97,7 +97,9 @@ log = get_logger(__name__)
 class PosixBackend(PosixWrites, Backend):
     """A tier rooted at a directory (its write path: ``posix.writes``)."""
 
-    features = Features(native_checksum=False, server_side_copy=False, multipart=False)
+    features = Features(
+        native_checksum=False, server_side_copy=False, multipart=False, announced_whole_reads=True
+    )
 
     def __init__(
         self,
