@@ -46,7 +46,7 @@ def test_rounds_set_every_rounds_variable(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_against_takes_the_benchmarks_that_can_run_another_tree(capsys: pytest.CaptureFixture[str]) -> None:
     comparable = cli.comparable()
-    assert {"copy", "s3"} <= set(comparable)
+    assert {"copy", "restore", "s3"} <= set(comparable)
     assert "retention" not in comparable  # in-process: nothing of another tree to run
     args = cli.parse(["--against", "HEAD"])
     assert args.names == comparable
