@@ -40,7 +40,10 @@ from typing import Any
 import httpx
 
 from bench.common import REPO, bench_root, emit, env_float, env_int, note, quick
-from bench.harness import Cpu, Dataset, Runs, Settings, Timed, make_big, prepare_cache, run_hop, sync
+from bench.datasets import Dataset, make_big
+from bench.harness import Settings, Timed, prepare_cache, sync
+from bench.hop import run_hop
+from bench.results import Cpu, Runs
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Checkpoint, File, Replica, Run, utcnow
 

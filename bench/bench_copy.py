@@ -10,9 +10,11 @@ a fresh catalog beforehand, timed from its ``hop_started`` to its ``replica_veri
 line; every byte is hashed against the first-sight CRC64NVME and made durable (an fsync
 per big file, one ``syncfs`` per batch of small files, an fsync per directory) before the
 replica is ``verified``. The baseline is ``cp -r`` of the same directory then
-``sync`` (timed together). Before each run of either side: ``sync``, then the source is
+``sync`` (timed together). With ``--against REV`` REV's daemon runs the same hop in every
+round too (``bench.sides``). Before each run of either side: ``sync``, then the source is
 evicted from the page cache (``TIERD_BENCH_CACHE=warm`` reads it in instead); the
-destination is removed after each run. Sides alternate; the medians are reported.
+destination is removed after each run. The sides run in turn, the order rotated each
+round; the medians are reported.
 Goals: tierd within 1.1x of cp+sync, the daemon's peak RSS (VmHWM) under 200 MB.
 """
 
@@ -26,21 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import bench_root, emit, note
-from bench.harness import (
-    STEP_DIR,
-    Dataset,
-    HopResult,
-    Runs,
-    Settings,
-    Timed,
-    Trash,
-    make_big,
-    make_small,
-    prepare_cache,
-    run_hop,
-    sync,
-    timed,
-)
+from bench.datasets import STEP_DIR, Dataset, make_big, make_small
+from bench.harness import Settings, Timed, Trash, prepare_cache, sync, timed
+from bench.hop import HopResult, run_hop
+from bench.results import Runs, interleaved
+from bench.sides import Side
 from tierd.config import PosixTier
 from tierd.daemon.backends.budget import MIB
 from tierd.daemon.backends.posix import batch as posixbatch
@@ -48,6 +40,8 @@ from tierd.daemon.backends.posix.writes import CHUNKS_PER_FILE
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.transfer import copyset
 
+#: ``python -m bench --against REV`` runs REV's daemon beside this tree's, every round.
+AGAINST = True
 TIME_GOAL = 1.1
 RSS_GOAL = 200_000_000
 ROUNDS = 3  # the big checkpoint: ~25 s a side
@@ -61,10 +55,11 @@ def _tiers(base: Path) -> list[dict[str, Any]]:
     ]
 
 
-def _tierd_run(base: Path, dataset: Dataset, settings: Settings, label: str, trash: Trash) -> HopResult:
-    """One hop by the daemon; checks the destination holds every file, then discards it."""
-    profile = settings.profile_dir / f"{label}.prof" if settings.profile_dir else None
-    hop = run_hop(base / "daemon" / label, dataset, _tiers(base), profile=profile)
+def _tierd_run(
+    base: Path, dataset: Dataset, settings: Settings, side: Side, label: str, trash: Trash
+) -> HopResult:
+    """One hop by ``side``'s daemon; checks the destination holds every file, then discards it."""
+    hop = run_hop(base / "daemon" / label, dataset, _tiers(base), side=side, profile=settings.profile(label))
     copied = sum(p.is_file() for p in (base / "pfs" / STEP_DIR).rglob("*"))
     if copied != len(dataset.files):
         raise RuntimeError(f"{label}: the destination holds {copied} files, not {len(dataset.files)}")
@@ -83,22 +78,25 @@ def _baseline_run(base: Path, dataset: Dataset, trash: Trash) -> Timed:
 
 
 def _bench(base: Path, dataset: Dataset, settings: Settings, trash: Trash) -> None:
-    runs = Runs(TIME_GOAL, RSS_GOAL)
+    runs = Runs(TIME_GOAL, RSS_GOAL, settings.against)
     runner: list[float] = []
-    for round_ in range(settings.rounds):
-        order = ["tierd", "baseline"] if round_ % 2 == 0 else ["baseline", "tierd"]
-        for side in order:
-            sync()
-            prepare_cache(dataset.paths, settings.cache)
-            if side == "tierd":
-                hop = _tierd_run(base, dataset, settings, f"{dataset.kind}-{round_}", trash)
-                runs.add_tierd(hop.seconds, hop.cpu, hop.peak_rss_bytes)
-                runner.append(hop.runner_seconds)
-                note(f"copy {dataset.kind} round {round_}: tierd {hop.seconds:.2f}s")
-            else:
-                run = _baseline_run(base, dataset, trash)
-                runs.add_baseline(run)
-                note(f"copy {dataset.kind} round {round_}: cp+sync {run.seconds:.2f}s")
+    sides = {side.name: side for side in settings.sides}
+    for round_, name in interleaved(runs.contestants, settings.rounds):
+        sync()
+        prepare_cache(dataset.paths, settings.cache)
+        if name == "baseline":
+            run = _baseline_run(base, dataset, trash)
+            runs.add_baseline(run)
+            note(f"copy {dataset.kind} round {round_}: cp+sync {run.seconds:.2f}s")
+            continue
+        hop = _tierd_run(base, dataset, settings, sides[name], f"{name}-{dataset.kind}-{round_}", trash)
+        if name == "tierd":
+            runs.add_tierd(hop.seconds, hop.cpu, hop.peak_rss_bytes)
+            runner.append(hop.runner_seconds)
+        else:
+            runs.add_against(hop.seconds, hop.cpu, hop.peak_rss_bytes)
+        cpu = f", CPU {hop.cpu.total:.2f}s" if hop.cpu else ""
+        note(f"copy {dataset.kind} round {round_}: {name} {hop.seconds:.2f}s{cpu} ({sides[name].source})")
     t, b = runs.medians
     emit(
         f"copy_hop_{dataset.kind}",

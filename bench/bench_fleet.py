@@ -46,7 +46,8 @@ import psycopg
 
 from bench.common import bench_root, emit, env_float, env_int, note, percentile, quick
 from bench.fleet_api import measure_api
-from bench.harness import OtherLoad, tierd_source
+from bench.harness import tierd_source
+from bench.results import OtherLoad
 from bench.retention_idle import daemon_cpu
 from tests.fixtures.fleet import Fleet, FleetSpec, PostgresSwitch, build_fleet
 from tests.fixtures.pgserver import PostgresServer, pg_available, postgres_server

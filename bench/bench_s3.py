@@ -48,30 +48,20 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, bench_root, emit, note, vm_hwm_bytes
-from bench.harness import (
-    STEP_DIR,
-    Cpu,
-    Dataset,
-    HopResult,
-    Runs,
-    S3Endpoint,
-    Settings,
-    Trash,
-    make_big,
-    make_small,
-    prepare_cache,
-    rclone_s3,
-    run_hop,
-    s5cmd_binary,
-    sync,
-    timed,
-)
+from bench.datasets import STEP_DIR, Dataset, make_big, make_small
+from bench.harness import Settings, Trash, prepare_cache, sync, timed
+from bench.hop import HopResult, run_hop
+from bench.results import Cpu, Runs, interleaved
+from bench.s3endpoint import S3Endpoint, rclone_s3, s5cmd_binary
+from bench.sides import Side
 from tierd.config import PosixTier, S3Tier
 from tierd.daemon.backends.budget import MIB
 from tierd.daemon.backends.posix.backend import CHUNK_SIZE
 from tierd.daemon.backends.posix.batch import MAX_FILES
 from tierd.daemon.pipeline.options import PipelineOptions
 
+#: ``--against REV``: the uploads run REV's daemon too; the downloads (in-process) are left out.
+AGAINST = True
 RSS_GOAL = 200_000_000
 ROUNDS = 2  # the big upload: ~30 s a side, rclone-bound
 DOWNLOAD_ROUNDS_FACTOR = 2  # the big download: ~6 s a side, and as noisy as the disk
@@ -122,46 +112,45 @@ def _object_count(s3: S3Endpoint, bucket: str) -> int:
     return sum(len(page.get("Contents", [])) for page in pages)
 
 
-def _tierd_upload(base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings, bucket: str) -> HopResult:
-    """One nvme -> s3 hop by the daemon into ``bucket``."""
+def _tierd_upload(
+    base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings, side: Side, bucket: str
+) -> HopResult:
+    """One nvme -> s3 hop by ``side``'s daemon into ``bucket``."""
     label = f"up-{dataset.kind}-{bucket}"
-    profile = settings.profile_dir / f"{label}.prof" if settings.profile_dir else None
     tiers = [{"name": "nvme", "kind": "posix", "path": str(dataset.tier0)}, s3.tier("s3", bucket)]
-    hop = run_hop(base / "daemon" / label, dataset, tiers, profile=profile)
+    hop = run_hop(base / "daemon" / label, dataset, tiers, side=side, profile=settings.profile(label))
     shutil.rmtree(base / "daemon" / label)
     return hop
 
 
 def _upload(base: Path, s3: S3Endpoint, dataset: Dataset, settings: Settings, trash: Trash) -> str:
     """Compare uploads; returns the bucket of tierd's last upload (kept for the downloads)."""
-    runs = Runs(1.0, RSS_GOAL)
+    runs = Runs(1.0, RSS_GOAL, settings.against)
+    sides = {side.name: side for side in settings.sides}
     baseline_peaks: list[int] = []
     kept = ""
-    for round_ in range(settings.rounds):
-        order = ["tierd", "baseline"] if round_ % 2 == 0 else ["baseline", "tierd"]
-        for side in order:
-            bucket = s3.create_bucket(f"{side}-up-{dataset.kind}-{round_}")
-            sync()
-            prepare_cache(dataset.paths, settings.cache)
-            if side == "tierd":
-                hop = _tierd_upload(base, s3, dataset, settings, bucket)
-                runs.add_tierd(hop.seconds, hop.cpu, hop.peak_rss_bytes)
-                note(f"upload {dataset.kind} round {round_}: tierd {hop.seconds:.2f}s")
-            else:
-                run = timed(
-                    _s5cmd(s3, f"{dataset.source}/*", f"s3://{bucket}/{STEP_DIR}/"), s3.s5cmd_env(base)
-                )
-                runs.add_baseline(run)
-                baseline_peaks.append(run.peak_rss_bytes)
-                note(f"upload {dataset.kind} round {round_}: s5cmd {run.seconds:.2f}s")
-            if (count := _object_count(s3, bucket)) != len(dataset.files):
-                raise RuntimeError(f"{side} upload left {count} objects, not {len(dataset.files)}")
-            if side == "baseline":
-                trash.discard(s3.bucket_dir(bucket))
-            else:
-                if kept:
-                    trash.discard(s3.bucket_dir(kept))
-                kept = bucket
+    for round_, name in interleaved(runs.contestants, settings.rounds):
+        bucket = s3.create_bucket(f"{name}-up-{dataset.kind}-{round_}")
+        sync()
+        prepare_cache(dataset.paths, settings.cache)
+        if name == "baseline":
+            run = timed(_s5cmd(s3, f"{dataset.source}/*", f"s3://{bucket}/{STEP_DIR}/"), s3.s5cmd_env(base))
+            runs.add_baseline(run)
+            baseline_peaks.append(run.peak_rss_bytes)
+            note(f"upload {dataset.kind} round {round_}: s5cmd {run.seconds:.2f}s")
+        else:
+            hop = _tierd_upload(base, s3, dataset, settings, sides[name], bucket)
+            add = runs.add_tierd if name == "tierd" else runs.add_against
+            add(hop.seconds, hop.cpu, hop.peak_rss_bytes)
+            note(f"upload {dataset.kind} round {round_}: {name} {hop.seconds:.2f}s ({sides[name].source})")
+        if (count := _object_count(s3, bucket)) != len(dataset.files):
+            raise RuntimeError(f"{name} upload left {count} objects, not {len(dataset.files)}")
+        if name != "tierd":
+            trash.discard(s3.bucket_dir(bucket))
+        else:
+            if kept:
+                trash.discard(s3.bucket_dir(kept))
+            kept = bucket
     how = "the store's CRC64NVME (HeadObject)"
     if not _store_checksum(s3, kept, dataset):
         how = "reading every byte back (GetObject): rclone reports no CRC64NVME for it"
@@ -356,7 +345,8 @@ def main() -> None:
                     up = down = settings.small_rounds("TIERD_BENCH_S3_SMALL_ROUNDS", SMALL_ROUNDS)
                 trash = Trash(base / "trash", keep=kind == "small")
                 bucket = _upload(base, s3, dataset, replace(settings, rounds=up), trash)
-                _download(base, s3, dataset, replace(settings, rounds=down), bucket, trash)
+                if settings.against is None:  # the download runs this tree's transfer code in-process
+                    _download(base, s3, dataset, replace(settings, rounds=down), bucket, trash)
                 trash.discard(s3.bucket_dir(bucket))
                 trash.empty()
                 shutil.rmtree(tier0)

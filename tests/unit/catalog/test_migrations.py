@@ -13,6 +13,7 @@ from tierd.daemon.catalog.migrate import (
     check_schema,
     current_revision,
     head_revision,
+    revisions,
     upgrade,
 )
 from tierd.daemon.catalog.models import Base
@@ -71,3 +72,20 @@ def test_the_scheduler_finds_replicas_by_index(db_url: str) -> None:
         assert any(ix["column_names"] == ["tier", "state"] for ix in indexes)
     finally:
         database.dispose()
+
+
+def test_the_check_reads_the_revisions_alembic_reads(db_url: str) -> None:
+    """``tierd run`` checks the schema without Alembic: the same revisions, head and current one."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    db = Database(db_url)
+    try:
+        script = ScriptDirectory.from_config(alembic_config(db))
+        assert revisions() == {rev.revision: rev.down_revision for rev in script.walk_revisions()}
+        assert head_revision(db) == script.get_current_head()
+        upgrade(db)
+        with db.engine.connect() as conn:
+            assert current_revision(db) == MigrationContext.configure(conn).get_current_revision()
+    finally:
+        db.dispose()

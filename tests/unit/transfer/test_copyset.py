@@ -33,7 +33,7 @@ from tierd.daemon.backends import (
     WriteRequest,
     make_backend,
 )
-from tierd.daemon.backends.base import SmallFile
+from tierd.daemon.backends.base import Features, SmallFile
 from tierd.daemon.backends.posix import batch as posixbatch
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix import fstype
@@ -45,7 +45,7 @@ from tierd.daemon.transfer.copyset import copy_checkpoint_files, marker_last
 from tierd.daemon.transfer.retry import Backoff
 from tierd.daemon.transfer.spec import FileSpec
 from tierd.daemon.transfer.throttle import PriorityPool
-from tierd.errors import IntegrityError, TierdError, TransientBackendError
+from tierd.errors import IntegrityError, NotFound, TierdError, TransientBackendError
 
 CHUNK = 16 * 1024
 MARKER = "step/.metadata"  # sorts first by name: only its mtime makes it last
@@ -432,7 +432,12 @@ class CountingPosix(PosixBackend):
 
 
 class GroupReadingPosix(LocalHintedPosix):
-    """A source that counts each group it starts reading as in flight at ``groups``."""
+    """A source that counts each group it starts reading as in flight at ``groups``.
+
+    It does not announce a group's reads itself (as a POSIX tier does): the copy set does.
+    """
+
+    features = Features(native_checksum=False, server_side_copy=False, multipart=False)
 
     def __init__(self, *args: Any, groups: CountingPosix, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -545,6 +550,43 @@ async def test_read_ahead_announces_every_file_it_can_open_and_skips_the_rest(
     await posix_src.prefetch(["missing", "a", "b", "gone/c", "c"])
     assert advice.calls == [(root / name, 0, 0, os.POSIX_FADV_WILLNEED) for name in ("a", "b", "c")]
     for fd in advice.fds:  # each file closed again, the refused one too
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(fd)
+
+
+async def test_a_group_read_announces_every_file_before_the_first_read(
+    posix_src: PosixBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One open a file: announced (``WILLNEED``) as opened, read once all are; each closed after."""
+    root = posix_src.root.resolve()
+    for name, size in (("a", 5000), ("b", 7000), ("c", 3000)):
+        (root / name).write_bytes(name.encode() * size)
+    events: list[tuple[str, Path]] = []
+    advice = Advice(failing=[root / "b"])  # the kernel refusing one file's advice: read all the same
+    real_preadv = os.preadv
+
+    def announcing(fd: int, offset: int, length: int, how: int) -> None:
+        events.append(("announce", Path(os.readlink(f"/proc/self/fd/{fd}"))))
+        advice(fd, offset, length, how)
+
+    def reading(fd: int, buffers: Any, offset: int) -> int:
+        events.append(("read", Path(os.readlink(f"/proc/self/fd/{fd}"))))
+        return real_preadv(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "posix_fadvise", announcing)
+    monkeypatch.setattr(os, "preadv", reading)
+    assert posix_src.features.announced_whole_reads
+    views = [memoryview(bytearray(n)) for n in (5000, 1, 7000, 3000)]
+    errors = await posix_src.read_whole(["a", "missing", "b", "c"], views)
+    assert errors[0] is None
+    assert isinstance(errors[1], NotFound)
+    assert errors[2:] == [None, None]
+    assert [bytes(v) for v in (views[0], views[2], views[3])] == [b"a" * 5000, b"b" * 7000, b"c" * 3000]
+    assert events == [
+        *[("announce", root / name) for name in ("a", "b", "c")],
+        *[("read", root / name) for name in ("a", "b", "c")],
+    ]
+    for fd in advice.fds:  # each file closed again
         with pytest.raises(OSError, match="Bad file descriptor"):
             os.fstat(fd)
 

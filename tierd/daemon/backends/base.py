@@ -78,6 +78,8 @@ class Features:
     native_checksum: bool  # the store validates/reports a full-object CRC64NVME
     server_side_copy: bool  # copy_from() works for a source that can_copy_from() accepts
     multipart: bool  # parallel parts, resumable through a ResumeStore
+    #: read_whole announces every object's read before the first one (no prefetch needed)
+    announced_whole_reads: bool = False
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,10 @@
   outside the pool; ``pipeline.listen`` reconnects it); SQLite serves one daemon.
 
 The engine set-up (pragmas, BEGIN IMMEDIATE, a separate read engine) lives in ``db.py``.
+
+psycopg is imported by the functions that talk to PostgreSQL themselves (``jobs_conninfo``,
+``listen_for_jobs``), and by SQLAlchemy once a PostgreSQL engine is made: a daemon with a
+SQLite catalog never loads it.
 """
 
 from __future__ import annotations
@@ -25,9 +29,6 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
-import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 from sqlalchemy import Insert, Select, Table, func, make_url, select, text, type_coerce
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -139,6 +140,8 @@ def libpq_url(url: str) -> str:
 
 def jobs_conninfo(url: str) -> str:
     """The libpq connection string ``listen_for_jobs`` takes, for the catalog at ``url``."""
+    from psycopg.conninfo import make_conninfo  # PostgreSQL only (see the module docstring)
+
     return make_conninfo(libpq_url(url), **LISTEN_OPTIONS)
 
 
@@ -152,6 +155,9 @@ async def listen_for_jobs(
     Calls ``on_listening`` once listening, then ``on_jobs`` with the nodes each notification
     names (``notified_nodes``). Raises CatalogError when the connection cannot be made or breaks.
     """
+    import psycopg  # PostgreSQL only (see the module docstring)
+    from psycopg import sql
+
     try:
         conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
         async with conn:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import stat
@@ -78,22 +79,38 @@ def test_a_directory_gets_its_owner_and_mode_and_keeps_setgid(tmp_path: Path, fl
         os.close(fd)
 
 
-def test_an_o_path_file_is_changed_through_its_descriptor_not_a_symlink(tmp_path: Path) -> None:
-    """The ``/proc/self/fd`` route reaches the opened file itself, whatever its name now is."""
-    path = tmp_path / "file"
-    path.write_bytes(b"x")
-    os.chmod(path, 0o600)
-    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+def test_an_o_path_directory_is_changed_through_its_descriptor_not_a_symlink(tmp_path: Path) -> None:
+    """The ``/proc/self/fd`` route reaches the opened directory itself, whatever its name now is."""
+    path = tmp_path / "step_100"
+    path.mkdir(mode=0o700)
+    fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     victim = tmp_path / "victim"
-    victim.write_bytes(b"y")
-    os.chmod(victim, 0o600)
+    victim.mkdir(mode=0o700)
     try:
-        path.unlink()
+        path.rename(tmp_path / "moved")
         path.symlink_to(victim)  # swapped after it was opened
-        apply_to_fd(fd, Ownership(JOB, JOB, 0o644))
+        apply_to_dir(fd, Ownership(JOB, JOB, 0o755))
     finally:
         os.close(fd)
-    assert shape(victim) == (0, 0, 0o600)
+    assert shape(victim) == (0, 0, 0o700)
+    assert shape(tmp_path / "moved") == (JOB, JOB, 0o755)
+
+
+def test_a_file_is_changed_through_the_descriptor_it_was_written_by(temp_file: tuple[int, Path]) -> None:
+    """No ``fcntl`` asks whether a file's descriptor is ``O_PATH``: it never is (one call less a file)."""
+    fd, path = temp_file
+    called: list[int] = []
+    real = fcntl.fcntl
+
+    def spying(*args: Any) -> Any:
+        called.append(args[0])
+        return real(*args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fcntl, "fcntl", spying)
+        apply_to_fd(fd, Ownership(JOB, JOB, 0o644))
+    assert called == []
+    assert shape(path) == (JOB, JOB, 0o644)
 
 
 CHILD = textwrap.dedent(

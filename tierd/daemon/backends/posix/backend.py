@@ -97,7 +97,9 @@ log = get_logger(__name__)
 class PosixBackend(PosixWrites, Backend):
     """A tier rooted at a directory (its write path: ``posix.writes``)."""
 
-    features = Features(native_checksum=False, server_side_copy=False, multipart=False)
+    features = Features(
+        native_checksum=False, server_side_copy=False, multipart=False, announced_whole_reads=True
+    )
 
     def __init__(
         self,
@@ -118,6 +120,7 @@ class PosixBackend(PosixWrites, Backend):
         self.tree = tree or Root(Path(tier.path))
         self.tree.made = self._directory_made
         self.root = self.tree.top
+        self._root_text = os.fspath(self.root).rstrip("/")
         #: Directories' recorded owners (``expect_directories``), by path under the root.
         self._dir_owners: OrderedDict[str, Ownership] = OrderedDict()
         self.concurrency = tier.concurrency
@@ -129,6 +132,10 @@ class PosixBackend(PosixWrites, Backend):
 
     def _path(self, relpath: str) -> Path:
         return self.root / check_relpath(relpath)
+
+    def _text(self, relpath: str) -> str:
+        """``_path`` as a string, no ``Path`` made (a join, its parse and its ``str`` took ~10 us a file)."""
+        return f"{self._root_text}/{check_relpath(relpath)}"
 
     def expect_directories(self, owners: Mapping[str, Ownership]) -> None:
         """Give each directory a write makes here the owner and mode recorded for it (by path).
@@ -195,13 +202,12 @@ class PosixBackend(PosixWrites, Backend):
         self, relpaths: Sequence[str], views: Sequence[memoryview]
     ) -> Sequence[TierdError | None]:
         """Each file whole into its view, all in one trip to the I/O pool (see ``Backend``)."""
-        paths = [self._path(relpath) for relpath in relpaths]
+        paths = [self._text(relpath) for relpath in relpaths]
         sizes = await uninterrupted(
             blocking(posixcopy.read_files, self.tree, paths, views, single_link=self.single_links)
         )
         return [
-            _read_error(str(path), size, len(view))
-            for path, size, view in zip(paths, sizes, views, strict=True)
+            _read_error(path, size, len(view)) for path, size, view in zip(paths, sizes, views, strict=True)
         ]
 
     def batch(self) -> WriteBatch:
@@ -214,7 +220,7 @@ class PosixBackend(PosixWrites, Backend):
         Small files are read one after another by a few lanes: with their reads already
         queued, a cold cache costs one deep disk queue instead of a wait per file.
         """
-        paths = [self._path(relpath) for relpath in relpaths]
+        paths = [self._text(relpath) for relpath in relpaths]
         await blocking(posixcopy.read_ahead, self.tree, paths, single_link=self.single_links)
 
     async def local_disk(self) -> bool:

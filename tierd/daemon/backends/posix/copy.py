@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Sequence
+from contextlib import suppress
 from pathlib import Path
 
 from awscrt import checksums
@@ -177,38 +178,60 @@ def stage_files(
 
 
 def read_files(
-    root: Path | Root, paths: Sequence[Path], views: Sequence[memoryview], *, single_link: bool = False
+    root: Path | Root, paths: Sequence[str | Path], views: Sequence[memoryview], *, single_link: bool = False
 ) -> list[int | OSError]:
-    """Read each regular file under ``root`` into its view, in order; each file's size, or its OSError.
+    """Read each regular file under ``root`` into its view; each file's size, or its OSError, in order.
+
+    Every file is opened first and its read announced (``POSIX_FADV_WILLNEED``), then each
+    is read: from a cold page cache the reads of a group queue up on the disk together
+    instead of one wait per file, and with no open of its own for the announcement (the
+    separate read-ahead of every file, ``read_ahead``, cost five system calls a file).
 
     A file is read only when its size is its view's (and a size that differs is returned);
     one that ends before its view is full returns how far it got. Files are opened by
     ``nofollow.open_regular``: a symlink on the way is ELOOP or ENOTDIR, a file that is not
     regular reads as missing (ENOENT); with ``single_link`` a hard-linked one is EMLINK.
     """
-    results: list[int | OSError] = []
-    with Opener(root, single_link=single_link) as opener:
-        for path, view in zip(paths, views, strict=True):
-            try:
-                results.append(_read_file(opener, path, view))
-            except OSError as exc:
-                results.append(exc)
+    results: list[int | OSError] = [0] * len(paths)
+    opened: list[tuple[int, int, memoryview]] = []  # (index, fd, view) of the files to read
+    try:
+        with Opener(root, single_link=single_link) as opener:
+            for index, (path, view) in enumerate(zip(paths, views, strict=True)):
+                try:
+                    fd, st = opener.open_stat(path)
+                except OSError as exc:
+                    results[index] = exc
+                    continue
+                if st.st_size != len(view):
+                    os.close(fd)
+                    results[index] = st.st_size
+                    continue
+                opened.append((index, fd, view))
+                _announce(fd)
+        for index, fd, view in opened:
+            results[index] = _read_open(fd, view)
+    finally:
+        for _, fd, _ in opened:
+            os.close(fd)
     return results
 
 
-def _read_file(opener: Opener, path: Path, view: memoryview) -> int:
-    fd = opener.open(path)
+def _announce(fd: int) -> None:
+    """Ask the kernel to start reading the whole file (best effort)."""
+    if hasattr(os, "posix_fadvise"):
+        with suppress(OSError):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+
+
+def _read_open(fd: int, view: memoryview) -> int | OSError:
+    """Fill ``view`` from ``fd``: its length, how far the file got if it ended first, or the OSError."""
     try:
-        st = os.fstat(fd)
-        if st.st_size != len(view):
-            return st.st_size
-        try:
-            _pread_full(fd, view)
-        except SourceEnded as exc:
-            return exc.offset
-        return len(view)
-    finally:
-        os.close(fd)
+        _pread_full(fd, view)
+    except SourceEnded as exc:
+        return exc.offset
+    except OSError as exc:
+        return exc
+    return len(view)
 
 
 def commit_staged(staged: Sequence[tuple[TempFile, Place]]) -> None:
@@ -228,7 +251,7 @@ def commit_staged(staged: Sequence[tuple[TempFile, Place]]) -> None:
         sync_directory(directory)
 
 
-def read_ahead(root: Path | Root, paths: Sequence[Path], *, single_link: bool = False) -> None:
+def read_ahead(root: Path | Root, paths: Sequence[str | Path], *, single_link: bool = False) -> None:
     """Ask the kernel to read these files under ``root`` into the page cache (best effort)."""
     if not hasattr(os, "posix_fadvise"):
         return

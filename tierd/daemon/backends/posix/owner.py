@@ -17,9 +17,11 @@ outside its user namespace). Then nothing is changed: the file stays 0600 and th
 never wider, and a warning ``owner_not_applied`` is logged once per process. Other errors
 are raised (``posix.errors`` translates them).
 
-A descriptor may be ``O_PATH`` (how ``nofollow`` walks directories): fchown and fchmod refuse
-those (EBADF), so the change then goes through ``/proc/self/fd/N``, which is exactly that
-file or directory (no walk, no symlink followed on the way). Every function blocks.
+A directory's descriptor may be ``O_PATH`` (how ``nofollow`` walks directories): fchown and
+fchmod refuse those (EBADF), so the change then goes through ``/proc/self/fd/N``, which is
+exactly that directory (no walk, no symlink followed on the way). A file's descriptor is
+the one it was written through, never ``O_PATH``: no ``fcntl`` asks (one system call less
+for each file copied). Every function blocks.
 """
 
 from __future__ import annotations
@@ -57,13 +59,13 @@ def dir_mode(owner: Ownership) -> int:
 
 
 def apply_to_fd(fd: int, owner: Ownership | None) -> None:
-    """Give the open file ``fd`` the recorded owner and group, then its mode; None: nothing.
+    """Give the file open for writing at ``fd`` the recorded owner and group, then its mode; None: nothing.
 
     Left as it is (0600, the daemon's) when the daemon may not chown (logged once). Raises
     OSError for anything else (EIO, EROFS, ...).
     """
     if owner is not None:
-        _apply(fd, owner, file_mode(owner))
+        _apply(fd, owner, file_mode(owner), maybe_path=False)
 
 
 def apply_to_dir(dir_fd: int, owner: Ownership | None) -> None:
@@ -73,13 +75,13 @@ def apply_to_dir(dir_fd: int, owner: Ownership | None) -> None:
     creates out only for a daemon that is not root: apply it once the entries are in place.
     """
     if owner is not None:
-        _apply(dir_fd, owner, dir_mode(owner))
+        _apply(dir_fd, owner, dir_mode(owner), maybe_path=True)
 
 
-def _apply(fd: int, owner: Ownership, mode: int) -> None:
-    """fchown, then fchmod (through ``/proc/self/fd`` for an ``O_PATH`` descriptor)."""
+def _apply(fd: int, owner: Ownership, mode: int, *, maybe_path: bool) -> None:
+    """fchown, then fchmod (through ``/proc/self/fd`` for an ``O_PATH`` descriptor, if ``maybe_path``)."""
     target: int | str = fd
-    if _O_PATH and fcntl.fcntl(fd, fcntl.F_GETFL) & _O_PATH:
+    if maybe_path and _O_PATH and fcntl.fcntl(fd, fcntl.F_GETFL) & _O_PATH:
         target = f"/proc/self/fd/{fd}"
     try:
         os.chown(target, owner.uid, owner.gid)

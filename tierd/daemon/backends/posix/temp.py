@@ -61,9 +61,14 @@ _NO_LOCKS = frozenset({errno.ENOLCK, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUP
 _OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _UMASK = umask()
 
-# The temporary files this process is writing (created and dropped on the I/O threads).
+# The temporary files this process is writing (created and dropped on the I/O threads), by ``_key``.
 _live_temps: set[str] = set()
 _live_lock = threading.Lock()
+
+
+def _key(directory: Dir, name: str) -> str:
+    """The whole path of ``name`` in ``directory``, a string for the live set (no ``Path`` joined)."""
+    return f"{directory.path}/{name}"
 
 
 def is_temp_name(name: str) -> bool:
@@ -89,6 +94,7 @@ class TempFile:
         self.dir = directory
         self.name = name
         self.owner = owner
+        self.key = _key(directory, name)
 
     @property
     def path(self) -> Path:
@@ -115,7 +121,7 @@ class TempFile:
                 continue
             temp = cls(fd, directory, name, owner)
             with _live_lock:
-                _live_temps.add(str(temp.path))
+                _live_temps.add(temp.key)
             try:
                 _try_lock(fd)  # a fresh file: only a lock-less file system refuses
             except BaseException:
@@ -133,7 +139,7 @@ class TempFile:
         Raises OSError on other failures to open it.
         """
         temp = cls(-1, directory, name)
-        key = str(temp.path)
+        key = temp.key
         with _live_lock:
             if key in _live_temps:
                 return None
@@ -166,7 +172,7 @@ class TempFile:
 
     def _forget(self) -> None:
         with _live_lock:
-            _live_temps.discard(str(self.path))
+            _live_temps.discard(self.key)
 
     def _finish(self) -> None:
         """Give the file its recorded owner and mode, or the default mode when none was recorded."""
@@ -259,7 +265,7 @@ def _remove_if_abandoned(directory: Dir, name: str, min_age: float, *, owned: bo
     symlink or anything but a regular file under a temporary name is left alone.
     """
     with _live_lock:
-        if str(directory.path / name) in _live_temps:
+        if _key(directory, name) in _live_temps:
             return False
     try:
         # Opened for writing: NFS emulates flock with fcntl locks, whose exclusive kind needs it.
