@@ -38,6 +38,7 @@ from tests.fixtures.s3servers import die_with_parent
 from tierd.config import Config
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
+from tierd.daemon.detect.hashing import HashedFile
 from tierd.daemon.detect.record import write_complete
 
 __all__ = ["PROFILERS", "HopResult", "Load", "Profile", "run_hop"]
@@ -120,13 +121,13 @@ def _config(catalog: Path, tiers: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-#: Catalogs recorded so far: (tree, checkpoint directory, tiers) -> (template file, checkpoint id).
-_templates: dict[tuple[Path, Path, str], tuple[Path, int]] = {}
+#: Catalogs recorded so far: (tree, the checkpoint's files, tiers) -> (template file, checkpoint id).
+_templates: dict[tuple[Path, tuple[HashedFile, ...], str], tuple[Path, int]] = {}
 
 
 def _recorded(side: Side, dataset: Dataset, config: dict[str, Any], catalog: Path, store: Path) -> int:
     """Copy into ``catalog`` the side's catalog holding ``dataset`` (recorded once, kept in ``store``)."""
-    key = (side.root, dataset.source, json.dumps(config["tiers"], sort_keys=True))
+    key = (side.root, dataset.files, json.dumps(config["tiers"], sort_keys=True))
     template, checkpoint_id = _templates.get(key, (Path(), 0))
     if not template.is_file():
         store.mkdir(parents=True, exist_ok=True)

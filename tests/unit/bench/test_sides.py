@@ -99,6 +99,10 @@ def test_each_tree_records_once_then_its_catalog_is_copied(
         assert hop._recorded(side, dataset, config, target, tmp_path / "templates") == 7
         assert target.read_bytes() == b"catalog of " + side.name.encode()
     assert len(calls) == 2
+    # Another checkpoint in the same directory (bench_copy's small one after its big one): recorded anew.
+    other_files = Dataset("big", tmp_path, dataset.files[:1], "one file")
+    hop._recorded(this_tree(), other_files, config, tmp_path / "run-4.db", tmp_path / "templates")
+    assert len(calls) == 3
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from tierd.daemon.backends.posix import writeback
 from tierd.daemon.backends.posix.backend import WHOLE_READ_LIMIT, is_temp_name
 from tierd.daemon.backends.posix.reader import PosixReader
 from tierd.daemon.backends.posix.temp import TempFile
+from tierd.daemon.beneath import Root
 from tierd.errors import IntegrityError, TransientBackendError
 
 MIB = 1024 * 1024
@@ -343,3 +345,28 @@ def test_start_writeback_never_raises(tmp_path: Path) -> None:
     writeback.start_writeback(fd, 0, 8192)  # a closed descriptor: EBADF, ignored
     if sys.platform.startswith("linux"):
         assert writeback._sync_file_range is not None
+
+
+def test_temporary_names_are_random_without_a_kernel_call_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twelve random hex digits a name, drawn from the kernel 4 KiB at a time (one call, not 600)."""
+    draws: list[int] = []
+    real = secrets.token_bytes
+
+    def counting(n: int) -> bytes:
+        draws.append(n)
+        return real(n)
+
+    monkeypatch.setattr(secrets, "token_bytes", counting)
+    place = Root(tmp_path).place("dir/ckpt.bin")
+    temps = [TempFile.create(place) for _ in range(600)]
+    try:
+        suffixes = {t.name.removeprefix(".ckpt.bin.tierd-tmp-") for t in temps}
+        assert len(suffixes) == 600
+        assert all(len(s) == 12 and int(s, 16) >= 0 for s in suffixes)
+        assert len(draws) <= 2
+    finally:
+        for temp in temps:
+            temp.discard()
+    assert os.listdir(tmp_path / "dir") == []

@@ -66,6 +66,26 @@ _live_temps: set[str] = set()
 _live_lock = threading.Lock()
 
 
+class _Suffixes(threading.local):
+    """Random bytes for temporary names, drawn from the kernel 4 KiB at a time per thread."""
+
+    def __init__(self) -> None:
+        self.pool = b""
+        self.used = 0
+
+
+_suffixes = _Suffixes()
+
+
+def _random_suffix() -> str:
+    """12 random hex digits (``secrets.token_hex(6)``, without a ``getrandom`` call per file)."""
+    pool = _suffixes
+    if pool.used + 6 > len(pool.pool):
+        pool.pool, pool.used = secrets.token_bytes(4092), 0
+    pool.used += 6
+    return pool.pool[pool.used - 6 : pool.used].hex()
+
+
 def _key(directory: Dir, name: str) -> str:
     """The whole path of ``name`` in ``directory``, a string for the live set (no ``Path`` joined)."""
     return f"{directory.path}/{name}"
@@ -111,7 +131,7 @@ class TempFile:
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW  # RDWR: chunks read back
         for attempt in range(3):
             directory = final.dir(create=True)
-            name = f"{temp_stem(final.name)}{secrets.token_hex(6)}"
+            name = f"{temp_stem(final.name)}{_random_suffix()}"
             try:
                 fd = os.open(name, flags, 0o600, dir_fd=directory.fd)
             except FileNotFoundError:  # the directory was removed since it was opened
