@@ -37,14 +37,13 @@ from typing import Any
 import httpx
 import yaml
 
-from bench.common import bench_root, emit, note, vm_hwm_bytes
+from bench.common import bench_root, emit, note, stop_process, vm_hwm_bytes
 from bench.datasets import STEP_DIR, Dataset, make_big, make_small
 from bench.harness import Settings, Timed, Trash, prepare_cache, sync, timed
 from bench.results import Cpu, Runs, interleaved
 from bench.s3endpoint import S3Endpoint, rclone_s3, s5cmd_binary
 from bench.sides import Side
 from tests.fixtures.net import free_port
-from tests.fixtures.s3servers import die_with_parent
 
 #: ``--against REV``: REV's daemon serves the same restores, in turn with this tree's and s5cmd.
 AGAINST = True
@@ -69,13 +68,7 @@ class Daemon:
         return Cpu(int(fields[11]) / tick, int(fields[12]) / tick)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 def _start(
@@ -95,16 +88,7 @@ def _start(
     only_on = {"tier": "s3", "location": f"s3://{bucket}/{STEP_DIR}", "deleted": ["nvme"]}
     side.record(workdir / "catalog.db", data, {**dataset.record_spec(), "only_on": only_on})
     log = workdir / "daemon.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tierd", "run", "--config", str(workdir / "tierd.yaml")],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=side.env(),
-            cwd=side.root,
-            preexec_fn=die_with_parent,
-        )
+    proc = side.spawn([sys.executable, "-m", "tierd", "run", "--config", str(workdir / "tierd.yaml")], log)
     daemon = Daemon(proc, f"http://{data['api']['listen']}", log)
     deadline = time.monotonic() + 60
     while not _ready(daemon.base):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -138,3 +140,15 @@ def emit(
     print(json.dumps(result), flush=True)
     sys.stdout.flush()
     return result
+
+
+def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+    """Send ``sig`` to ``proc`` if it still runs, wait up to ``timeout`` seconds, then kill it."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

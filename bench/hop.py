@@ -29,12 +29,11 @@ from typing import Any
 
 import yaml
 
-from bench.common import vm_hwm_bytes
+from bench.common import stop_process, vm_hwm_bytes
 from bench.datasets import Dataset
 from bench.results import Cpu, process_cpu
 from bench.sides import Side, this_tree
 from tests.fixtures.net import free_port
-from tests.fixtures.s3servers import die_with_parent
 from tierd.config import Config
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.migrate import upgrade
@@ -98,16 +97,6 @@ def _state(catalog: Path, checkpoint_id: int, tier: str) -> tuple[str, str | Non
         ).fetchone()
     assert row is not None, f"no replica of checkpoint {checkpoint_id} on {tier}"
     return str(row[0]), row[1]
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _config(catalog: Path, tiers: list[dict[str, Any]]) -> dict[str, Any]:
@@ -175,7 +164,7 @@ def run_hop(
                 dst = tiers[1]["name"]
                 peak, cpu = _wait_verified(proc, catalog, checkpoint_id, dst, log, timeout, profile)
             finally:
-                _stop(proc)
+                stop_process(proc)
         else:
             peak, cpu = _run_loaded(side, dataset, data, config_path, log, load, timeout)
     finally:
@@ -205,7 +194,7 @@ def _run_loaded(
                 catalog = Path(data["catalog"]["url"].removeprefix("sqlite:///"))
                 return _wait_verified(proc, catalog, checkpoint_id, config.tiers[1].name, log, timeout, None)
         finally:
-            _stop(proc)
+            stop_process(proc)
     finally:
         db.dispose()
 
@@ -214,16 +203,7 @@ def _start(side: Side, config_path: Path, log: Path, profile: Profile | None) ->
     argv = [sys.executable, "-m", "tierd", "run", "--config", str(config_path)]
     if profile is not None and profile.profiler == "cprofile":
         argv[1:1] = ["-m", "cProfile", "-o", str(profile.path)]
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            argv,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=side.env(),
-            cwd=side.root,
-            preexec_fn=die_with_parent,
-        )
+    return side.spawn(argv, log)
 
 
 def _attach(pid: int, profile: Profile) -> subprocess.Popen[bytes] | None:
@@ -245,12 +225,7 @@ def _attach(pid: int, profile: Profile) -> subprocess.Popen[bytes] | None:
 
 def _detach(profiler: subprocess.Popen[bytes]) -> None:
     """Interrupt an attached profiler (it writes its file then) and wait for it."""
-    profiler.send_signal(signal.SIGINT)
-    try:
-        profiler.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        profiler.kill()
-        profiler.wait()
+    stop_process(profiler, signal.SIGINT, timeout=60)
 
 
 #: The daemon's log events that start, finish and fail a hop, as they appear in its JSON lines.

@@ -11,7 +11,6 @@ window.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from bench.common import REPO, vm_hwm_bytes
+from bench.common import REPO, stop_process, vm_hwm_bytes
 from tests.fixtures.net import free_port
 from tests.fixtures.s3servers import die_with_parent
 
@@ -73,16 +72,6 @@ def _wait_ready(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> Non
         time.sleep(0.2)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def _noteworthy(log: Path, offset: int) -> list[str]:
     """Warning and error lines (and hops scheduled) the daemon logged after ``offset``."""
     with log.open("rb") as f:
@@ -131,5 +120,5 @@ def measure_idle(
         if proc.poll() is not None:
             raise RuntimeError(f"the daemon exited during the window: {log.read_text()[-3000:]}")
     finally:
-        _stop(proc)
+        stop_process(proc)
     return IdleResult(elapsed, user1 - user0, system1 - system0, peak, settle, _noteworthy(log, offset))

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO
+from tests.fixtures.s3servers import die_with_parent
 
 __all__ = ["AGAINST_VARIABLE", "Side", "against_from_env", "resolve", "scratch_worktree", "this_tree"]
 
@@ -45,6 +46,20 @@ class Side:
         env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("TIERD_")}
         env["PYTHONPATH"] = str(self.root)
         return env
+
+    def spawn(self, argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+        """Start ``argv`` in this tree (its environment and directory), output written to ``log``;
+        it dies with this process."""
+        with log.open("wb") as out:
+            return subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env(),
+                cwd=self.root,
+                preexec_fn=die_with_parent,
+            )
 
     def record(self, catalog: Path, config: dict[str, Any], spec: dict[str, Any]) -> int:
         """A fresh SQLite catalog at ``catalog`` holding ``spec``'s checkpoint, written by this tree.
