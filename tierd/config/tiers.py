@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -13,6 +14,7 @@ from tierd.errors import ConfigError
 __all__ = [
     "FreeSpace",
     "KeepBestConfig",
+    "Price",
     "S3_MAX_KEY_BYTES",
     "PosixTier",
     "S3Tier",
@@ -90,6 +92,10 @@ class ScrubConfig(Strict):
     bandwidth: ByteSize = Field(gt=0, description="bytes per second")
 
 
+#: A price in the operator's currency: a decimal (``0.023`` or ``"0.023"``), 0 to 1,000,000.
+Price = Annotated[Decimal, Field(ge=0, le=1_000_000, allow_inf_nan=False)]
+
+
 class TierBase(Strict):
     """What every kind of tier is configured with."""
 
@@ -110,6 +116,11 @@ class TierBase(Strict):
     verify_before_delete: Literal["checksum", "size"] = "checksum"
     #: Absent: the tier is not scrubbed.
     scrub: ScrubConfig | None = None
+    #: What the tier costs (``GET /v1/usage``): per GiB held a month, per 1,000 writes and reads.
+    #: Absent: not priced (its cost shows as unknown, never as 0).
+    price_per_gb_month: Price | None = None
+    price_per_1000_writes: Price | None = None
+    price_per_1000_reads: Price | None = None
 
     @field_validator("retention", mode="before")
     @classmethod

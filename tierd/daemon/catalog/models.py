@@ -373,6 +373,8 @@ class AuditEvent(Base):
     """Append-only log of what happened, who did it and why."""
 
     __tablename__ = "audit_events"
+    # The usage report's retention deletions of the last 30 days (action ``deleted``).
+    __table_args__ = (Index("ix_audit_events_action_at", "action", "at"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
