@@ -63,6 +63,7 @@ OPERATION_IDS = {
     ("delete", "/v1/restores/{restore_id}"): "cancelRestore",
     ("get", "/v1/jobs"): "listJobs",
     ("get", "/v1/fleet"): "getFleet",
+    ("get", "/v1/usage"): "getUsage",
 }
 
 

@@ -20,6 +20,7 @@ from tierd.api.routes import (
     retention,
     runs,
     tiers,
+    usage,
     verify,
 )
 from tierd.daemon.context import Context
@@ -51,6 +52,7 @@ def create_app(ctx: Context) -> FastAPI:
     app.include_router(restores.router)
     app.include_router(jobs.router)
     app.include_router(fleet.router)
+    app.include_router(usage.router)
     app.include_router(metrics.router)
     install_docs(app, app.title)
     install_gate(app, ctx.tokens, ctx.config.api.max_body_bytes)

@@ -55,6 +55,7 @@ _TAG_TEXT = {
     "retention": "What each tier's retention keeps, deletes and leaves blocked, and why",
     "audit": "Every pin, hold, deletion, eviction, restore and refusal: who, when and why",
     "fleet": "Every daemon on this catalog, its heartbeat, and who leads the shared tiers",
+    "usage": "What each tier holds and costs a month, what retention saved, and in 30 days",
     "health": "Liveness and readiness, for supervisors and load balancers",
     "metrics": "Prometheus exposition",
 }

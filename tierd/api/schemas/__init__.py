@@ -15,4 +15,5 @@ view), and it sends no query itself.
 - ``jobs``        copies, deletions and restores in flight
 - ``audit``       the audit log
 - ``fleet``       the nodes of a fleet and its leader
+- ``usage``       bytes and cost per tier, storage class and run, retention's savings, in 30 days
 """
