@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.world import FileRow, ReplicaRow, record
-from tierd.config import Config, TierRetention
+from tierd.config import Config, PosixTier, TierRetention
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import AuditEvent
 from tierd.daemon.catalog.usage import Stored
@@ -114,3 +114,27 @@ def test_the_report_prices_what_each_tier_holds_saved_and_will_hold(
     ]
     assert view.runs[0].steps_per_day == pytest.approx(9 / 7)
     assert view.runs_total == 1
+
+
+class _ClassedTier(PosixTier):
+    """A tier with the ``storage_class`` key the object-store tiers take (issue 28's other items)."""
+
+    storage_class: str | None = None
+
+
+def test_tiers_are_added_up_by_storage_class(tmp_path: Path, sqlite_db: Database) -> None:
+    for step in range(2):
+        _step(sqlite_db, step, days_ago=40, states=("verified", "verified"))
+    config = _config(tmp_path, sqlite_db)
+    nvme, s3 = config.tiers
+    classed = _ClassedTier(**s3.model_dump(), storage_class="STANDARD_IA")
+    config = config.model_copy(update={"tiers": [nvme, classed]})
+    with sqlite_db.read_session() as s:
+        view = usage_view(s, config, NOW, cadence_days=7, runs=10)
+    assert [(c.storage_class, c.tiers, c.bytes, c.cost_per_month) for c in view.storage_classes] == [
+        ("STANDARD_IA", ["s3"], 2 * GIB, Decimal("1.0")),
+        ("default", ["nvme"], 2 * GIB, None),
+    ]
+    assert [t.storage_class for t in view.tiers] == ["default", "STANDARD_IA"]
+    assert view.runs[0].steps_per_day is None  # nothing saved within the window
+    assert [t.projected_bytes for t in view.tiers] == [2 * GIB, 2 * GIB]
