@@ -123,7 +123,7 @@ def top_runs(session: Session, limit: int) -> dict[str, dict[str, int]]:
 
 
 def _active_runs(since: datetime) -> Select[int]:
-    return select(Checkpoint.run_id).where(Checkpoint.created_at >= since).distinct()
+    return select(Checkpoint.run_id).where(Checkpoint.created_at >= since)
 
 
 def cadence(session: Session, since: datetime) -> list[Cadence]:
