@@ -83,3 +83,15 @@ def test_nothing_is_recorded_for_a_replica_verified_again_meanwhile(db: Database
         s.execute(update(Replica).where(Replica.id == item.replica_id).values(verified_at=None))
     assert not record(db, item)
     assert replica(db, cid, "s3").store_hold is None
+
+
+def test_a_released_replica_being_deleted_is_still_cleared(db: Database) -> None:
+    cid = add_checkpoint(db, 1, STATES)
+    hold(db, cid)
+    [item] = due(db)
+    assert record(db, item)
+    release(db, cid)
+    with db.session() as s:  # retention scheduled it before the pass cleared the hold
+        s.execute(update(Replica).where(Replica.id == item.replica_id).values(state="deleting"))
+    [off] = due(db)
+    assert (off.replica_id, off.on) == (item.replica_id, False)

@@ -25,7 +25,7 @@ __all__ = ["StoreHoldDue", "record_store_hold", "store_holds_due"]
 
 @dataclass(frozen=True)
 class StoreHoldDue:
-    """A verified replica whose objects' legal hold must be set to ``on``."""
+    """A replica whose objects' legal hold must be set to ``on``."""
 
     replica_id: int
     checkpoint_id: int
@@ -37,14 +37,26 @@ class StoreHoldDue:
 
 
 def store_holds_due(session: Session, tier: str, limit: int) -> list[StoreHoldDue]:
-    """Up to ``limit`` verified replicas on ``tier`` whose store hold differs from the catalog's holds."""
+    """Up to ``limit`` replicas on ``tier`` whose store hold differs from the catalog's holds.
+
+    ON for verified replicas; OFF for verified ones and those being deleted.
+    """
     held = exists().where(Hold.checkpoint_id == Replica.checkpoint_id)
     set_on = Replica.store_hold.is_(true())
     stale = or_(Replica.store_hold_at.is_(None), Replica.store_hold_at < Replica.verified_at)
+    verified = Replica.state == ReplicaState.VERIFIED.value
+    # a released replica already scheduled for deletion is cleared too: tierd's delete only adds
+    # a delete marker in a versioned bucket, and the version under it would stay held for good
+    clearable = Replica.state.in_([ReplicaState.VERIFIED.value, ReplicaState.DELETING.value])
     query = (
         select(Replica.id, Replica.checkpoint_id, held, Replica.verified_at)
-        .where(Replica.tier == tier, Replica.state == ReplicaState.VERIFIED.value)
-        .where(or_(and_(held, or_(~set_on, Replica.store_hold.is_(None), stale)), and_(~held, set_on)))
+        .where(Replica.tier == tier)
+        .where(
+            or_(
+                and_(verified, held, or_(~set_on, Replica.store_hold.is_(None), stale)),
+                and_(clearable, ~held, set_on),
+            )
+        )
         .order_by(Replica.id)
         .limit(limit)
     )
