@@ -31,6 +31,7 @@ from tierd.config.sections import (
     is_loopback,
 )
 from tierd.config.tiers import (
+    S3_ARCHIVE_CLASSES,
     S3_MAX_KEY_BYTES,
     FreeSpace,
     KeepBestConfig,
@@ -45,6 +46,7 @@ from tierd.config.values import Duration, SpaceAmount, parse_duration, parse_spa
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
+    "S3_ARCHIVE_CLASSES",
     "S3_MAX_KEY_BYTES",
     "ApiConfig",
     "CatalogConfig",

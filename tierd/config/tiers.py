@@ -15,7 +15,9 @@ __all__ = [
     "FreeSpace",
     "KeepBestConfig",
     "Price",
+    "S3_ARCHIVE_CLASSES",
     "S3_MAX_KEY_BYTES",
+    "S3StorageClass",
     "PosixTier",
     "S3Tier",
     "ScrubConfig",
@@ -141,6 +143,14 @@ class PosixTier(TierBase):
 S3_MAX_KEY_BYTES = 1024
 
 
+#: S3's storage classes tierd writes with (``storage_class``); absent: the bucket's default.
+S3StorageClass = Literal[
+    "STANDARD", "STANDARD_IA", "INTELLIGENT_TIERING", "GLACIER_IR", "GLACIER", "DEEP_ARCHIVE"
+]
+#: Classes whose objects S3 must restore (RestoreObject) before a GET can read them.
+S3_ARCHIVE_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
+
+
 class S3Tier(TierBase):
     """An S3-compatible bucket (AWS, MinIO, Ceph RGW, ...)."""
 
@@ -158,6 +168,23 @@ class S3Tier(TierBase):
     # ``auto``: lean requests and the endpoint cache, plus HTTP/1.1 pipelining of small GETs
     # for a custom ``endpoint_url`` (not for AWS); ``off``: botocore alone.
     fast_path: Literal["auto", "off"] = "auto"
+    storage_class: S3StorageClass | None = None
+    server_side_encryption: Literal["AES256", "aws:kms"] | None = None
+    sse_kms_key_id: str | None = Field(default=None, min_length=1, max_length=2048)
+    #: The bucket has S3 Object Lock: legal holds are set on its objects (checked at start).
+    object_lock: bool = False
+
+    @model_validator(mode="after")
+    def _placement(self) -> S3Tier:
+        if self.sse_kms_key_id is not None and self.server_side_encryption != "aws:kms":
+            raise ValueError("sse_kms_key_id: needs server_side_encryption: aws:kms")
+        if self.storage_class in S3_ARCHIVE_CLASSES:
+            what = f"storage_class {self.storage_class} (S3 must restore an object before it is read)"
+            if self.verify == "readback":
+                raise ValueError(f"verify: readback cannot read back objects of {what}; use native")
+            if self.scrub is not None:
+                raise ValueError(f"scrub: cannot read objects of {what}")
+        return self
 
     @model_validator(mode="before")
     @classmethod

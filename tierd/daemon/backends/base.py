@@ -39,7 +39,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequen
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from tierd.errors import IntegrityError, TierdError
+from tierd.errors import IntegrityError, PermanentBackendError, TierdError
 
 if TYPE_CHECKING:
     from tierd.daemon.backends.budget import ByteBudget
@@ -80,6 +80,8 @@ class Features:
     multipart: bool  # parallel parts, resumable through a ResumeStore
     #: read_whole announces every object's read before the first one (no prefetch needed)
     announced_whole_reads: bool = False
+    #: set_legal_hold works: the store itself refuses to delete a held object
+    legal_hold: bool = False
 
 
 @dataclass(frozen=True)
@@ -345,6 +347,14 @@ class Backend(ABC):
     def can_copy_from(self, src: Backend) -> bool:
         """Whether ``copy_from(src, ...)`` can copy without streaming the bytes."""
         return False
+
+    async def check_legal_hold(self) -> None:
+        """At start: ConfigError unless the store keeps legal holds (by default PermanentBackendError)."""
+        raise PermanentBackendError(f"tier {self.name}: this kind of store keeps no legal holds")
+
+    async def set_legal_hold(self, relpaths: Sequence[str], on: bool) -> None:
+        """Set or clear each object's legal hold (NotFound if missing); PermanentBackendError by default."""
+        raise PermanentBackendError(f"tier {self.name}: this kind of store keeps no legal holds")
 
     async def copy_from(
         self,

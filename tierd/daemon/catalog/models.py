@@ -324,6 +324,10 @@ class Replica(Base):
     delete_after: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     #: Why the replica is being (or was) deleted: the policy's reason, eviction, or the API's.
     delete_reason: Mapped[str | None] = mapped_column(Text, default=None)
+    #: The legal hold last set on the store's objects (Object Lock): ON, OFF, None if never set.
+    store_hold: Mapped[bool | None] = mapped_column(Boolean, default=None)
+    #: When it was set: objects verified after it (copied again) have not had it.
+    store_hold_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
     checkpoint: Mapped[Checkpoint] = relationship(back_populates="replicas")

@@ -73,6 +73,7 @@ from tierd.daemon.backends.s3.errors import range_not_satisfiable, s3_errors
 from tierd.daemon.backends.s3.fast import FastPath, plan_for
 from tierd.daemon.backends.s3.fast.lean import LeanRequests
 from tierd.daemon.backends.s3.fast.pipelined_gets import PipelinedGets
+from tierd.daemon.backends.s3.holds import S3Holds
 from tierd.daemon.backends.s3.leftovers import abort_unless_kept, list_open_uploads, open_uploads_of
 from tierd.daemon.backends.s3.metadata import owner_from_metadata
 from tierd.daemon.backends.s3.multipart import MAX_PART
@@ -121,10 +122,10 @@ def pool_size(concurrency: int) -> int:
     return min(MAX_POOL, max(10, concurrency * (requests_per_file(concurrency) + 1)))
 
 
-class S3Backend(S3Writes):
-    """A tier in ``s3://<bucket>/<prefix>`` (its writes and copies: ``s3.writes``)."""
+class S3Backend(S3Writes, S3Holds):
+    """A tier in ``s3://<bucket>/<prefix>`` (writes and copies: ``s3.writes``; legal holds: ``s3.holds``)."""
 
-    features = Features(native_checksum=True, server_side_copy=True, multipart=True)
+    features = Features(native_checksum=True, server_side_copy=True, multipart=True, legal_hold=True)
 
     def __init__(
         self,
