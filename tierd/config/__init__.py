@@ -33,6 +33,7 @@ from tierd.config.sections import (
 from tierd.config.tiers import (
     S3_MAX_KEY_BYTES,
     FreeSpace,
+    GcsTier,
     KeepBestConfig,
     PosixTier,
     S3Tier,
@@ -53,6 +54,7 @@ __all__ = [
     "FleetSettings",
     "Format",
     "FreeSpace",
+    "GcsTier",
     "KeepBestConfig",
     "LogConfig",
     "PosixTier",
