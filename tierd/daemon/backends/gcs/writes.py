@@ -34,6 +34,7 @@ from tierd.daemon.backends.gcs.objects import crc32c, encode_crc32c
 from tierd.daemon.backends.hashing import INLINE_HASH_LIMIT, crc64
 from tierd.daemon.backends.uploads import PartState, UploadState
 from tierd.errors import IntegrityError, NotFound, TierdError, TransientBackendError
+from tierd.logs import get_logger
 
 if TYPE_CHECKING:
     from tierd.daemon.backends.budget import ByteBudget
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 __all__ = ["Hashed", "ObjectSettings", "hash_both", "resumable_upload", "session_status", "upload_whole"]
 
 RANGE_PREFIX = "bytes=0-"
+QUANTUM = 256 * 1024
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -139,8 +142,11 @@ async def session_status(client: GcsClient, session: str, size: int) -> tuple[in
     )
     if response.status_code != 308:
         return size, response.json()
-    held = response.headers.get("Range", "")
-    return (int(held.removeprefix(RANGE_PREFIX)) + 1 if held.startswith(RANGE_PREFIX) else 0), None
+    text = response.headers.get("Range", "")
+    held = int(text.removeprefix(RANGE_PREFIX)) + 1 if text.startswith(RANGE_PREFIX) else 0
+    # GCS persists whole 256 KiB blocks short of the end; gcp-storage-emulator says
+    # "bytes=0-0" for a session holding nothing.
+    return held - held % QUANTUM, None
 
 
 async def cancel_session(client: GcsClient, session: str) -> None:
@@ -205,8 +211,10 @@ async def resumable_upload(
         progress = _Progress(await start_session(client, name, size, resource, params))
         if request.resume is not None:
             await request.resume.begin(request.relpath, UploadState(progress.session, name, chunk, size))
-    elif request.progress is not None and progress.offset:
-        request.progress(progress.offset)
+    else:
+        log.info("gcs_session_resumed", relpath=request.relpath, recorded=progress.offset, held=progress.held)
+        if request.progress is not None and progress.offset:
+            request.progress(progress.offset)
     try:
         while progress.offset < size:
             await _one_chunk(client, request, progress, chunk, where, budget)
@@ -245,8 +253,9 @@ async def _one_chunk(
         last = start + length == size
         if last:
             _check_whole(pieces, request.expected_checksum, where)
-        if start + length > progress.held:
-            await _send(client, progress, view, start, size, hashed.crc32 if last else None)
+        if start + length > progress.held:  # from the first byte the session lacks
+            skip = max(0, progress.held - start)
+            await _send(client, progress, view[skip:], start + skip, size, hashed.crc32 if last else None)
     finally:
         budget.release(taken)
     progress.offset, progress.crc32, progress.pieces = start + length, hashed.crc32, pieces
