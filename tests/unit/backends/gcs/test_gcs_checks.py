@@ -48,7 +48,7 @@ async def test_a_wrong_crc32c_of_tierds_fails_the_write_and_leaves_nothing(
     gcs_emulator: GcsEmulator, monkeypatch: pytest.MonkeyPatch, size: int
 ) -> None:
     """tierd's CRC32C is the one declared and checked: off by one, the write must fail."""
-    real = writes.crc32c
+    real = crc32c
     monkeypatch.setattr(writes, "crc32c", lambda view, previous=0: real(view, previous) ^ 1)
     gcs = GcsBackend(gcs_emulator.new_tier())
     try:
@@ -160,12 +160,16 @@ async def test_a_service_account_key_becomes_a_signed_jwt_grant(tmp_path: Path) 
     [grant] = grants
     assert grant["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer"
     header, claims, signature = grant["assertion"].split(".")
-    pad = lambda part: base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))  # noqa: E731
     assert json.loads(pad(claims))["iss"] == "t@p.iam"
     assert json.loads(pad(claims))["aud"] == "https://t/token"
     private.public_key().verify(
         pad(signature), f"{header}.{claims}".encode(), padding.PKCS1v15(), hashes.SHA256()
     )
+
+
+def pad(part: str) -> bytes:
+    """A base64url JWT part decoded."""
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
 
 
 def test_an_emulator_takes_no_credentials_and_a_bad_key_file_is_named(tmp_path: Path) -> None:
