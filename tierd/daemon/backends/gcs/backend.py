@@ -149,6 +149,28 @@ class GcsBackend(Backend):
         generation = resource.get("generation")
         return GcsReader(self.client, self.prefix + relpath, int(resource.get("size", 0)), generation)
 
+    async def _read_into(self, relpath: str, view: memoryview) -> None:
+        """One object of ``read_whole``: one media GET of it whole (no metadata GET: its size is known).
+
+        Raises NotFound when missing, IntegrityError when it is not ``len(view)`` bytes long.
+        """
+        name, where = self.prefix + check_relpath(relpath), self.location(relpath)
+        headers = await self.client.credentials.headers(self.client.http)
+        filled = 0
+        with gcs_errors(where):
+            async with self.client.http.stream(
+                "GET", self.client.object_url(name), params={"alt": "media"}, headers=headers
+            ) as response:
+                if response.status_code >= 300:
+                    await response.aread()
+                raise_for(response, where)
+                async for piece in response.aiter_raw():
+                    take = min(len(piece), len(view) - filled)
+                    view[filled : filled + take] = piece[:take]
+                    filled += len(piece)
+        if filled != len(view):
+            raise IntegrityError(f"{where}: holds {filled} bytes, expected {len(view)}")
+
     async def write(self, request: WriteRequest) -> ObjectInfo:
         """Upload verified (see the module docstring); raises IntegrityError, leaving nothing new."""
         relpath = check_relpath(request.relpath)
