@@ -2,7 +2,8 @@
 
 503 and 429 answers, a reset mid-request and a body cut short are transient (retryable)
 tierd errors that leave nothing under the final name; a resumable session survives a
-refused chunk and the retry sends only the chunks the session lacks.
+refused chunk and the retry sends only the chunks the session lacks; an answer whose
+CRC32C is not the one tierd computed fails the write and removes the object.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from tests.fixtures.faultproxy import Fault, FaultProxy, Rule
 from tests.fixtures.gcsemulator import TEST_CHUNK, GcsEmulator
 from tierd.daemon.backends import BytesReader, MemoryResumeStore, WriteRequest
 from tierd.daemon.backends.gcs import GcsBackend
-from tierd.errors import NotFound, TransientBackendError
+from tierd.errors import IntegrityError, NotFound, TransientBackendError
 
 THROTTLED = [Fault.error(503, "backendError"), Fault.error(429, "rateLimitExceeded")]
 
@@ -85,3 +86,19 @@ async def test_a_read_cut_short_or_throttled_is_transient(
         await reader.read_into(0, buf)
     assert await reader.read_into(0, buf) == len(data)
     assert bytes(buf) == data
+
+
+@pytest.mark.parametrize("size", [5000, 2 * TEST_CHUNK + 99], ids=["multipart", "resumable"])
+async def test_an_answer_with_a_wrong_crc32c_fails_the_write_and_leaves_nothing(
+    proxied: tuple[FaultProxy, GcsBackend], size: int
+) -> None:
+    """The service's CRC32C in its answer must be tierd's: else the object goes and the write fails."""
+    proxy, gcs = proxied
+    proxy.set_rules([Rule(Fault("crc32c"), method="POST" if size == 5000 else "PUT")])
+    data = os.urandom(size)
+    with pytest.raises(IntegrityError, match="CRC32C AAAAAA=="):
+        await gcs.write(WriteRequest("c.bin", BytesReader(data), crc(data)))
+    proxy.set_rules([])
+    with pytest.raises(NotFound):
+        await gcs.stat("c.bin")
+    assert "crc32c" in [f for _, f in proxy.fired]
