@@ -250,6 +250,7 @@ async def test_resume_skips_finished_parts(harness: Harness, concurrency: int) -
 
 
 async def test_resume_when_the_upload_vanished(harness: Harness) -> None:
+    harness.require("listed_uploads")
     backend = await harness.make(concurrency=1)
     if not backend.features.multipart:
         pytest.skip(f"{harness.kind} writes are not resumable")

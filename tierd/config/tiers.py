@@ -13,6 +13,8 @@ from tierd.errors import ConfigError
 
 __all__ = [
     "FreeSpace",
+    "GCS_MAX_NAME_BYTES",
+    "GcsTier",
     "KeepBestConfig",
     "Price",
     "S3_ARCHIVE_CLASSES",
@@ -209,4 +211,66 @@ class S3Tier(TierBase):
         return prefix
 
 
-TierConfig = Annotated[PosixTier | S3Tier, Field(discriminator="kind")]
+# --- GCS (issue 28) ---------------------------------------------------------------------------
+
+#: The longest object name GCS takes, in bytes of its UTF-8.
+GCS_MAX_NAME_BYTES = 1024
+#: A resumable upload's chunks (all but the last) are multiples of this (GCS's rule).
+GCS_CHUNK_QUANTUM = 256 * 1024
+GCS_KMS_KEY = r"^projects/[^/]+/locations/[^/]+/keyRings/[^/]+/cryptoKeys/[^/]+$"
+
+
+class GcsTier(TierBase):
+    """A Google Cloud Storage bucket (or an emulator of the JSON API at ``endpoint_url``).
+
+    Credentials, first found: ``credentials_file`` (a service account's JSON key or an
+    ``authorized_user`` file), ``GOOGLE_APPLICATION_CREDENTIALS``, gcloud's application default
+    credentials, the metadata server of a GCE/GKE node. None at all for an emulator
+    (``endpoint_url`` or ``STORAGE_EMULATOR_HOST``) without a ``credentials_file``.
+    """
+
+    kind: Literal["gcs"]
+    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+    prefix: str = ""
+    endpoint_url: str | None = Field(default=None, pattern=r"^https?://[^/?#]+/?$")
+    verify_tls: bool = True
+    credentials_file: Path | None = None
+    #: Absent: the bucket's default class.
+    storage_class: Literal["STANDARD", "NEARLINE", "COLDLINE", "ARCHIVE"] | None = None
+    kms_key_name: str | None = Field(default=None, pattern=GCS_KMS_KEY)
+    #: Files bigger than this go up as resumable uploads in chunks of this size.
+    chunk_size: ByteSize = Field(default=ByteSize(16 * 1024 * 1024), ge=GCS_CHUNK_QUANTUM, le=1024**3)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_free_space(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "free_space" in data:
+            raise ValueError("free_space: only POSIX tiers take free_space (a bucket does not fill up)")
+        return data
+
+    @field_validator("chunk_size")
+    @classmethod
+    def _chunk_quantum(cls, size: ByteSize) -> ByteSize:
+        if size % GCS_CHUNK_QUANTUM:
+            raise ValueError(f"must be a multiple of 256 KiB ({GCS_CHUNK_QUANTUM:,} bytes): GCS's rule")
+        return size
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix_shape(cls, prefix: str) -> str:
+        if prefix.startswith("/"):
+            raise ValueError("must not start with /")
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        size = len(prefix.encode("utf-8", "surrogateescape"))
+        if size >= GCS_MAX_NAME_BYTES:
+            raise ValueError(
+                f"is {size:,} bytes in UTF-8: a GCS object name is at most {GCS_MAX_NAME_BYTES:,}"
+            )
+        return prefix
+
+
+# --- end GCS ----------------------------------------------------------------------------------
+
+
+TierConfig = Annotated[PosixTier | S3Tier | GcsTier, Field(discriminator="kind")]
