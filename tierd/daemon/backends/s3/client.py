@@ -83,12 +83,12 @@ def lean_model(data: dict[str, Any]) -> dict[str, Any]:
 
     Elsewhere (``clientContextParams``) botocore reads a ``documentation`` key itself.
     """
-    model: dict[str, Any] = plain(data)
-    for part in "operations", "shapes":
-        if part in model:
-            model[part] = plain(model[part], DOCUMENTATION_KEYS)
-    model.pop("documentation", None)
-    return model
+    parts = {"operations", "shapes"}
+    return {
+        key: plain(value, DOCUMENTATION_KEYS if key in parts else frozenset())
+        for key, value in data.items()
+        if key != "documentation"
+    }
 
 
 class LeanFileLoader(JSONFileLoader):
@@ -101,7 +101,7 @@ class LeanFileLoader(JSONFileLoader):
             return None
         name = file_path.rsplit("/", 1)[-1]
         if name == "endpoints":
-            return lean_endpoints(plain(data))
+            return plain(lean_endpoints(data))  # trimmed first: less to copy
         if name.startswith("service-"):
             return lean_model(data)
         return plain(data)
