@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.s3servers",
+    "tests.fixtures.azurite",
     "tests.fixtures.fleet",
     "tests.fixtures.docker",
 ]

@@ -18,6 +18,10 @@ async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     server = None
     if kind.startswith("s3-"):
         server = request.getfixturevalue(f"{kind.removeprefix('s3-')}_server")
+    # --- azure (issue 28) ---
+    if kind == "azure":
+        server = request.getfixturevalue("azurite_server")
+    # --- end azure ---
     harness = Harness(kind, tmp_path, server)
     yield harness
     for backend in harness.created:

@@ -32,6 +32,7 @@ from tierd.config.sections import (
 )
 from tierd.config.tiers import (
     S3_MAX_KEY_BYTES,
+    AzureTier,
     FreeSpace,
     KeepBestConfig,
     PosixTier,
@@ -47,6 +48,7 @@ __all__ = [
     "DEFAULT_CONFIG_PATH",
     "S3_MAX_KEY_BYTES",
     "ApiConfig",
+    "AzureTier",
     "CatalogConfig",
     "Config",
     "Duration",

@@ -18,7 +18,7 @@ from tierd.config.sections import (
     RetentionSettings,
     WatchConfig,
 )
-from tierd.config.tiers import PosixTier, S3Tier, TierBase, TierConfig
+from tierd.config.tiers import AzureTier, PosixTier, S3Tier, TierBase, TierConfig
 
 __all__ = ["Config"]
 
@@ -88,7 +88,7 @@ class Config(BaseSettings):
         assert isinstance(tier, PosixTier)
         return tier
 
-    def tier(self, name: str) -> PosixTier | S3Tier:
+    def tier(self, name: str) -> PosixTier | S3Tier | AzureTier:
         """The tier named ``name``; raises KeyError for a name the config does not have."""
         for tier in self.tiers:
             if tier.name == name:

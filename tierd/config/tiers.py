@@ -13,6 +13,8 @@ from tierd.errors import ConfigError
 __all__ = [
     "FreeSpace",
     "KeepBestConfig",
+    "AZURE_MAX_NAME_CHARS",
+    "AzureTier",
     "S3_MAX_KEY_BYTES",
     "PosixTier",
     "S3Tier",
@@ -171,4 +173,77 @@ class S3Tier(TierBase):
         return prefix
 
 
-TierConfig = Annotated[PosixTier | S3Tier, Field(discriminator="kind")]
+# --- azure (issue 28) ---
+#: The longest blob name Azure takes, in characters (the prefix plus the file's path).
+AZURE_MAX_NAME_CHARS = 1024
+#: Azure's access tiers, as its API spells them.
+AzureAccessTier = Literal["Hot", "Cool", "Cold", "Archive"]
+
+
+class AzureTier(TierBase):
+    """An Azure Blob Storage container (block blobs), or an emulator such as Azurite.
+
+    Credentials, first that is set: ``account_key``, ``sas_token``, else the Azure identity
+    chain (``azure-identity``'s DefaultAzureCredential: managed identity, workload identity,
+    environment, Azure CLI). ``endpoint_url`` replaces ``https://<account>.blob.core.windows.net``
+    (Azurite, sovereign clouds). ``storage_class`` (the access tier) and ``encryption_scope`` go
+    with every write; absent, the account's defaults apply.
+    """
+
+    kind: Literal["azure"]
+    account: str = Field(pattern=r"^[a-z0-9]{3,24}$")
+    container: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
+    prefix: str = ""
+    endpoint_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
+    account_key: SecretStr | None = None
+    sas_token: SecretStr | None = None
+    storage_class: AzureAccessTier | None = None
+    encryption_scope: str | None = Field(default=None, pattern=r"^[A-Za-z0-9]{3,63}$")
+    block_size: ByteSize = Field(default=ByteSize(16 * 1024 * 1024), ge=1024 * 1024, le=4000 * 1024 * 1024)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_free_space(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "free_space" in data:
+            raise ValueError("free_space: only POSIX tiers take free_space (a container does not fill up)")
+        return data
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> AzureTier:
+        if self.account_key is not None and self.sas_token is not None:
+            raise ValueError("account_key, sas_token: give one credential, not both")
+        return self
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix_shape(cls, prefix: str) -> str:
+        if prefix.startswith("/"):
+            raise ValueError("must not start with /")
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        if len(prefix) >= AZURE_MAX_NAME_CHARS:
+            raise ValueError(
+                f"is {len(prefix):,} characters: a blob name (this prefix, then the path of a file "
+                f"under tier 0) is at most {AZURE_MAX_NAME_CHARS:,}"
+            )
+        return prefix
+
+    @field_validator("container")
+    @classmethod
+    def _container_shape(cls, container: str) -> str:
+        if "--" in container:
+            raise ValueError("must not hold two dashes in a row (Azure refuses such container names)")
+        return container
+
+    @field_validator("sas_token")
+    @classmethod
+    def _sas_shape(cls, token: SecretStr | None) -> SecretStr | None:
+        if token is not None and "sig=" not in token.get_secret_value():
+            raise ValueError("is not a SAS token (no sig= field)")
+        return token
+
+
+# --- end azure ---
+
+
+TierConfig = Annotated[PosixTier | S3Tier | AzureTier, Field(discriminator="kind")]
