@@ -37,6 +37,7 @@ from bench.harness import Settings, prepare_cache
 __all__ = ["Measured", "main", "rclone_env", "remote", "summary"]
 
 ROUNDS = 1
+HWM = "vm_hwm="
 EMULATOR = "Azurite (azurite npm 3.37.0, Node 22) on this machine: not Azure"
 
 
@@ -69,8 +70,10 @@ def remote(container: str, prefix: str) -> str:
 def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[Measured, str]:
     """Run ``argv`` to its end; its time, its own CPU (wait4), peak RSS (``VmHWM``) and stdout.
 
-    Peak RSS is sampled from ``/proc``: ``wait4``'s ``ru_maxrss`` counts the forking
-    parent's memory too (this process's, before the exec).
+    Peak RSS is sampled from ``/proc`` every 50 ms, and a child that prints a last line
+    ``vm_hwm=<bytes>`` (tierd's worker does, from its own ``/proc/self/status``) is taken at
+    its word when that is more: ``wait4``'s ``ru_maxrss`` counts the forking parent's memory
+    too (this process's, before the exec).
     """
     started = time.monotonic()
     peak = [0]
@@ -96,7 +99,8 @@ def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[Measured, s
         text = out.read().decode()
     if proc.returncode != 0:
         raise RuntimeError(f"{argv[0]} exited {proc.returncode}: {errors.decode()[-2000:]}")
-    return Measured(seconds, usage.ru_utime + usage.ru_stime, peak[0]), text
+    reported = [int(line.removeprefix(HWM)) for line in text.splitlines() if line.startswith(HWM)]
+    return Measured(seconds, usage.ru_utime + usage.ru_stime, max([peak[0], *reported])), text
 
 
 def summary(name: str, tierd: Measured, rclone: Measured, **extra: Any) -> dict[str, Any]:
@@ -136,6 +140,7 @@ async def _worker(spec: dict[str, Any]) -> None:
     finally:
         await azure.close()
         await posix.close()
+    print(f"{HWM}{vm_hwm_bytes() or 0}", flush=True)
 
 
 def _side_argv(spec: dict[str, Any]) -> list[str]:
