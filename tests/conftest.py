@@ -21,6 +21,7 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.s3servers",
     "tests.fixtures.gcsemulator",
+    "tests.fixtures.azurite",
     "tests.fixtures.fleet",
     "tests.fixtures.docker",
 ]

@@ -17,7 +17,7 @@
     │   ├── TransientBackendError   network blips, throttling, 5xx: retryable
     │   │   └── NoSpace             the tier's file system or quota is full (retryable: space may return)
     │   └── PermanentBackendError   access denied, no such bucket, bad request: not retryable
-    │       └── ObjectArchived      the object is in an archive storage class: restore it first
+    │       └── ObjectArchived      the object sits in an archive storage class: rehydrate it first
     ├── IntegrityError              bytes do not match the checksum recorded at first sight
     ├── ShuttingDown                the daemon is draining and takes no new work
     ├── ApiError                    the HTTP API answered a problem: its status and detail (client side;

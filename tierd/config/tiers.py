@@ -1,30 +1,27 @@
-"""The tiers' configuration: each tier's kind, limits, retention, free-space marks and scrub."""
+"""What every tier is configured with (limits, retention, scrub, prices), and the POSIX tier.
+
+The object stores' tiers are in ``stores``, on ``ObjectStoreTier``'s shared keys.
+"""
 
 from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ByteSize, Field, SecretStr, field_validator, model_validator
+from pydantic import ByteSize, Field, field_validator, model_validator
 
 from tierd.config.values import Duration, Space, Strict
 from tierd.errors import ConfigError
 
 __all__ = [
     "FreeSpace",
-    "GCS_MAX_NAME_BYTES",
-    "GcsTier",
     "KeepBestConfig",
-    "Price",
-    "S3_ARCHIVE_CLASSES",
-    "S3_MAX_KEY_BYTES",
-    "S3StorageClass",
+    "ObjectStoreTier",
     "PosixTier",
-    "S3Tier",
+    "Price",
     "ScrubConfig",
     "TierBase",
-    "TierConfig",
     "TierRetention",
 ]
 
@@ -140,120 +137,31 @@ class PosixTier(TierBase):
     free_space: FreeSpace | None = None
 
 
-#: The longest object key S3 takes, in bytes of its UTF-8. AWS refuses longer keys; some
-#: S3-compatible stores (moto) accept them, so tierd checks before it sends one.
-S3_MAX_KEY_BYTES = 1024
+class ObjectStoreTier(TierBase):
+    """What the object stores' tiers share: a ``prefix``, under which a file's path is its name.
 
-
-#: S3's storage classes tierd writes with (``storage_class``); absent: the bucket's default.
-S3StorageClass = Literal[
-    "STANDARD", "STANDARD_IA", "INTELLIGENT_TIERING", "GLACIER_IR", "GLACIER", "DEEP_ARCHIVE"
-]
-#: Classes whose objects S3 must restore (RestoreObject) before a GET can read them.
-S3_ARCHIVE_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
-
-
-class S3Tier(TierBase):
-    """An S3-compatible bucket (AWS, MinIO, Ceph RGW, ...)."""
-
-    kind: Literal["s3"]
-    bucket: str = Field(min_length=3, max_length=63)
-    prefix: str = ""
-    endpoint_url: str | None = None
-    region: str | None = None
-    addressing_style: Literal["auto", "path", "virtual"] = "auto"
-    verify_tls: bool = True
-    access_key_id: str | None = None
-    secret_access_key: SecretStr | None = None
-    profile: str | None = None
-    part_size: ByteSize = Field(default=ByteSize(64 * 1024 * 1024), ge=5 * 1024 * 1024)
-    # ``auto``: lean requests and the endpoint cache, plus HTTP/1.1 pipelining of small GETs
-    # for a custom ``endpoint_url`` (not for AWS); ``off``: botocore alone.
-    fast_path: Literal["auto", "off"] = "auto"
-    storage_class: S3StorageClass | None = None
-    server_side_encryption: Literal["AES256", "aws:kms"] | None = None
-    sse_kms_key_id: str | None = Field(default=None, min_length=1, max_length=2048)
-    #: The bucket has S3 Object Lock: legal holds are set on its objects (checked at start).
-    object_lock: bool = False
-
-    @model_validator(mode="after")
-    def _placement(self) -> S3Tier:
-        if self.sse_kms_key_id is not None and self.server_side_encryption != "aws:kms":
-            raise ValueError("sse_kms_key_id: needs server_side_encryption: aws:kms")
-        if self.storage_class in S3_ARCHIVE_CLASSES:
-            what = f"storage_class {self.storage_class} (S3 must restore an object before it is read)"
-            if self.verify == "readback":
-                raise ValueError(f"verify: readback cannot read back objects of {what}; use native")
-            if self.scrub is not None:
-                raise ValueError(f"scrub: cannot read objects of {what}")
-        return self
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_free_space(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "free_space" in data:
-            raise ValueError("free_space: only POSIX tiers take free_space (a bucket does not fill up)")
-        return data
-
-    @field_validator("prefix")
-    @classmethod
-    def _prefix_shape(cls, prefix: str) -> str:
-        if prefix.startswith("/"):
-            raise ValueError("must not start with /")
-        if prefix and not prefix.endswith("/"):
-            prefix += "/"
-        size = len(prefix.encode("utf-8", "surrogateescape"))
-        if size >= S3_MAX_KEY_BYTES:
-            raise ValueError(
-                f"is {size:,} bytes in UTF-8: an S3 key (this prefix, then the path of a file under "
-                f"tier 0) is at most {S3_MAX_KEY_BYTES:,}"
-            )
-        return prefix
-
-
-# --- GCS (issue 28) ---------------------------------------------------------------------------
-
-#: The longest object name GCS takes, in bytes of its UTF-8.
-GCS_MAX_NAME_BYTES = 1024
-#: A resumable upload's chunks (all but the last) are multiples of this (GCS's rule).
-GCS_CHUNK_QUANTUM = 256 * 1024
-GCS_KMS_KEY = r"^projects/[^/]+/locations/[^/]+/keyRings/[^/]+/cryptoKeys/[^/]+$"
-
-
-class GcsTier(TierBase):
-    """A Google Cloud Storage bucket (or an emulator of the JSON API at ``endpoint_url``).
-
-    Credentials, first found: ``credentials_file`` (a service account's JSON key or an
-    ``authorized_user`` file), ``GOOGLE_APPLICATION_CREDENTIALS``, gcloud's application default
-    credentials, the metadata server of a GCE/GKE node. None at all for an emulator
-    (``endpoint_url`` or ``STORAGE_EMULATOR_HOST``) without a ``credentials_file``.
+    A store's name has a longest length (``max_name``, counted by ``name_size`` in
+    ``name_unit``); the prefix leaves room below it. No store takes ``free_space``.
     """
 
-    kind: Literal["gcs"]
-    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
     prefix: str = ""
-    endpoint_url: str | None = Field(default=None, pattern=r"^https?://[^/?#]+/?$")
-    verify_tls: bool = True
-    credentials_file: Path | None = None
-    #: Absent: the bucket's default class.
-    storage_class: Literal["STANDARD", "NEARLINE", "COLDLINE", "ARCHIVE"] | None = None
-    kms_key_name: str | None = Field(default=None, pattern=GCS_KMS_KEY)
-    #: Files bigger than this go up as resumable uploads in chunks of this size.
-    chunk_size: ByteSize = Field(default=ByteSize(16 * 1024 * 1024), ge=GCS_CHUNK_QUANTUM, le=1024**3)
+    max_name: ClassVar[int] = 1024
+    name_unit: ClassVar[str] = "bytes in UTF-8"
+    name_what: ClassVar[str] = "an object name"
+
+    @classmethod
+    def name_size(cls, name: str) -> int:
+        """How long ``name`` is as the store counts it (bytes of its UTF-8 unless overridden)."""
+        return len(name.encode("utf-8", "surrogateescape"))
 
     @model_validator(mode="before")
     @classmethod
     def _no_free_space(cls, data: Any) -> Any:
         if isinstance(data, dict) and "free_space" in data:
-            raise ValueError("free_space: only POSIX tiers take free_space (a bucket does not fill up)")
+            raise ValueError(
+                "free_space: only POSIX tiers take free_space (an object store does not fill up)"
+            )
         return data
-
-    @field_validator("chunk_size")
-    @classmethod
-    def _chunk_quantum(cls, size: ByteSize) -> ByteSize:
-        if size % GCS_CHUNK_QUANTUM:
-            raise ValueError(f"must be a multiple of 256 KiB ({GCS_CHUNK_QUANTUM:,} bytes): GCS's rule")
-        return size
 
     @field_validator("prefix")
     @classmethod
@@ -262,15 +170,10 @@ class GcsTier(TierBase):
             raise ValueError("must not start with /")
         if prefix and not prefix.endswith("/"):
             prefix += "/"
-        size = len(prefix.encode("utf-8", "surrogateescape"))
-        if size >= GCS_MAX_NAME_BYTES:
+        size = cls.name_size(prefix)
+        if size >= cls.max_name:
             raise ValueError(
-                f"is {size:,} bytes in UTF-8: a GCS object name is at most {GCS_MAX_NAME_BYTES:,}"
+                f"is {size:,} {cls.name_unit}: {cls.name_what} (this prefix, then the path of a file "
+                f"under tier 0) is at most {cls.max_name:,}"
             )
         return prefix
-
-
-# --- end GCS ----------------------------------------------------------------------------------
-
-
-TierConfig = Annotated[PosixTier | S3Tier | GcsTier, Field(discriminator="kind")]

@@ -6,11 +6,13 @@ object between tiers (server-side when the two allow it, else streamed).
 ``base`` (the interface, ``WriteRequest``, ``WriteBatch``), ``uploads`` (multipart uploads'
 state, kept so a restart resumes them), ``budget`` (the memory every buffer comes from),
 ``concurrency`` (bounded parallelism, blocking calls not cut short), ``hashing``
-(CRC64NVME of buffers), ``posix/``, ``s3/`` and ``gcs/`` (the stores).
+(CRC64NVME of buffers), ``ownermeta`` (a file's owner and mode as an object's metadata,
+as rclone names them), ``posix/``, ``s3/``, ``gcs/`` and ``azure/`` (the stores).
 
 ``s3/`` is imported when a tier needs it (``make_backend``, or ``S3Backend`` looked up here):
 aioboto3, botocore, aiohttp and the rest are 20 MB of a daemon's resident memory (128 MB
 after importing the daemon, 108 MB without them) that a daemon of POSIX tiers never uses.
+``azure/`` likewise: azure-storage-blob and azure-core load only for an Azure tier.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tierd.config import GcsTier, PosixTier, S3Tier
+from tierd.config import AnyTier, AzureTier, GcsTier, PosixTier
 from tierd.daemon.backends.base import (
     Backend,
     BytesReader,
@@ -75,7 +77,7 @@ __all__ = [
 
 
 def make_backend(
-    tier: PosixTier | S3Tier | GcsTier, *, budget: ByteBudget | None = None, written_by_jobs: bool = False
+    tier: AnyTier, *, budget: ByteBudget | None = None, written_by_jobs: bool = False
 ) -> Backend:
     """The backend for one tier's config (no I/O happens until it is used).
 
@@ -91,6 +93,12 @@ def make_backend(
 
         return GcsBackend(tier, budget=budget)
     # --- end GCS ---
+    # --- azure (issue 28) ---
+    if isinstance(tier, AzureTier):
+        from tierd.daemon.backends.azure import AzureBackend  # only when a tier is Azure
+
+        return AzureBackend(tier, budget=budget)
+    # --- end azure ---
     from tierd.daemon.backends.s3 import S3Backend  # only when a tier is S3: see above
 
     return S3Backend(tier, budget=budget)

@@ -21,7 +21,7 @@ store's own checksum when it has one, ``list`` never does; for both ``verified_b
 Owner and mode: ``WriteRequest`` (what ``write`` and ``WriteBatch.write`` take), ``SmallFile``
 and ``copy_from`` carry the ``Ownership`` recorded at first sight (None: not recorded). A
 POSIX tier gives the file that owner, group and mode before its rename (``posix.owner``);
-an object store keeps them as object metadata (``s3.metadata``: rclone's ``mode``, ``uid``,
+an object store keeps them as object metadata (``backends.ownermeta``: rclone's ``mode``, ``uid``,
 ``gid``), and its ``stat`` reports them back in ``ObjectInfo.owner``.
 
 Small files in groups: ``Backend.read_whole`` reads a group of small objects whole and

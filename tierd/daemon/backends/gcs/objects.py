@@ -11,7 +11,6 @@ rclone names it (``mode``, ``uid``, ``gid``). ``verify`` needs no byte: the serv
 from __future__ import annotations
 
 import base64
-import stat
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 from awscrt import checksums
 
 from tierd.daemon.backends.base import ObjectInfo, Ownership
+from tierd.daemon.backends.ownermeta import owner_from_metadata, owner_metadata
 
 __all__ = [
     "CRC32C_KEY",
@@ -27,15 +27,11 @@ __all__ = [
     "encode_crc32c",
     "info_from",
     "object_metadata",
-    "owner_from_metadata",
     "stored_checksums",
 ]
 
 CRC64_KEY = "crc64nvme"
 CRC32C_KEY = "crc32c"
-MODE, UID, GID = "mode", "uid", "gid"
-#: chown's ids are 32-bit and (uid_t)-1 means "leave it": the largest id a file can have.
-MAX_ID = 2**32 - 2
 
 
 def crc32c(view: memoryview | bytes, previous: int = 0) -> int:
@@ -50,27 +46,7 @@ def encode_crc32c(value: int) -> str:
 
 def object_metadata(crc64: str, crc32: int, owner: Ownership | None) -> dict[str, str]:
     """The user metadata written with an object."""
-    metadata = {CRC64_KEY: crc64, CRC32C_KEY: encode_crc32c(crc32)}
-    if owner is not None:
-        metadata |= {
-            MODE: f"0{stat.S_IFREG | (owner.mode & 0o7777):o}",
-            UID: str(owner.uid),
-            GID: str(owner.gid),
-        }
-    return metadata
-
-
-def owner_from_metadata(metadata: Mapping[str, str] | None) -> Ownership | None:
-    """The owner ``metadata`` records; None if it records none (never an error)."""
-    if not metadata:
-        return None
-    try:
-        uid, gid, mode = int(metadata[UID], 10), int(metadata[GID], 10), int(metadata[MODE], 8)
-    except (KeyError, ValueError):
-        return None
-    if not (0 <= uid <= MAX_ID and 0 <= gid <= MAX_ID) or mode < 0:
-        return None
-    return Ownership(uid, gid, stat.S_IMODE(mode))
+    return {CRC64_KEY: crc64, CRC32C_KEY: encode_crc32c(crc32)} | owner_metadata(owner)
 
 
 def stored_checksums(resource: Mapping[str, Any]) -> tuple[str | None, str | None, str | None]:

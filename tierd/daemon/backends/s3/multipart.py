@@ -100,7 +100,7 @@ class Multipart:
     ``active`` is the backend's set of UploadIds being written: an upload is in it from
     the moment the store hands out (or the resume store recalls) its UploadId until the
     write or copy ends, so the stale-upload sweep leaves it alone. ``metadata`` (user
-    metadata: the file's owner and mode, ``s3.metadata``) goes with the upload's creation.
+    metadata: the file's owner and mode, ``backends.ownermeta``) goes with the upload's creation.
     """
 
     def __init__(

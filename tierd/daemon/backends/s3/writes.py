@@ -31,10 +31,10 @@ from tierd.daemon.backends.base import (
 )
 from tierd.daemon.backends.budget import MIB
 from tierd.daemon.backends.hashing import crc64
+from tierd.daemon.backends.ownermeta import owner_metadata
 from tierd.daemon.backends.s3.bodies import BufferBody, TransferSettings
 from tierd.daemon.backends.s3.errors import s3_errors
 from tierd.daemon.backends.s3.fast.lean import LeanRequests
-from tierd.daemon.backends.s3.metadata import owner_metadata
 from tierd.daemon.backends.s3.multipart import Multipart
 from tierd.daemon.backends.s3.placement import placement_headers, placement_params
 from tierd.errors import IntegrityError, TierdError
@@ -81,7 +81,7 @@ class S3Writes(Backend):
     async def write(self, request: WriteRequest) -> ObjectInfo:
         """Upload and verify (see the module docstring).
 
-        The request's ``owner`` goes with the object as user metadata (``s3.metadata``:
+        The request's ``owner`` goes with the object as user metadata (``backends.ownermeta``:
         PutObject, or the multipart upload's creation; a resumed upload keeps what it was
         created with). With its ``resume``, an interrupted multipart upload is picked up where
         it stopped. Raises IntegrityError when the bytes read, or what the store holds, do not
