@@ -108,9 +108,21 @@ def _show_lines(c: JsonObject) -> list[str]:
     lines += ["", *table(("TIER", "STATE", "VERIFIED (UTC)", "DELETE AFTER (UTC)", "NOTE"), replicas)]
     lines += parts_lines(c)
     files = [
-        (f["path"], format_bytes(f["size"]), f"{f['checksum_algorithm']}:{f['checksum']}") for f in c["files"]
+        (
+            f["path"],
+            format_bytes(f["size"]),
+            _owner(f),
+            f["mode"] or "-",
+            f"{f['checksum_algorithm']}:{f['checksum']}",
+        )
+        for f in c["files"]
     ]
-    return [*lines, "", *table(("FILE", "SIZE", "CHECKSUM"), files, right=(1,))]
+    return [*lines, "", *table(("FILE", "SIZE", "OWNER", "MODE", "CHECKSUM"), files, right=(1,))]
+
+
+def _owner(f: JsonObject) -> str:
+    """``uid:gid`` as numbers (``ls -n``): the CLI may run where the daemon's names mean nothing."""
+    return "-" if f["uid"] is None else f"{f['uid']}:{f['gid']}"
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:

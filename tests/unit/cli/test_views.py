@@ -44,15 +44,24 @@ async def test_show_a_checkpoint_with_its_replicas_and_files(cli: Cli) -> None:
         "nvme  verified  2026-01-01 00:05:00  -",
         "pfs   verified  2026-01-01 00:05:00  -",
     ]
-    files = lines[lines.index("FILE                             SIZE  CHECKSUM") + 1 :]
-    assert [f.split()[:2] for f in files] == [
-        ["demo/step00005/.metadata", "5"],
-        ["demo/step00005/shard0.distcp", "1.0"],
-        ["demo/step00005/shard1.distcp", "1.0"],
+    files = lines[lines.index("FILE                             SIZE  OWNER  MODE  CHECKSUM") + 1 :]
+    assert [f.split()[:2] + f.split()[3:5] for f in files] == [
+        ["demo/step00005/.metadata", "5", "-", "-"],
+        ["demo/step00005/shard0.distcp", "1.0", "-", "-"],
+        ["demo/step00005/shard1.distcp", "1.0", "-", "-"],
     ]
     body = (await cli("show", str(cid), "--json")).json()
     assert (body["id"], body["pinned"], body["metrics"]) == (cid, True, {"eval_loss": 1.25})
     assert len(body["files"]) == 3
+
+
+async def test_show_names_each_files_owner_and_mode_at_first_sight(cli: Cli) -> None:
+    cid = await cli.world.add(6, on=BOTH, owner=(1234, 5678, 0o640))
+    lines = (await cli("show", str(cid))).lines
+    files = lines[lines.index("FILE                             SIZE  OWNER      MODE  CHECKSUM") + 1 :]
+    assert [f.split()[3:5] for f in files] == [["1234:5678", "0640"]] * 3
+    body = (await cli("show", str(cid), "--json")).json()
+    assert {(f["uid"], f["gid"], f["mode"]) for f in body["files"]} == {(1234, 5678, "0640")}
 
 
 async def test_tiers(cli: Cli) -> None:
