@@ -13,6 +13,7 @@ from tierd.errors import ConfigError
 __all__ = [
     "FreeSpace",
     "KeepBestConfig",
+    "PeerTier",
     "S3_MAX_KEY_BYTES",
     "PosixTier",
     "S3Tier",
@@ -123,6 +124,31 @@ class PosixTier(TierBase):
     kind: Literal["posix"]
     path: Path
     free_space: FreeSpace | None = None
+
+
+class PeerTier(TierBase):
+    """``kind: peer``: copies of this node's tier-0 parts on other nodes, and theirs here.
+
+    It sits beside the chain of tiers, not in it (``Config.peer``): the chain's next hop goes
+    on from tier 0 while the peer copies are made. ``path`` is this node's own peer directory
+    (NVMe or RAM), where the other nodes' parts land; ``replicas`` how many other nodes get a
+    copy of each of this node's parts. Never shared and never durable: it is a node's disk.
+    """
+
+    kind: Literal["peer"]
+    path: Path
+    replicas: int = Field(default=1, ge=1, le=16)
+    free_space: FreeSpace | None = None
+    durable: bool = False
+    shared: bool = False
+
+    @model_validator(mode="after")
+    def _node_local(self) -> PeerTier:
+        if self.durable:
+            raise ValueError("durable: a peer tier is another node's disk, never durable")
+        if self.shared:
+            raise ValueError("shared: a peer tier is node-local (each node has its own peer directory)")
+        return self
 
 
 #: The longest object key S3 takes, in bytes of its UTF-8. AWS refuses longer keys; some

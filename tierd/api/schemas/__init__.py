@@ -15,4 +15,5 @@ view), and it sends no query itself.
 - ``jobs``        copies, deletions and restores in flight
 - ``audit``       the audit log
 - ``fleet``       the nodes of a fleet and its leader
+- ``peer``        a file held for another node, and a removal
 """

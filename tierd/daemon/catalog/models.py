@@ -432,6 +432,10 @@ class Node(Base):
     api: Mapped[str] = mapped_column(String(255), default="")
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    #: ``fleet.advertise_url``: where its peers reach its API (None: not reachable by peers).
+    advertise_url: Mapped[str | None] = mapped_column(String(255), default=None)
+    #: ``fleet.failure_domain``: what fails with it (None: a domain of its own).
+    failure_domain: Mapped[str | None] = mapped_column(String(64), default=None)
 
 
 class FleetLease(Base):
