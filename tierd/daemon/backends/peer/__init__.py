@@ -2,7 +2,9 @@
 
 ``store`` (the receiving side: this node's peer directory, where other nodes' parts land
 through the API's ``/v1/peer`` routes, each file checked against its first-sight CRC64NVME),
-``stream`` (an HTTP request body as the RangeReader the POSIX write path reads).
+``stream`` (an HTTP request body as the RangeReader the POSIX write path reads),
+``choose`` (which nodes hold each node's part: a ring per step, failure domains interleaved),
+``client`` (the sending side: a file streamed to its peers, the next one tried on a refusal).
 """
 
 from __future__ import annotations
