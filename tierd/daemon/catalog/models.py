@@ -254,6 +254,21 @@ class PartReplica(Base):
     part: Mapped[Part] = relationship(back_populates="replicas")
 
 
+class PeerCopy(Base):
+    """A part's copy on another node's peer tier (``ReplicaState`` values); ``holder`` names that node."""
+
+    __tablename__ = "peer_copies"
+    __table_args__ = (UniqueConstraint("part_id", "holder"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    part_id: Mapped[int] = mapped_column(ForeignKey("parts.id", ondelete="CASCADE"))
+    holder: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16), default=ReplicaState.PENDING.value)
+    verified_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+
 class File(Base):
     """One file of a checkpoint with the checksum taken at first sight, in the part that holds it."""
 
