@@ -21,6 +21,8 @@ from tierd.api.app import create_app
 from tierd.api.server import ApiService
 from tierd.daemon.backends.peer import PeerStore
 from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import Part, ReplicaState
+from tierd.daemon.catalog.peer_copies import mark_peer_copy
 from tierd.daemon.checksum import Crc64
 
 PEER = {"Authorization": "Bearer p-token"}
@@ -45,6 +47,7 @@ class Served:
     port: int
     peer_dir: Path
     store: PeerStore
+    world: World
 
     async def put(self, data: bytes, path: str = FILE, checksum: str | None = None) -> httpx.Response:
         headers = {**PEER, "x-tierd-crc64nvme": checksum or crc(data)}
@@ -70,7 +73,7 @@ async def serve(tmp_path: Path, db: Database, **peer: object) -> AsyncIterator[S
     api = ApiService(create_app(world.service.ctx), "127.0.0.1", 0)
     await api.start()
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{api.port}") as client:
-        yield Served(client, api.port, peer_dir, api.app.state.peer)
+        yield Served(client, api.port, peer_dir, api.app.state.peer, world)
     await api.stop(5)
 
 
@@ -234,3 +237,31 @@ async def test_a_node_without_a_peer_tier_holds_nothing(tmp_path: Path, sqlite_d
         await api.stop(5)
     assert answer.status_code == 404
     assert "no peer tier" in answer.json()["detail"]
+
+
+async def test_a_checkpoint_says_whether_one_nodes_loss_loses_it(served: Served) -> None:
+    """``node_loss`` in ``GET /v1/checkpoints/{id}``: safe once every part is verified elsewhere."""
+    checkpoint_id = await served.world.add(1, on={"nvme": "verified", "pfs": "copying"})
+    db = served.world.db
+    with db.session() as s:
+        parts = [Part(checkpoint_id=checkpoint_id, node=n) for n in ("node-a", "node-b")]
+        s.add_all(parts)
+        s.flush()
+        mark_peer_copy(s, parts[0].id, "node-b", ReplicaState.VERIFIED)
+        mark_peer_copy(s, parts[1].id, "node-a", ReplicaState.COPYING)
+        second = parts[1].id
+    read = {"Authorization": "Bearer a-token"}
+    answer = (await served.client.get(f"/v1/checkpoints/{checkpoint_id}", headers=read)).json()
+    assert answer["node_loss"] == {
+        "safe": False,
+        "since": None,
+        "peer_copies": [
+            {"node": "node-a", "holder": "node-b", "state": "verified"},
+            {"node": "node-b", "holder": "node-a", "state": "copying"},
+        ],
+    }
+    with db.session() as s:
+        mark_peer_copy(s, second, "node-a", ReplicaState.VERIFIED)
+    answer = (await served.client.get(f"/v1/checkpoints/{checkpoint_id}", headers=read)).json()
+    assert answer["node_loss"]["safe"] is True
+    assert answer["node_loss"]["since"] is not None

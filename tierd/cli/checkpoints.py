@@ -93,6 +93,7 @@ def _show_lines(c: JsonObject) -> list[str]:
             for h in c["holds"]
         ),
         ("metrics", " ".join(f"{k}={v:g}" for k, v in sorted(c["metrics"].items())) or "-"),
+        ("node loss", _node_loss(c.get("node_loss"))),
     ]
     lines = [checkpoint_label(c), *(f"  {line}" for line in table(("", ""), facts)[1:])]
     replicas = [
@@ -111,6 +112,16 @@ def _show_lines(c: JsonObject) -> list[str]:
         (f["path"], format_bytes(f["size"]), f"{f['checksum_algorithm']}:{f['checksum']}") for f in c["files"]
     ]
     return [*lines, "", *table(("FILE", "SIZE", "CHECKSUM"), files, right=(1,))]
+
+
+def _node_loss(loss: JsonObject | None) -> str:
+    """Whether the loss of one node loses the step: safe since when, or what holds copies."""
+    if loss is None:
+        return "-"
+    if loss["safe"]:
+        return f"safe since {format_time(loss['since'])}"
+    held = ", ".join(f"{p['node']} on {p['holder']} ({p['state']})" for p in loss["peer_copies"])
+    return "not safe: a part is verified only on its own node" + (f"; peer copies: {held}" if held else "")
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
