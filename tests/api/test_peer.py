@@ -265,3 +265,5 @@ async def test_a_checkpoint_says_whether_one_nodes_loss_loses_it(served: Served)
     answer = (await served.client.get(f"/v1/checkpoints/{checkpoint_id}", headers=read)).json()
     assert answer["node_loss"]["safe"] is True
     assert answer["node_loss"]["since"] is not None
+    metrics = (await served.client.get("/metrics")).text
+    assert "\ntierd_node_loss_recovery_point_age_seconds " in metrics

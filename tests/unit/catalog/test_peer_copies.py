@@ -6,7 +6,12 @@ from datetime import datetime
 
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Checkpoint, Part, PartReplica, Replica, ReplicaState, Run
-from tierd.daemon.catalog.peer_copies import mark_peer_copy, peer_copies_of, safe_since
+from tierd.daemon.catalog.peer_copies import (
+    mark_peer_copy,
+    newest_safe_created_at,
+    peer_copies_of,
+    safe_since,
+)
 
 SHARED = ("pfs",)
 
@@ -90,3 +95,21 @@ def test_a_part_verified_on_a_shared_tier_or_the_whole_step_counts(db: Database)
             )
         )
     assert _safe(db, other) is not None
+
+
+def test_the_newest_safe_step_is_the_recovery_point_for_one_node_lost(db: Database) -> None:
+    older, older_parts = _step(db, ("a", "b"), "older")
+    newer, newer_parts = _step(db, ("a", "b"), "newer")
+    with db.read_session() as s:
+        assert newest_safe_created_at(s, SHARED) is None
+    with db.session() as s:
+        mark_peer_copy(s, older_parts["a"], "b", ReplicaState.VERIFIED)
+        mark_peer_copy(s, older_parts["b"], "a", ReplicaState.VERIFIED)
+        mark_peer_copy(s, newer_parts["a"], "b", ReplicaState.VERIFIED)
+    with db.read_session() as s:
+        created = {c.id: c.created_at for c in s.query(Checkpoint)}
+        assert newest_safe_created_at(s, SHARED) == created[older]
+    with db.session() as s:
+        mark_peer_copy(s, newer_parts["b"], "a", ReplicaState.VERIFIED)
+    with db.read_session() as s:
+        assert newest_safe_created_at(s, SHARED) == created[newer]

@@ -15,9 +15,21 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.dialect import insert_or_update
-from tierd.daemon.catalog.models import Part, PartReplica, PeerCopy, Replica, ReplicaState, utcnow
+from tierd.daemon.catalog.models import (
+    Checkpoint,
+    CheckpointState,
+    Part,
+    PartReplica,
+    PeerCopy,
+    Replica,
+    ReplicaState,
+    utcnow,
+)
 
-__all__ = ["mark_peer_copy", "peer_copies_of", "safe_since"]
+__all__ = ["LOOK_BACK", "mark_peer_copy", "newest_safe_created_at", "peer_copies_of", "safe_since"]
+
+#: How many of the newest complete steps ``newest_safe_created_at`` looks at (a scrape's bound).
+LOOK_BACK = 32
 
 _COPIES = PeerCopy.metadata.tables[PeerCopy.__tablename__]
 
@@ -84,3 +96,22 @@ def safe_since(session: Session, checkpoint_id: int, shared_tiers: Collection[st
         return whole
     parts_safe = max(at for at in earliest.values() if at is not None)
     return parts_safe if whole is None else min(parts_safe, whole)
+
+
+def newest_safe_created_at(
+    session: Session, shared_tiers: Collection[str], look_back: int = LOOK_BACK
+) -> datetime | None:
+    """When the newest complete step safe against one node's loss was created, among the newest ``look_back``.
+
+    None when none of them is safe (the recovery point for "one node lost" is older, or absent).
+    """
+    newest = session.execute(
+        select(Checkpoint.id, Checkpoint.created_at)
+        .where(Checkpoint.state == CheckpointState.COMPLETE.value)
+        .order_by(Checkpoint.created_at.desc(), Checkpoint.id.desc())
+        .limit(look_back)
+    )
+    for checkpoint_id, created_at in newest.all():
+        if safe_since(session, checkpoint_id, shared_tiers) is not None:
+            return created_at
+    return None

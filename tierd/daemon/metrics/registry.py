@@ -90,7 +90,8 @@ class Metrics:
             "1 while this daemon leads the fleet's shared tiers (deletes, evicts, scrubs on them)",
             registry=self.registry,
         )
-        self.registry.register(CatalogCollector(db, tiers, leads))
+        shared = [tier.name for tier in config.tiers if tier.shared]
+        self.registry.register(CatalogCollector(db, tiers, leads, shared))
         self.tiers = TierCollector(db, config, acts_on)
         self.registry.register(self.tiers)
 
