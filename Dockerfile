@@ -47,7 +47,8 @@ RUN printf '%s\n' "$REVISION" > tierd/REVISION \
 # A read-only root file system is the way to run it: nothing is written beside the code.
 ENV PATH=/opt/tierd/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
-    TIERD_CONFIG=/etc/tierd/config.yaml
+    TIERD_CONFIG=/etc/tierd/config.yaml \
+    MALLOC_ARENA_MAX=2
 USER 8470:8470
 WORKDIR /var/lib/tierd
 EXPOSE 8470

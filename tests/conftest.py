@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.s3servers",
+    "tests.fixtures.gcsemulator",
+    "tests.fixtures.azurite",
     "tests.fixtures.fleet",
     "tests.fixtures.docker",
 ]

@@ -17,6 +17,7 @@
     │   ├── TransientBackendError   network blips, throttling, 5xx: retryable
     │   │   └── NoSpace             the tier's file system or quota is full (retryable: space may return)
     │   └── PermanentBackendError   access denied, no such bucket, bad request: not retryable
+    │       └── ObjectArchived      the object sits in an archive storage class: rehydrate it first
     ├── IntegrityError              bytes do not match the checksum recorded at first sight
     ├── ShuttingDown                the daemon is draining and takes no new work
     ├── ApiError                    the HTTP API answered a problem: its status and detail (client side;
@@ -45,6 +46,7 @@ __all__ = [
     "NoSpace",
     "NotFound",
     "NotifyRejected",
+    "ObjectArchived",
     "PermanentBackendError",
     "Refused",
     "RestoreRefused",
@@ -142,6 +144,10 @@ class NoSpace(TransientBackendError):
 
 class PermanentBackendError(BackendError):
     """A failure that retrying will not fix (access denied, missing bucket)."""
+
+
+class ObjectArchived(PermanentBackendError):
+    """The object sits in an archive storage class: the store must rehydrate it before a read."""
 
 
 class IntegrityError(TierdError):

@@ -5,6 +5,9 @@ runs changed every request's answer to a 500 when it was read on each one. The d
 the files again on SIGHUP (``systemctl reload tierd``), so a token can be rotated without a
 restart. A file that cannot be read (or is empty) is a ConfigError naming its key at start;
 at a reload that token keeps its old value and a warning ``token_file_unreadable`` says why.
+A token file any user may read, one larger than 64 KiB, or one holding a space, a line break
+or a control character inside the token is refused the same way (``read_token_file``, which
+the CLI's ``--token-file`` uses too): a token every local user can read is no secret.
 A reload whose config changes ``api.tokens`` replaces the whole set (``replace``), or nothing
 when one of the new tokens cannot be read.
 """
@@ -12,17 +15,23 @@ when one of the new tokens cannot be read.
 from __future__ import annotations
 
 import hmac
+import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from tierd.config import TokenConfig
 from tierd.errors import ConfigError
 from tierd.logs import get_logger
 
-__all__ = ["Keyring", "Token"]
+__all__ = ["MAX_TOKEN_FILE_BYTES", "Keyring", "Token", "read_token_file"]
 
 log = get_logger(__name__)
+
+#: A token file larger than this is not a token (a wrong path, a key bundle): refused unread.
+MAX_TOKEN_FILE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -77,12 +86,35 @@ class Keyring:
         log.info("tokens_reloaded", tokens=len(fresh))
 
 
-def _load(index: int, config: TokenConfig) -> Token:
-    key = f"api.tokens.{index}." + ("token" if config.token_file is None else "token_file")
+def read_token_file(path: Path) -> str:
+    """The token held in file ``path``; ValueError says why it holds none (never quoting it)."""
     try:
-        secret = config.secret()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([f"{key}: cannot read {config.token_file}: {exc}"]) from None
+        with path.open("rb") as file:
+            mode = os.fstat(file.fileno()).st_mode
+            if mode & stat.S_IROTH:
+                raise ValueError(f"every user may read it (mode {stat.S_IMODE(mode):o}); chmod o-r {path}")
+            data = file.read(MAX_TOKEN_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"cannot read: {exc.strerror}") from None
+    if len(data) > MAX_TOKEN_FILE_BYTES:
+        raise ValueError(f"larger than {MAX_TOKEN_FILE_BYTES} bytes, not a token")
+    secret = data.strip()
     if not secret:
-        raise ConfigError([f"{key}: is empty"])
+        raise ValueError("is empty")
+    if not all(0x21 <= byte <= 0x7E for byte in secret):
+        raise ValueError("holds a space, a line break, a control or a non-ASCII character inside the token")
+    return secret.decode("ascii")
+
+
+def _load(index: int, config: TokenConfig) -> Token:
+    if config.token_file is not None:
+        key = f"api.tokens.{index}.token_file"
+        try:
+            secret = read_token_file(config.token_file)
+        except ValueError as exc:
+            raise ConfigError([f"{key}: {exc} ({config.token_file})"]) from None
+    else:
+        secret = config.secret()
+        if not secret:
+            raise ConfigError([f"api.tokens.{index}.token: is empty"])
     return Token(config.name, config.role, secret.encode())

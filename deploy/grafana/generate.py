@@ -237,6 +237,17 @@ def space() -> list[Panel]:
             [query(f"max by (tier) (tierd_verified_bytes{{{JOB}}})", "{{tier}}")],
         ),
         panel(
+            "Monthly storage cost by tier",
+            "timeseries",
+            "none",
+            [
+                query(
+                    f"max by (tier, storage_class) (tierd_tier_storage_cost_per_month{{{JOB}}})",
+                    "{{tier}} {{storage_class}}",
+                )
+            ],
+        ),
+        panel(
             "Deletions and evictions",
             "timeseries",
             "ops",

@@ -68,6 +68,7 @@ OPERATION_IDS = {
     ("head", "/v1/peer/{node}/{checkpoint_id}/files/{relpath}"): "headPeerFile",
     ("delete", "/v1/peer/{node}/{checkpoint_id}/files/{relpath}"): "deletePeerFile",
     ("delete", "/v1/peer/{node}/{checkpoint_id}"): "deletePeerPart",
+    ("get", "/v1/usage"): "getUsage",
 }
 
 

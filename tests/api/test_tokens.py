@@ -36,6 +36,7 @@ async def served(tmp_path: Path, sqlite_db: Database) -> AsyncIterator[Served]:
     """The API with one token given by a file (``ops.token``, holding ``first``)."""
     token_file = tmp_path / "ops.token"
     token_file.write_text("first\n")
+    token_file.chmod(0o600)
     tokens = [{"name": "ops", "token_file": str(token_file), "role": "admin"}]
     world = World.make(
         tmp_path, sqlite_db, [posix_tier(tmp_path, "nvme")], api={"listen": "127.0.0.1:0", "tokens": tokens}
@@ -69,6 +70,7 @@ async def test_a_reload_reads_the_files_again_and_keeps_a_token_whose_file_is_go
     assert await served.status("first") == 200
 
     served.token_file.write_text("second\n")
+    served.token_file.chmod(0o600)
     served.ctx.tokens.reload()
     assert await served.status("second") == 200
     assert await served.status("first") == 401

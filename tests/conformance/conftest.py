@@ -18,7 +18,12 @@ async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     server = None
     if kind.startswith("s3-"):
         server = request.getfixturevalue(f"{kind.removeprefix('s3-')}_server")
-    harness = Harness(kind, tmp_path, server)
+    gcs = request.getfixturevalue("gcs_emulator") if kind == "gcs" else None
+    # --- azure (issue 28) ---
+    if kind == "azure":
+        server = request.getfixturevalue("azurite_server")
+    # --- end azure ---
+    harness = Harness(kind, tmp_path, server, gcs)
     yield harness
     for backend in harness.created:
         await backend.close()

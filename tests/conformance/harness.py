@@ -15,6 +15,9 @@ from typing import Any
 
 import pytest
 
+from tests.conformance import azure_harness
+from tests.fixtures.azurite import AzuriteServer
+from tests.fixtures.gcsemulator import GcsEmulator
 from tests.fixtures.s3servers import S3Server
 from tierd.config import PosixTier
 from tierd.daemon import checksum
@@ -25,7 +28,7 @@ from tierd.errors import TransientBackendError
 MIB = 1024 * 1024
 PART = 5 * MIB  # the smallest part S3 allows; S3 tiers in these tests use it
 
-BACKENDS = ["posix", "s3-moto", "s3-rclone"]
+BACKENDS = ["posix", "s3-moto", "s3-rclone", "gcs", "azure"]
 
 # capability -> why this backend cannot show it. Tests call ``harness.require(capability)``.
 SKIP: dict[str, dict[str, str]] = {
@@ -39,6 +42,23 @@ SKIP: dict[str, dict[str, str]] = {
         "native_checksum": "rclone serve s3 reports no CRC64NVME for multipart objects",
         "multipart_copy": "rclone serve s3 answers UploadPartCopy without an ETag (rclone#7454)",
     },
+    # --- GCS (issue 28) ---
+    "gcs": {
+        "directories": "an object store has keys, not directories: nothing unrecorded shares a prefix's fate",
+        "listed_uploads": "the JSON API cannot list resumable sessions: a killed upload leaves no "
+        "object, an abandoned session expires after a week",
+        "many_objects": "gcp-storage-emulator serves one request at a time in Python: a thousand "
+        "writes and deletes take minutes on a loaded 2-core machine",
+    },
+    # --- end GCS ---
+    # --- azure (issue 28) ---
+    "azure": {
+        "directories": "a container has names, not directories: nothing unrecorded shares a prefix's fate",
+        "uploads_per_key": "a blob holds the staged blocks of every attempt together: one leftover per name",
+        "abort_drops_blocks": "Azurite keeps the staged blocks of a blob deleted before its commit, and a "
+        "later commit of the name uses them (each was CRC64-checked: the bytes are right)",
+    },
+    # --- end azure ---
 }
 
 
@@ -55,7 +75,8 @@ class Harness:
 
     kind: str
     tmp_path: Path
-    server: S3Server | None = None
+    server: S3Server | AzuriteServer | None = None
+    gcs: GcsEmulator | None = None
     created: list[Backend] = field(default_factory=list)
 
     def require(self, capability: str) -> None:
@@ -81,11 +102,17 @@ class Harness:
         """A fresh, empty backend (new directory or new bucket)."""
         own_budget = ByteBudget(budget) if budget else None
         backend: Backend
-        if self.server is None:
+        if self.gcs is not None:  # GCS (issue 28): chunks are the emulator tier's 5 MiB
+            from tierd.daemon.backends.gcs import GcsBackend
+
+            backend = GcsBackend(self.gcs.new_tier(concurrency=concurrency, verify=verify), budget=own_budget)
+        elif self.server is None:
             root = self.tmp_path / f"root{len(self.created)}"
             root.mkdir()
             tier = PosixTier(name="posix", kind="posix", path=root, concurrency=concurrency, verify=verify)
             backend = PosixBackend(tier, budget=own_budget, chunk_size=chunk_size or CHUNK_SIZE)
+        elif isinstance(self.server, AzuriteServer):  # azure (issue 28)
+            backend = azure_harness.make(self.server, own_budget, concurrency=concurrency, verify=verify)
         else:
             tier_s3 = self.server.new_tier(concurrency=concurrency, verify=verify)
             if chunk_size:
@@ -101,14 +128,17 @@ class Harness:
 
         Returns the temp file's path or the UploadId.
         """
+        self.require("listed_uploads")
         if isinstance(backend, PosixBackend):
             path = backend.root / relpath
             path.parent.mkdir(parents=True, exist_ok=True)
             temp = path.parent / f".{path.name}{TEMP_MARK}deadbeef"
             temp.write_bytes(b"partial")
             return str(temp)
+        if azure_harness.is_azure(backend):  # azure (issue 28)
+            return azure_harness.leave_debris(backend, relpath)
         assert isinstance(backend, S3Backend)
-        assert self.server is not None
+        assert isinstance(self.server, S3Server)
         created = self.server.client().create_multipart_upload(
             Bucket=backend.bucket, Key=backend.prefix + relpath
         )
@@ -117,6 +147,7 @@ class Harness:
 
     def debris_left(self, backend: Backend) -> list[str]:
         """The relpath each leftover (temp file, open multipart upload) belongs to, sorted."""
+        self.require("listed_uploads")
         if isinstance(backend, PosixBackend):
             found = []
             for dirpath, _, names in os.walk(backend.root):
@@ -126,15 +157,20 @@ class Harness:
                         final = name[1 : name.index(TEMP_MARK)]
                         found.append(final if rel == "." else f"{rel}/{final}")
             return sorted(found)
+        if azure_harness.is_azure(backend):  # azure (issue 28)
+            return azure_harness.debris_left(backend)
         assert isinstance(backend, S3Backend)
-        assert self.server is not None
+        assert isinstance(self.server, S3Server)
         listing = self.server.client().list_multipart_uploads(Bucket=backend.bucket)
         return sorted(u["Key"].removeprefix(backend.prefix) for u in listing.get("Uploads", []))
 
     def abort_behind(self, backend: Backend) -> int:
         """Abort every open multipart upload from outside, as a lifecycle rule would."""
+        self.require("listed_uploads")
+        if azure_harness.is_azure(backend):  # azure (issue 28)
+            return azure_harness.abort_behind(backend)
         assert isinstance(backend, S3Backend)
-        assert self.server is not None
+        assert isinstance(self.server, S3Server)
         client = self.server.client()
         uploads = client.list_multipart_uploads(Bucket=backend.bucket).get("Uploads", [])
         for u in uploads:

@@ -28,6 +28,7 @@ async def test_remove_checkpoint_removes_its_files_and_only_those(backend: Backe
 
 
 async def test_remove_checkpoint_of_more_files_than_one_delete_call(harness: Harness) -> None:
+    harness.require("many_objects")
     backend = await harness.make(concurrency=32)
     files = [f"big/step/f{i:05d}" for i in range(DELETE_BATCH + 5)]
     await put(backend, files)

@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from tests.fixtures.net import free_port
 from tests.fixtures.world import FileRow, ReplicaRow, record
-from tierd.config import Config, PosixTier, S3Tier
+from tierd.config import Config, GcsTier, PosixTier, S3Tier
 from tierd.daemon import checksum
 from tierd.daemon.catalog.audit import list_events
 from tierd.daemon.catalog.db import Database
@@ -124,7 +124,7 @@ def wait_for(predicate: Callable[[], T | None], timeout: float, what: str, inter
         time.sleep(interval)
 
 
-def tier_dict(tier: PosixTier | S3Tier) -> dict[str, Any]:
+def tier_dict(tier: PosixTier | S3Tier | GcsTier) -> dict[str, Any]:
     """A tier as config-file YAML, secrets included."""
     data = tier.model_dump(mode="json", exclude_none=True)
     if isinstance(tier, S3Tier) and tier.secret_access_key is not None:

@@ -1,24 +1,12 @@
 """What the fleet tests' training jobs write: a real multi-process DCP save over node-local
-tier-0 directories, and DCP-like steps written by hand."""
+tier-0 directories, and DCP-like steps written by hand. torch is imported by the functions that
+use it: the serial fleet tests only write steps by hand, and importing torch costs ~5 s of CPU."""
 
 from __future__ import annotations
 
 import pickle
 from collections.abc import Sequence
 from pathlib import Path
-
-import torch
-import torch.distributed as dist
-from torch.distributed.checkpoint.filesystem import FileSystemWriter, _StorageInfo
-from torch.distributed.checkpoint.metadata import (
-    ChunkStorageMetadata,
-    Metadata,
-    MetadataIndex,
-    TensorProperties,
-    TensorStorageMetadata,
-)
-from torch.distributed.checkpoint.state_dict_saver import save
-from torch.multiprocessing.spawn import start_processes
 
 from tests.integration.daemon_helpers import write_files
 
@@ -35,6 +23,11 @@ def shard_name(rank: int) -> str:
 
 def _rank(rank: int, world: int, init_file: str, dirs: Sequence[str], step: int) -> None:
     """One rank: its own tensor, saved with DCP into its node's directory (gloo collectives)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+    from torch.distributed.checkpoint.state_dict_saver import save
+
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.manual_seed(step * 1000 + rank)
     state = {f"rank{rank}": {"weight": torch.randn(SHARD_FLOATS)}}
@@ -48,6 +41,8 @@ def _rank(rank: int, world: int, init_file: str, dirs: Sequence[str], step: int)
 def dcp_save(init_file: Path, rank_dirs: Sequence[Path], step: int) -> None:
     """Save ``step`` with one process per rank, rank r into ``rank_dirs[r]/step_{step}``
     (rank 0, the coordinator, also writes ``.metadata`` there); returns when every rank is done."""
+    from torch.multiprocessing.spawn import start_processes
+
     dirs = [str(d) for d in rank_dirs]
     start_processes(  # type: ignore[no-untyped-call]
         _rank, args=(len(dirs), str(init_file), dirs, step), nprocs=len(dirs), start_method="spawn"
@@ -57,6 +52,16 @@ def dcp_save(init_file: Path, rank_dirs: Sequence[Path], step: int) -> None:
 def dcp_metadata(shard_sizes: Sequence[int]) -> bytes:
     """A real DCP ``.metadata`` pickle naming rank r's shard ``__r_0.distcp`` of ``shard_sizes[r]``
     bytes (one float32 tensor per rank), as the coordinator writes it after a save."""
+    import torch
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import (
+        ChunkStorageMetadata,
+        Metadata,
+        MetadataIndex,
+        TensorProperties,
+        TensorStorageMetadata,
+    )
+
     tensors: dict[str, TensorStorageMetadata] = {}
     storage: dict[MetadataIndex, _StorageInfo] = {}
     for rank, size in enumerate(shard_sizes):

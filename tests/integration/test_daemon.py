@@ -110,6 +110,7 @@ def test_sighup_reads_the_token_files_again(tmp_path: Path) -> None:
     """Rotating a token needs no restart; a file gone at the reload keeps its token (logged)."""
     token_file = tmp_path / "ops.token"
     token_file.write_text("first\n")
+    token_file.chmod(0o600)
     port = free_port()
     tokens = [{"name": "ops", "token_file": str(token_file), "role": "admin"}]
     data = posix_config_dict(
@@ -135,8 +136,16 @@ def test_sighup_reads_the_token_files_again(tmp_path: Path) -> None:
         assert (status("first"), status("second")) == (200, 401)
 
         token_file.write_text("second\n")
+        token_file.chmod(0o644)  # every user could read it: refused, the old token stays
         daemon.signal(signal.SIGHUP)
         wait_for(lambda: len(reloads()) == 2, 30, "the second reload")
+        unreadable = [e for e in daemon.events() if e["event"] == "token_file_unreadable"]
+        assert "every user may read it (mode 644)" in str(unreadable[-1]["error"])
+        assert (status("first"), status("second")) == (200, 401)
+
+        token_file.chmod(0o600)
+        daemon.signal(signal.SIGHUP)
+        wait_for(lambda: len(reloads()) == 3, 30, "the third reload")
         assert (status("first"), status("second")) == (401, 200)
         assert daemon.alive()
     finally:
@@ -151,3 +160,18 @@ def test_run_refuses_a_token_file_it_cannot_read_naming_the_key(tmp_path: Path) 
         result = _tierd(*command)
         assert result.returncode == 78, result.stderr
         assert "api.tokens.0.token_file: cannot read" in result.stderr
+
+
+def test_run_refuses_a_token_file_every_user_may_read(tmp_path: Path) -> None:
+    """A token any local user can read is no secret: exit 78 naming the key, never the token."""
+    token_file = tmp_path / "ops.token"
+    token_file.write_text("hunter2-token\n")
+    token_file.chmod(0o644)
+    tokens = [{"name": "ops", "token_file": str(token_file), "role": "admin"}]
+    path = tmp_path / "tokens.yaml"
+    path.write_text(yaml.safe_dump(posix_config_dict(tmp_path, api={"tokens": tokens})))
+    for command in (["config", "validate", str(path)], ["run", "--config", str(path)]):
+        result = _tierd(*command)
+        assert result.returncode == 78, result.stderr
+        assert "api.tokens.0.token_file: every user may read it (mode 644)" in result.stderr
+        assert "hunter2" not in result.stderr + result.stdout

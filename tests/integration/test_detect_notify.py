@@ -130,6 +130,41 @@ async def test_paths_no_file_system_can_look_up_are_422(
     assert f"body.path: {why}" in response.json()["detail"]
 
 
+async def test_a_symlink_in_tier0_is_refused_never_followed_to_another_step(
+    client: httpx.AsyncClient, ctx: Context
+) -> None:
+    """A job's link to another run's step was resolved, and recorded (and later deleted) as its own."""
+    DCP.uncommitted(_root(ctx), 30)
+    DCP.commit(_root(ctx), 30)
+    tier0 = ctx.config.tier0.path
+    (tier0 / "mine").mkdir()
+    (tier0 / "mine" / "step_30").symlink_to(_root(ctx) / "step_30")
+    (tier0 / "alias").symlink_to(_root(ctx))
+    refused = {
+        "mine/step_30": "is a symlink",
+        str(tier0 / "mine" / "step_30"): "is a symlink",
+        "alias/step_30": "goes through a symlink",
+        "mine/step_30/.metadata": "goes through a symlink",
+    }
+    for path, why in refused.items():
+        response = await _notify(client, run="thief", step=30, path=path)
+        assert response.status_code == 422, path
+        assert why in response.json()["detail"], path
+    assert (await client.get("/v1/checkpoints", headers=AUTH)).json()["total"] == 0
+
+
+async def test_the_root_as_the_job_knows_it_through_a_symlink_above_it(
+    client: httpx.AsyncClient, ctx: Context, tmp_path: Path
+) -> None:
+    """``/scratch -> /mnt/nvme/scratch``: only what lies above the root is resolved."""
+    DCP.uncommitted(_root(ctx), 40)
+    DCP.commit(_root(ctx), 40)
+    (tmp_path / "scratch").symlink_to(ctx.config.tier0.path)
+    created = await _notify(client, run="llama", step=40, path=str(tmp_path / "scratch" / "demo" / "step_40"))
+    assert created.status_code == 201, created.text
+    assert created.json()["path"] == "demo/step_40"
+
+
 async def test_malformed_body_is_422(client: httpx.AsyncClient) -> None:
     response = await _notify(client, run="r", step=-1, path="x", format="zip")
     assert response.status_code == 422

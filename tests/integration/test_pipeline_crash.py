@@ -107,6 +107,9 @@ def test_kill_9_during_every_hop_then_resume(
             daemon.start()
             wait_for(partial(_mid_hop, db, cid, tier), 60, f"the {tier} hop to be under way (run {run})")
             shown = _api_replica(config.api.port, tier)
+            # Again, just before the kill: while the API answered, the file whose part was
+            # recorded may have finished and the next begun with none (seen under load).
+            wait_for(partial(_mid_hop, db, cid, tier), 60, f"the {tier} hop under way at the kill")
             daemon.kill()
             assert shown["state"] == "copying"
             assert 0 < shown["bytes_done"] < sum(SIZES.values())

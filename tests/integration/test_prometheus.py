@@ -83,6 +83,7 @@ def _config(root: Path) -> dict[str, Any]:
             "kind": "posix",
             "path": str(root / "pfs"),
             "scrub": {"every": "1h", "bandwidth": "1GB"},
+            "price_per_gb_month": "0.02",
         },
     ]
     for tier in tiers:

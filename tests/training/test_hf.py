@@ -9,21 +9,19 @@ same ``checkpoint-N`` layout and calls the callback as the Trainer does, still r
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import pytest
 import torch
-from transformers import (
-    GPT2Config,
-    GPT2LMHeadModel,
-    Trainer,
-    TrainerControl,
-    TrainerState,
-    TrainingArguments,
-)
 
 from tests.fixtures.job_daemon import JobDaemon
-from tierd.integrations.hf import TierdTrainerCallback, eval_metrics
+
+if TYPE_CHECKING:
+    from transformers import GPT2LMHeadModel
+
+# transformers is imported by the tests (~4 s of CPU), which share an xdist worker: the other
+# worker, which collects this file too, never imports it.
+pytestmark = pytest.mark.xdist_group("hf")
 
 RUN = "hf-run"
 VOCAB = 64
@@ -36,6 +34,8 @@ def batches(n: int, seed: int) -> list[dict[str, torch.Tensor]]:
 
 
 def tiny_gpt2() -> GPT2LMHeadModel:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
     torch.manual_seed(0)
     config = GPT2Config(
         n_layer=1, n_embd=16, n_head=2, vocab_size=VOCAB, n_positions=16, bos_token_id=0, eos_token_id=0
@@ -58,6 +58,10 @@ def assert_notified(tierd: JobDaemon, log_history: list[dict[str, float]]) -> No
 
 def test_each_trainer_save_is_notified_with_the_steps_eval_metrics(tierd: JobDaemon) -> None:
     pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate")
+    from transformers import Trainer, TrainingArguments
+
+    from tierd.integrations.hf import TierdTrainerCallback
+
     run_dir = tierd.run_dir(RUN)
     model = tiny_gpt2()
     args = TrainingArguments(
@@ -92,6 +96,10 @@ def test_each_trainer_save_is_notified_with_the_steps_eval_metrics(tierd: JobDae
 
 def test_a_loop_saving_as_the_trainer_does_is_notified(tierd: JobDaemon) -> None:
     """Train, evaluate every 2 steps, write checkpoint-N (weights, then trainer_state.json), on_save."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from tierd.integrations.hf import TierdTrainerCallback, eval_metrics
+
     run_dir = tierd.run_dir(RUN)
     model = tiny_gpt2()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

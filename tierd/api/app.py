@@ -21,6 +21,7 @@ from tierd.api.routes import (
     retention,
     runs,
     tiers,
+    usage,
     verify,
 )
 from tierd.daemon.backends.peer import PeerStore
@@ -54,6 +55,7 @@ def create_app(ctx: Context) -> FastAPI:
     app.include_router(restores.router)
     app.include_router(jobs.router)
     app.include_router(fleet.router)
+    app.include_router(usage.router)
     app.include_router(metrics.router)
     app.include_router(peer.router)
     install_docs(app, app.title)

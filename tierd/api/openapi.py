@@ -57,6 +57,7 @@ _TAG_TEXT = {
     "audit": "Every pin, hold, deletion, eviction, restore and refusal: who, when and why",
     "fleet": "Every daemon on this catalog, its heartbeat, and who leads the shared tiers",
     "peer": "Other nodes' parts held on this node: put, get, head, delete (the peer role only)",
+    "usage": "What each tier holds and costs a month, what retention saved, and in 30 days",
     "health": "Liveness and readiness, for supervisors and load balancers",
     "metrics": "Prometheus exposition",
 }

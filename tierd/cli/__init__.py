@@ -15,6 +15,7 @@ Modules:
 - ``tiers``: ``tiers``, ``reserve``, ``retention plan``.
 - ``restores``: ``restore`` and ``jobs``.
 - ``fleet``: ``status`` and ``fleet``.
+- ``usage``: ``usage``, what each tier holds and costs, and in 30 days.
 - ``http``: :class:`~tierd.cli.http.DaemonApi`, the commands' HTTP client for the daemon's API.
 - ``display``: text for people from the API's JSON (sizes, times, tables), escaped.
 - ``terminal``: colour only where wanted (``--no-color``, ``$NO_COLOR``, ``TERM=dumb``, not a terminal).

@@ -4,48 +4,30 @@ The URL: ``--url``, else ``$TIERD_URL`` (as :mod:`tierd.client` reads it), else 
 file's ``api.listen``. The token: ``--token`` (others see it in ``ps``), else ``--token-file``,
 else ``$TIERD_TOKEN``. A token file is read whole when the arguments are parsed, stripped of
 surrounding whitespace, and refused (exit 2, naming the file, never showing its content) when
-every user may read it, when it is empty, larger than :data:`MAX_TOKEN_FILE_BYTES`, or holds a
-character a bearer token cannot carry.
+every user may read it, when it is empty, larger than :data:`tierd.keyring.MAX_TOKEN_FILE_BYTES`, or holds a
+character a bearer token cannot carry (:func:`tierd.keyring.read_token_file`, as the daemon
+reads its own).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import stat
 from pathlib import Path
 
 from tierd.config import Config, default_config_path, load_config
 from tierd.errors import ConfigError
+from tierd.keyring import read_token_file
 
-__all__ = ["MAX_TOKEN_FILE_BYTES", "daemon_endpoint", "daemon_url", "token", "token_file"]
-
-#: A token file larger than this is not a token (a wrong path, a key bundle): refused unread.
-MAX_TOKEN_FILE_BYTES = 64 * 1024
+__all__ = ["daemon_endpoint", "daemon_url", "token", "token_file"]
 
 
 def token_file(text: str) -> str:
     """``--token-file``'s argparse type: the token in file ``text``; ArgumentTypeError says why not."""
     try:
-        with Path(text).open("rb") as file:
-            mode = os.fstat(file.fileno()).st_mode
-            if mode & stat.S_IROTH:
-                raise argparse.ArgumentTypeError(
-                    f"{text}: every user may read it (mode {stat.S_IMODE(mode):o}); chmod o-r {text}"
-                )
-            data = file.read(MAX_TOKEN_FILE_BYTES + 1)
-    except OSError as exc:
-        raise argparse.ArgumentTypeError(f"{text}: cannot read: {exc.strerror}") from None
-    if len(data) > MAX_TOKEN_FILE_BYTES:
-        raise argparse.ArgumentTypeError(f"{text}: larger than {MAX_TOKEN_FILE_BYTES} bytes, not a token")
-    secret = data.strip()
-    if not secret:
-        raise argparse.ArgumentTypeError(f"{text}: is empty")
-    if not all(0x21 <= byte <= 0x7E for byte in secret):
-        raise argparse.ArgumentTypeError(
-            f"{text}: holds a space, a line break, a control or a non-ASCII character inside the token"
-        )
-    return secret.decode("ascii")
+        return read_token_file(Path(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text}: {exc}") from None
 
 
 def token(args: argparse.Namespace) -> str | None:

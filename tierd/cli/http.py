@@ -191,6 +191,10 @@ class DaemonApi:
         """``GET /v1/jobs``: copies, deletions and restores in flight."""
         return self._object("GET", "/v1/jobs")
 
+    def usage(self, cadence_days: int = 7, runs: int = 50) -> JsonObject:
+        """``GET /v1/usage``: bytes and cost per tier, storage class and run; a 30-day projection."""
+        return self._object("GET", "/v1/usage", params={"cadence_days": cadence_days, "runs": runs})
+
     def retention_plan(
         self, tier: str | None = None, run: str | None = None, action: PlanAction | None = None
     ) -> JsonObject:

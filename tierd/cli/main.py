@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tierd import __version__
-from tierd.cli import checkpoints, daemon, fleet, protection, restores, systemd, tiers
+from tierd.cli import checkpoints, daemon, fleet, protection, restores, systemd, tiers, usage
 from tierd.cli.completion import add_completion, files
 from tierd.cli.display import format_bytes, printable, table
 from tierd.errors import ApiError, ConfigError, TierdError
@@ -40,6 +40,7 @@ _COMMANDS: tuple[Callable[[Any, argparse.ArgumentParser], None], ...] = (
     fleet.add_fleet,
     checkpoints.add_runs,
     tiers.add_retention,
+    usage.add_usage,
     daemon.add_catalog_and_config,
     systemd.add_systemd,
 )

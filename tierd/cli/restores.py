@@ -12,6 +12,7 @@ from tierd.cli.completion import directories
 from tierd.cli.display import format_bytes, format_duration, format_time, printable, table
 from tierd.cli.http import DaemonApi, JsonObject
 from tierd.cli.remote import DIGITS, CheckpointRef, checkpoint_ref, command, connect, emit
+from tierd.cli.terminal import redraws
 
 __all__ = ["WAIT_POLL", "add_commands"]
 
@@ -93,7 +94,7 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     with connect(args) as client:
         restore = client.restore(body)
         if args.wait:
-            restore = _follow(client, restore, live=not args.json and sys.stdout.isatty())
+            restore = _follow(client, restore, live=not args.json and redraws(sys.stdout))
     emit(args, restore, lambda: _restore_lines(restore))
     return 0 if restore["state"] in ("done", "queued", "running") else 1
 

@@ -2,6 +2,8 @@
 
 Colour is off with ``--no-color``, with ``$NO_COLOR`` set to anything but the empty string,
 with ``TERM=dumb``, and wherever the stream is not a terminal (a pipe, a file, the journal).
+A progress line is redrawn in place (carriage return and erase-to-end ``ESC [K``) only on a terminal
+that is not ``TERM=dumb``, which has no erase sequence and would show it raw.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import TextIO
 
-__all__ = ["colour"]
+__all__ = ["colour", "redraws"]
 
 
 def colour(no_color: bool, stream: TextIO) -> bool:
@@ -17,3 +19,8 @@ def colour(no_color: bool, stream: TextIO) -> bool:
     if no_color or os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
         return False
     return stream.isatty()
+
+
+def redraws(stream: TextIO) -> bool:
+    """Whether a progress line may be rewritten in place on ``stream`` (a terminal, not dumb)."""
+    return os.environ.get("TERM") != "dumb" and stream.isatty()

@@ -11,7 +11,9 @@ Modules:
 - ``model``: :class:`Config`, the whole configuration, and the checks across its sections.
 - ``sections``: the catalog, the API (its TLS and its tokens), watched directories, retention,
   restores, the fleet, logging.
-- ``tiers``: each tier's kind, limits, retention, free-space marks and scrub.
+- ``stores``: the object stores' tiers (S3, GCS, Azure Blob), and ``TierConfig``, any tier.
+- ``tiers``: what every tier shares (limits, retention, scrub, prices), the POSIX tier, and
+  what the object stores' tiers share.
 - ``values``: a strict block, durations (``36h``) and amounts of free space (``15%``, ``200GB``).
 """
 
@@ -30,33 +32,45 @@ from tierd.config.sections import (
     WatchConfig,
     is_loopback,
 )
-from tierd.config.tiers import (
+from tierd.config.stores import (
+    S3_ARCHIVE_CLASSES,
     S3_MAX_KEY_BYTES,
+    AnyTier,
+    AzureTier,
+    GcsTier,
+    S3Tier,
+    TierConfig,
+)
+from tierd.config.tiers import (
     FreeSpace,
     KeepBestConfig,
+    ObjectStoreTier,
     PeerTier,
     PosixTier,
-    S3Tier,
     ScrubConfig,
     TierBase,
-    TierConfig,
     TierRetention,
 )
 from tierd.config.values import Duration, SpaceAmount, parse_duration, parse_space
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
+    "S3_ARCHIVE_CLASSES",
     "S3_MAX_KEY_BYTES",
+    "AnyTier",
     "ApiConfig",
+    "AzureTier",
     "CatalogConfig",
     "Config",
     "Duration",
     "FleetSettings",
     "Format",
     "FreeSpace",
+    "GcsTier",
     "KeepBestConfig",
     "LogConfig",
     "PeerTier",
+    "ObjectStoreTier",
     "PosixTier",
     "RestoreSettings",
     "RetentionSettings",

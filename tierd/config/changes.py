@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierd.config.model import Config
-from tierd.config.tiers import PosixTier, S3Tier
+from tierd.config.stores import AnyTier
 
 __all__ = ["RELOADABLE_TIER_KEYS", "ConfigChanges", "config_changes"]
 
@@ -88,7 +88,7 @@ def _merged(old: Config, new: Config, same_tiers: bool) -> Config:
     return old.model_copy(update=update)
 
 
-def _tier_merged(old: PosixTier | S3Tier, new: PosixTier | S3Tier) -> PosixTier | S3Tier:
+def _tier_merged(old: AnyTier, new: AnyTier) -> AnyTier:
     return old.model_copy(update={key: getattr(new, key) for key in RELOADABLE_TIER_KEYS})
 
 

@@ -18,7 +18,8 @@ from tierd.config.sections import (
     RetentionSettings,
     WatchConfig,
 )
-from tierd.config.tiers import PeerTier, PosixTier, S3Tier, TierBase, TierConfig
+from tierd.config.stores import AnyTier, TierConfig
+from tierd.config.tiers import PeerTier, PosixTier, TierBase
 
 __all__ = ["Config"]
 
@@ -101,7 +102,7 @@ class Config(BaseSettings):
         assert isinstance(tier, PosixTier)
         return tier
 
-    def tier(self, name: str) -> PosixTier | S3Tier:
+    def tier(self, name: str) -> AnyTier:
         """The tier named ``name``; raises KeyError for a name the config does not have."""
         for tier in self.tiers:
             if tier.name == name:

@@ -87,14 +87,13 @@ class TokenConfig(Strict):
         return self
 
     def secret(self) -> str:
-        """The token's value, read from ``token_file`` now when that is how it is given.
+        """The inline ``token``'s value; a ``token_file`` is read by ``tierd.keyring``, with checks.
 
-        The API never calls this per request: ``tierd.keyring`` reads it at start and on reload.
+        Raises ValueError for a token given as a file.
         """
-        if self.token is not None:
-            return self.token.get_secret_value()
-        assert self.token_file is not None
-        return self.token_file.read_text().strip()
+        if self.token is None:
+            raise ValueError(f"token {self.name!r} is in a file: tierd.keyring reads it")
+        return self.token.get_secret_value()
 
 
 class TlsConfig(Strict):

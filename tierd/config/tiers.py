@@ -1,11 +1,15 @@
-"""The tiers' configuration: each tier's kind, limits, retention, free-space marks and scrub."""
+"""What every tier is configured with (limits, retention, scrub, prices), and the POSIX tier.
+
+The object stores' tiers are in ``stores``, on ``ObjectStoreTier``'s shared keys.
+"""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ByteSize, Field, SecretStr, field_validator, model_validator
+from pydantic import ByteSize, Field, field_validator, model_validator
 
 from tierd.config.values import Duration, Space, Strict
 from tierd.errors import ConfigError
@@ -13,13 +17,12 @@ from tierd.errors import ConfigError
 __all__ = [
     "FreeSpace",
     "KeepBestConfig",
+    "ObjectStoreTier",
     "PeerTier",
-    "S3_MAX_KEY_BYTES",
     "PosixTier",
-    "S3Tier",
+    "Price",
     "ScrubConfig",
     "TierBase",
-    "TierConfig",
     "TierRetention",
 ]
 
@@ -91,6 +94,10 @@ class ScrubConfig(Strict):
     bandwidth: ByteSize = Field(gt=0, description="bytes per second")
 
 
+#: A price in the operator's currency: a decimal (``0.023`` or ``"0.023"``), 0 to 1,000,000.
+Price = Annotated[Decimal, Field(ge=0, le=1_000_000, allow_inf_nan=False)]
+
+
 class TierBase(Strict):
     """What every kind of tier is configured with."""
 
@@ -111,6 +118,11 @@ class TierBase(Strict):
     verify_before_delete: Literal["checksum", "size"] = "checksum"
     #: Absent: the tier is not scrubbed.
     scrub: ScrubConfig | None = None
+    #: What the tier costs (``GET /v1/usage``): per GiB held a month, per 1,000 writes and reads.
+    #: Absent: not priced (its cost shows as unknown, never as 0).
+    price_per_gb_month: Price | None = None
+    price_per_1000_writes: Price | None = None
+    price_per_1000_reads: Price | None = None
 
     @field_validator("retention", mode="before")
     @classmethod
@@ -151,34 +163,30 @@ class PeerTier(TierBase):
         return self
 
 
-#: The longest object key S3 takes, in bytes of its UTF-8. AWS refuses longer keys; some
-#: S3-compatible stores (moto) accept them, so tierd checks before it sends one.
-S3_MAX_KEY_BYTES = 1024
+class ObjectStoreTier(TierBase):
+    """What the object stores' tiers share: a ``prefix``, under which a file's path is its name.
 
+    A store's name has a longest length (``max_name``, counted by ``name_size`` in
+    ``name_unit``); the prefix leaves room below it. No store takes ``free_space``.
+    """
 
-class S3Tier(TierBase):
-    """An S3-compatible bucket (AWS, MinIO, Ceph RGW, ...)."""
-
-    kind: Literal["s3"]
-    bucket: str = Field(min_length=3, max_length=63)
     prefix: str = ""
-    endpoint_url: str | None = None
-    region: str | None = None
-    addressing_style: Literal["auto", "path", "virtual"] = "auto"
-    verify_tls: bool = True
-    access_key_id: str | None = None
-    secret_access_key: SecretStr | None = None
-    profile: str | None = None
-    part_size: ByteSize = Field(default=ByteSize(64 * 1024 * 1024), ge=5 * 1024 * 1024)
-    # ``auto``: lean requests and the endpoint cache, plus HTTP/1.1 pipelining of small GETs
-    # for a custom ``endpoint_url`` (not for AWS); ``off``: botocore alone.
-    fast_path: Literal["auto", "off"] = "auto"
+    max_name: ClassVar[int] = 1024
+    name_unit: ClassVar[str] = "bytes in UTF-8"
+    name_what: ClassVar[str] = "an object name"
+
+    @classmethod
+    def name_size(cls, name: str) -> int:
+        """How long ``name`` is as the store counts it (bytes of its UTF-8 unless overridden)."""
+        return len(name.encode("utf-8", "surrogateescape"))
 
     @model_validator(mode="before")
     @classmethod
     def _no_free_space(cls, data: Any) -> Any:
         if isinstance(data, dict) and "free_space" in data:
-            raise ValueError("free_space: only POSIX tiers take free_space (a bucket does not fill up)")
+            raise ValueError(
+                "free_space: only POSIX tiers take free_space (an object store does not fill up)"
+            )
         return data
 
     @field_validator("prefix")
@@ -188,13 +196,10 @@ class S3Tier(TierBase):
             raise ValueError("must not start with /")
         if prefix and not prefix.endswith("/"):
             prefix += "/"
-        size = len(prefix.encode("utf-8", "surrogateescape"))
-        if size >= S3_MAX_KEY_BYTES:
+        size = cls.name_size(prefix)
+        if size >= cls.max_name:
             raise ValueError(
-                f"is {size:,} bytes in UTF-8: an S3 key (this prefix, then the path of a file under "
-                f"tier 0) is at most {S3_MAX_KEY_BYTES:,}"
+                f"is {size:,} {cls.name_unit}: {cls.name_what} (this prefix, then the path of a file "
+                f"under tier 0) is at most {cls.max_name:,}"
             )
         return prefix
-
-
-TierConfig = Annotated[PosixTier | S3Tier, Field(discriminator="kind")]

@@ -19,6 +19,7 @@ Modules:
 - ``context``    what every service shares: config, catalog, and a few signals between them
 - ``service``    the lifecycle every long-lived service follows
 - ``tierview``   what ``GET /v1/tiers`` shows of each tier
+- ``usage``      what ``GET /v1/usage`` shows: bytes and cost per tier, storage class and run, in 30 days
 - ``outage``     noticing the catalog went away and came back
 - ``aio``        the one place blocking work leaves the event loop
 - ``checksum``   CRC64-NVME file checksums, taken once and carried through every hop

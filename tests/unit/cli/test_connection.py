@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tierd.cli.connection import MAX_TOKEN_FILE_BYTES, daemon_url, token, token_file
+from tierd.cli.connection import daemon_url, token, token_file
 from tierd.cli.main import main
 from tierd.errors import ConfigError
+from tierd.keyring import MAX_TOKEN_FILE_BYTES
 
 SECRET = "s3cr3t-t0ken"
 

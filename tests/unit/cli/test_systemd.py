@@ -70,6 +70,7 @@ def test_the_unit_keeps_what_tierd_needs() -> None:
     }
     assert set(settings["RestrictAddressFamilies"][0].split()) >= {"AF_UNIX", "AF_INET", "AF_INET6"}
     assert "RestrictSUIDSGID" not in settings  # a copied setgid directory keeps its bit
+    assert "MALLOC_ARENA_MAX=2" in settings["Environment"]  # fewer malloc arenas: lower peak RSS
 
 
 def _config(tmp_path: Path, **overrides: Any) -> Config:

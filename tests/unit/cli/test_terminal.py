@@ -10,7 +10,7 @@ from typing import TextIO
 
 import pytest
 
-from tierd.cli.terminal import colour
+from tierd.cli.terminal import colour, redraws
 
 
 @pytest.fixture
@@ -57,3 +57,15 @@ def test_a_pipe_or_a_file_gets_none(tmp_path: Path) -> None:
         assert not colour(False, pipe)
         assert not colour(False, file)
     os.close(read)
+
+
+def test_a_progress_line_is_redrawn_only_on_a_terminal_that_is_not_dumb(
+    terminal: TextIO, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``tierd restore --wait`` on TERM=dumb printed ``ESC [K`` raw before every progress line."""
+    monkeypatch.setenv("NO_COLOR", "1")  # colour is not the question: an erase is not a colour
+    assert redraws(terminal)
+    monkeypatch.setenv("TERM", "dumb")
+    assert not redraws(terminal)
+    with (tmp_path / "log").open("w") as file:
+        assert not redraws(file)

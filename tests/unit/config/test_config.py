@@ -10,6 +10,7 @@ import yaml
 from tierd.cli.main import EXIT_CONFIG, main
 from tierd.config import PosixTier, S3Tier, load_config
 from tierd.errors import ConfigError
+from tierd.keyring import Keyring
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -128,9 +129,13 @@ def test_bad_environment_override_names_the_key(tmp_path: Path, monkeypatch: pyt
 
 def test_token_file_is_read(tmp_path: Path) -> None:
     (tmp_path / "ops.token").write_text("from-file\n")
+    (tmp_path / "ops.token").chmod(0o600)
     data = _base()
     data["api"] = {"tokens": [{"name": "ops", "token_file": str(tmp_path / "ops.token"), "role": "read"}]}
-    assert load_config(_write(tmp_path, data)).api.tokens[0].secret() == "from-file"
+    keyring = Keyring(load_config(_write(tmp_path, data)).api.tokens)
+    found = keyring.find("from-file")
+    assert found is not None
+    assert found.name == "ops"
 
 
 def test_cli_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

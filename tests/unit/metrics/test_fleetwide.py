@@ -84,3 +84,23 @@ def test_a_catalog_that_cannot_be_read_is_down_and_nothing_else_is_said(tmp_path
         unmigrated.dispose()
     assert samples["tierd_catalog_up"] == {(): 0}
     assert FLEETWIDE.isdisjoint(samples)
+
+
+async def test_each_priced_tier_exports_what_its_stored_bytes_cost_a_month(
+    tmp_path: Path, db: Database
+) -> None:
+    """1 GiB and 2 GiB verified (as the catalog records them) at 0.5 per GiB-month; nvme is not priced."""
+    tiers = [posix_tier(tmp_path, "nvme"), posix_tier(tmp_path, "pfs", price_per_gb_month="0.5")]
+    world = World.make(tmp_path, db, tiers)
+    first = await world.add(1, on={"nvme": "verified", "pfs": "verified"})
+    second = await world.add(2, on={"nvme": "verified", "pfs": "verified"})
+    with db.session() as s:
+        s.execute(update(Checkpoint).where(Checkpoint.id == first).values(total_bytes=1 << 30))
+        s.execute(update(Checkpoint).where(Checkpoint.id == second).values(total_bytes=1 << 31))
+    samples = scrape(Metrics(db, world.config, leads=lambda: True).registry)
+    assert samples["tierd_verified_bytes"][(("tier", "pfs"),)] == 3 * (1 << 30)
+    assert samples["tierd_tier_storage_cost_per_month"] == {
+        (("storage_class", "default"), ("tier", "pfs")): 1.5
+    }
+    follower = scrape(Metrics(db, world.config, leads=lambda: False).registry)
+    assert "tierd_tier_storage_cost_per_month" not in follower

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.pipeline_run import poll_until
 from tests.fixtures.s3servers import S3Server
 from tests.fixtures.world import posix_tier
 from tests.integration.daemon_helpers import tier_dict
-from tests.unit.restore.harness import Gate, RestoreWorld
+from tests.unit.restore.harness import FAST, Gate, RestoreWorld
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends import close_backends
 from tierd.daemon.catalog import restores
@@ -23,7 +24,9 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.jobs import owner_id
 from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.catalog.retention import load_retention_rows
+from tierd.daemon.context import Context
 from tierd.daemon.restore import runner as runner_module
+from tierd.daemon.restore.service import RestoreService
 from tierd.daemon.transfer.copyset import copy_checkpoint_files
 from tierd.errors import CatalogError, Conflict, NotFound, RestoreRefused
 
@@ -281,3 +284,27 @@ async def test_a_restore_ending_while_its_heartbeat_saves_is_not_cut_by_it(
         await close_backends(lab.world.backends)
     assert (outcome, runner.lost, alive) == ("done", False, [])
     assert lab.row(job_id).job.state == "done"
+
+
+async def test_an_idle_restore_service_keeps_no_transfer_buffers(lab: RestoreWorld) -> None:
+    cid = await lab.add(12, GONE_FROM_NVME, STEP)
+    budget = lab.world.backends["pfs"].budget
+    service = RestoreService(Context(config=lab.world.config, db=lab.db), lab.world.backends, budget, FAST)
+    taken: list[int] = []
+    real_take = budget._take_idle
+
+    def counting(nbytes: int) -> Any:
+        taken.append(nbytes)
+        return real_take(nbytes)
+
+    budget._take_idle = counting  # type: ignore[method-assign]
+    target = lab.root / "restores" / "buffers"
+    job_id = lab.ask(checkpoint_id=cid, target=str(target))
+    await service.start()
+    try:
+        await poll_until(lambda: lab.row(job_id).job.state == "done" and not service._running, timeout=20)
+    finally:
+        await service.stop(5)
+    assert files_under(target) == STEP
+    assert taken  # the files went through the budget's aligned buffers ...
+    assert budget.idle_bytes == 0  # ... which were unmapped once no restore was running

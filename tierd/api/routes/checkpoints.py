@@ -179,7 +179,7 @@ def add_hold(
 ) -> CheckpointOut:
     """Set a named legal hold (admin): no tier deletes the checkpoint while any hold is set."""
     protection.add_hold(session, checkpoint_id, name=body.name, reason=body.reason, actor=f"api:{caller}")
-    return _after(ctx, session, checkpoint_id)
+    return _after(ctx, session, checkpoint_id, wake_retention=True)  # sets the store's legal holds
 
 
 @router.delete("/{checkpoint_id}/holds/{name}", operation_id="releaseHold", responses=CheckpointProblems)

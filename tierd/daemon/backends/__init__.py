@@ -6,12 +6,14 @@ object between tiers (server-side when the two allow it, else streamed).
 ``base`` (the interface, ``WriteRequest``, ``WriteBatch``), ``uploads`` (multipart uploads'
 state, kept so a restart resumes them), ``budget`` (the memory every buffer comes from),
 ``concurrency`` (bounded parallelism, blocking calls not cut short), ``hashing``
-(CRC64NVME of buffers), ``posix/`` and ``s3/`` (the two stores), ``peer/`` (the peer tier:
-other nodes' parts held in this node's peer directory).
+(CRC64NVME of buffers), ``ownermeta`` (a file's owner and mode as an object's metadata,
+as rclone names them), ``posix/``, ``s3/``, ``gcs/`` and ``azure/`` (the stores), ``peer/``
+(the peer tier: other nodes' parts held in this node's peer directory).
 
 ``s3/`` is imported when a tier needs it (``make_backend``, or ``S3Backend`` looked up here):
 aioboto3, botocore, aiohttp and the rest are 20 MB of a daemon's resident memory (128 MB
 after importing the daemon, 108 MB without them) that a daemon of POSIX tiers never uses.
+``azure/`` likewise: azure-storage-blob and azure-core load only for an Azure tier.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tierd.config import PosixTier, S3Tier
+from tierd.config import AnyTier, AzureTier, GcsTier, PosixTier
 from tierd.daemon.backends.base import (
     Backend,
     BytesReader,
@@ -76,7 +78,7 @@ __all__ = [
 
 
 def make_backend(
-    tier: PosixTier | S3Tier, *, budget: ByteBudget | None = None, written_by_jobs: bool = False
+    tier: AnyTier, *, budget: ByteBudget | None = None, written_by_jobs: bool = False
 ) -> Backend:
     """The backend for one tier's config (no I/O happens until it is used).
 
@@ -86,6 +88,18 @@ def make_backend(
     """
     if isinstance(tier, PosixTier):
         return PosixBackend(tier, budget=budget, single_links=written_by_jobs)
+    # --- GCS (issue 28): httpx only, imported when a tier is GCS ---
+    if isinstance(tier, GcsTier):
+        from tierd.daemon.backends.gcs import GcsBackend
+
+        return GcsBackend(tier, budget=budget)
+    # --- end GCS ---
+    # --- azure (issue 28) ---
+    if isinstance(tier, AzureTier):
+        from tierd.daemon.backends.azure import AzureBackend  # only when a tier is Azure
+
+        return AzureBackend(tier, budget=budget)
+    # --- end azure ---
     from tierd.daemon.backends.s3 import S3Backend  # only when a tier is S3: see above
 
     return S3Backend(tier, budget=budget)

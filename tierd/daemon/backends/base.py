@@ -21,7 +21,7 @@ store's own checksum when it has one, ``list`` never does; for both ``verified_b
 Owner and mode: ``WriteRequest`` (what ``write`` and ``WriteBatch.write`` take), ``SmallFile``
 and ``copy_from`` carry the ``Ownership`` recorded at first sight (None: not recorded). A
 POSIX tier gives the file that owner, group and mode before its rename (``posix.owner``);
-an object store keeps them as object metadata (``s3.metadata``: rclone's ``mode``, ``uid``,
+an object store keeps them as object metadata (``backends.ownermeta``: rclone's ``mode``, ``uid``,
 ``gid``), and its ``stat`` reports them back in ``ObjectInfo.owner``.
 
 Small files in groups: ``Backend.read_whole`` reads a group of small objects whole and
@@ -39,7 +39,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequen
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from tierd.errors import IntegrityError, TierdError
+from tierd.errors import IntegrityError, PermanentBackendError, TierdError
 
 if TYPE_CHECKING:
     from tierd.daemon.backends.budget import ByteBudget
@@ -80,6 +80,8 @@ class Features:
     multipart: bool  # parallel parts, resumable through a ResumeStore
     #: read_whole announces every object's read before the first one (no prefetch needed)
     announced_whole_reads: bool = False
+    #: set_legal_hold works: the store itself refuses to delete a held object
+    legal_hold: bool = False
 
 
 @dataclass(frozen=True)
@@ -345,6 +347,14 @@ class Backend(ABC):
     def can_copy_from(self, src: Backend) -> bool:
         """Whether ``copy_from(src, ...)`` can copy without streaming the bytes."""
         return False
+
+    async def check_legal_hold(self) -> None:
+        """At start: ConfigError unless the store keeps legal holds (by default PermanentBackendError)."""
+        raise PermanentBackendError(f"tier {self.name}: this kind of store keeps no legal holds")
+
+    async def set_legal_hold(self, relpaths: Sequence[str], on: bool) -> None:
+        """Set or clear each object's legal hold (NotFound if missing); PermanentBackendError by default."""
+        raise PermanentBackendError(f"tier {self.name}: this kind of store keeps no legal holds")
 
     async def copy_from(
         self,

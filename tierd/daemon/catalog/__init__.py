@@ -32,6 +32,8 @@ takes the caller's ``Session`` (and, where it changes a row, the loaded row).
 - ``restores``    restore jobs (``jobs`` rows of kind ``restore``): leases and audit events
 - ``runs``        runs as a training job sees them: their newest complete step, overall and per tier
 - ``scrub``       the scrubber's reads and writes: replicas due for a re-check, its progress
+- ``usage``       the usage report's aggregates: bytes per tier and run, cadence, retention's deletions
+- ``store_holds`` legal holds on the store's objects (Object Lock): which replicas are due, recording them
 """
 
 from tierd.daemon.catalog.db import Database

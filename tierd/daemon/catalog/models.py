@@ -339,6 +339,10 @@ class Replica(Base):
     delete_after: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     #: Why the replica is being (or was) deleted: the policy's reason, eviction, or the API's.
     delete_reason: Mapped[str | None] = mapped_column(Text, default=None)
+    #: The legal hold last set on the store's objects (Object Lock): ON, OFF, None if never set.
+    store_hold: Mapped[bool | None] = mapped_column(Boolean, default=None)
+    #: When it was set: objects verified after it (copied again) have not had it.
+    store_hold_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
     checkpoint: Mapped[Checkpoint] = relationship(back_populates="replicas")
@@ -388,6 +392,8 @@ class AuditEvent(Base):
     """Append-only log of what happened, who did it and why."""
 
     __tablename__ = "audit_events"
+    # The usage report's retention deletions of the last 30 days (action ``deleted``).
+    __table_args__ = (Index("ix_audit_events_action_at", "action", "at"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)

@@ -10,14 +10,17 @@ naming the reason.
 
 from __future__ import annotations
 
+import errno
 import functools
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tierd.daemon.aio import blocking
-from tierd.daemon.beneath import Root
+from tierd.daemon.beneath import Root, lstat_in
 from tierd.daemon.catalog.checkpoints import checkpoint_state, step_id_and_state
 from tierd.daemon.catalog.models import CheckpointState
 from tierd.daemon.catalog.parts import Expectation
@@ -47,22 +50,53 @@ class NotifyResult:
 
 
 def resolve_in_tier0(path: str, tier0: Path) -> Path:
-    """Resolve ``path`` (absolute, or relative to the tier-0 root) inside tier 0 (blocking).
+    """Where ``path`` (absolute, or relative to the tier-0 root) lies in tier 0 (blocking).
 
-    Raises NotifyRejected when it lies outside tier 0 (or is its root), does not exist, or
-    is no path this system can look up (a NUL, a name too long).
+    Below the root nothing is resolved as a whole path: the components are taken as given and
+    looked up through directory descriptors, so a symlink the job placed on the way (or at
+    the end) is refused, not followed to another run's step. Raises NotifyRejected when it lies
+    outside tier 0 (or is its root, or holds ``..``), does not exist, goes through a symlink,
+    or is no path this system can look up (a NUL, a name too long).
     """
     root = tier0.resolve()
-    given = Path(path)
+    outside = NotifyRejected(f"path {path!r} is not inside the tier-0 root {root}")
     try:
-        target = (given if given.is_absolute() else root / given).resolve()
-        if target == root or not target.is_relative_to(root):
-            raise NotifyRejected(f"path {path!r} is not inside the tier-0 root {root}")
-        if not target.exists():
-            raise NotifyRejected(f"path {path!r} does not exist")
-    except (OSError, ValueError) as exc:
+        parts = _parts_below(Path(path), tier0, root)
+        if not parts or ".." in parts:
+            raise outside
+        with Root(root).open(parts[:-1]) as directory:
+            found = lstat_in(directory, parts[-1])
+    except FileNotFoundError:
+        found = None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise NotifyRejected(f"path {path!r} goes through a symlink or a file: not followed") from None
         raise NotifyRejected(f"path {path!r} cannot be looked up: {exc}") from None
-    return target
+    except ValueError as exc:
+        raise NotifyRejected(f"path {path!r} cannot be looked up: {exc}") from None
+    if found is None:
+        raise NotifyRejected(f"path {path!r} does not exist")
+    if stat.S_ISLNK(found.st_mode):
+        raise NotifyRejected(f"path {path!r} is a symlink: tierd follows none in tier 0")
+    return root.joinpath(*parts)
+
+
+def _parts_below(given: Path, tier0: Path, root: Path) -> tuple[str, ...]:
+    """``given``'s components below the tier-0 root, taken lexically; raises NotifyRejected."""
+    if not given.is_absolute():
+        return given.parts
+    for anchor in (root, Path(os.path.normpath(tier0.absolute()))):
+        if given.is_relative_to(anchor):
+            return given.relative_to(anchor).parts
+    # The root as the job knows it, through a symlink above it (/scratch -> /mnt/nvme/scratch):
+    # only a path above the root is resolved, and only to find where the root begins.
+    for above in given.parents:
+        try:
+            if above.resolve() == root:
+                return given.relative_to(above).parts
+        except (OSError, RuntimeError):  # a symlink loop above: not the root
+            continue
+    raise NotifyRejected(f"path {str(given)!r} is not inside the tier-0 root {root}")
 
 
 def _whole_path(target: Path, root: Root) -> Verdict:

@@ -6,12 +6,18 @@ the scrape exports them (a daemon alone always leads); the others export just
 ``tierd_catalog_up``, their own view of the catalog (a ``SELECT 1``). Around a change of
 leader two daemons may export them for one scrape interval: ``max by (tier)`` is exact
 throughout, ``sum`` off for that interval only.
+
+``tierd_verified_bytes`` is what each tier stores (the usage report's bytes), and
+``tierd_tier_storage_cost_per_month`` what that costs at the tier's ``price_per_gb_month``
+(``tierd.daemon.usage``: per GiB a month), for the priced tiers only: no query of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -21,9 +27,10 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import JobKind, JobState, ReplicaState
 from tierd.daemon.catalog.peer_copies import newest_safe_created_at
 from tierd.daemon.catalog.stats import ReplicaStats, WorkStats, replica_stats, work_stats
+from tierd.daemon.usage import cost_per_month
 from tierd.errors import CatalogError
 
-__all__ = ["CatalogCollector", "FleetCollector"]
+__all__ = ["CatalogCollector", "FleetCollector", "TierPrice"]
 
 _UNFINISHED = (JobState.QUEUED.value, JobState.RUNNING.value)
 
@@ -32,16 +39,30 @@ def _age(now: datetime, then: datetime) -> float:
     return (now - (then if then.tzinfo else then.replace(tzinfo=UTC))).total_seconds()
 
 
+@dataclass(frozen=True)
+class TierPrice:
+    """A priced tier's ``price_per_gb_month`` and storage class (``default``: the store's own)."""
+
+    per_gb_month: Decimal
+    storage_class: str = "default"
+
+
 class CatalogCollector(Collector):
     """``tierd_catalog_up`` on every daemon; the catalog-wide totals on the leader."""
 
     def __init__(
-        self, db: Database, tiers: list[str], leads: Callable[[], bool], shared: Sequence[str] = ()
+        self,
+        db: Database,
+        tiers: list[str],
+        leads: Callable[[], bool],
+        prices: Mapping[str, TierPrice] | None = None,
+        shared: Sequence[str] = (),
     ) -> None:
         """``shared``: the shared tiers' names (a step verified there survives any node's loss)."""
         self.db = db
         self.tiers = tiers
         self.leads = leads
+        self.prices = dict(prices or {})
         self.shared = list(shared)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -65,8 +86,10 @@ class CatalogCollector(Collector):
 
     def _read(self) -> list[GaugeMetricFamily]:
         now = datetime.now(UTC)
+        stats = replica_stats(self.db)
         return [
-            *self._replicas(now, replica_stats(self.db)),
+            *self._replicas(now, stats),
+            self._cost(stats),
             *self._work(now, work_stats(self.db)),
             self._node_loss(now),
         ]
@@ -83,6 +106,18 @@ class CatalogCollector(Collector):
         if created is not None:
             family.add_metric([], _age(now, created))
         return family
+
+    def _cost(self, stats: ReplicaStats) -> GaugeMetricFamily:
+        cost = GaugeMetricFamily(
+            "tierd_tier_storage_cost_per_month",
+            "What the tier's verified bytes cost a month at its price_per_gb_month (per GiB)",
+            labels=["tier", "storage_class"],
+        )
+        stored = {v.tier: v.total_bytes for v in stats.verified}
+        for tier, price in self.prices.items():
+            monthly = cost_per_month(stored.get(tier, 0), price.per_gb_month) or Decimal(0)
+            cost.add_metric([tier, price.storage_class], float(monthly))
+        return cost
 
     def _replicas(self, now: datetime, stats: ReplicaStats) -> list[GaugeMetricFamily]:
         replicas = GaugeMetricFamily("tierd_replicas", "Replicas by tier and state", labels=["tier", "state"])

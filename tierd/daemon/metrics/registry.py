@@ -33,7 +33,7 @@ from tierd.config import Config
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.replica_deletions import Origin
 from tierd.daemon.metrics.build import build_info
-from tierd.daemon.metrics.fleetwide import CatalogCollector, FleetCollector
+from tierd.daemon.metrics.fleetwide import CatalogCollector, FleetCollector, TierPrice
 from tierd.daemon.metrics.tiers import TierCollector
 from tierd.daemon.transfer.recheck import CheckResult
 from tierd.daemon.transfer.retry import FAILURE_REASONS
@@ -91,7 +91,12 @@ class Metrics:
             registry=self.registry,
         )
         shared = [tier.name for tier in config.tiers if tier.shared]
-        self.registry.register(CatalogCollector(db, tiers, leads, shared))
+        prices = {
+            t.name: TierPrice(t.price_per_gb_month, getattr(t, "storage_class", None) or "default")
+            for t in config.tiers
+            if t.price_per_gb_month is not None
+        }
+        self.registry.register(CatalogCollector(db, tiers, leads, prices, shared))
         self.tiers = TierCollector(db, config, acts_on)
         self.registry.register(self.tiers)
 

@@ -6,7 +6,11 @@ files are read from the next tier, with no fallback, since they were never there
 file does not hash to the checksum taken at first sight (IntegrityError) or is missing
 (NotFound), the file is copied from the next tier holding a verified replica, and the
 ``fallback`` hook hears of it (the restore marks the bad replica failed, for the pipeline to
-repair, and reports it). Other errors are retried as the pipeline does, then raised.
+repair, and reports it). A tier whose copy sits in an archive storage class (S3's GLACIER or
+DEEP_ARCHIVE, not restored: ObjectArchived) is passed over for the next tier without being
+marked bad; when no tier is left the restore fails with that tier and its class named
+(tierd does not request an archive restore itself: the reason says how to). Other errors are
+retried as the pipeline does, then raised.
 """
 
 from __future__ import annotations
@@ -14,12 +18,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from tierd.config import S3_ARCHIVE_CLASSES, TierConfig
 from tierd.daemon.backends.base import ObjectInfo
 from tierd.daemon.transfer.copier import FileCopier
 from tierd.daemon.transfer.spec import FileSpec
-from tierd.errors import IntegrityError, NotFound, TierdError
+from tierd.errors import IntegrityError, NotFound, ObjectArchived, TierdError
 
-__all__ = ["BAD_REPLICA", "FallbackCopier", "FallbackHook"]
+__all__ = ["BAD_REPLICA", "FallbackCopier", "FallbackHook", "archive_classes"]
 
 #: Errors that say this tier's copy of the file is bad, not that the copy failed.
 BAD_REPLICA = (IntegrityError, NotFound)
@@ -40,6 +45,8 @@ class FallbackCopier(FileCopier):
     fallback: FallbackHook = field(default=_no_hook)
     #: Source tier name -> the only names it holds (a node-local tier 0 holding one part).
     partial: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: Source tier name -> its archive storage class (``archive_classes``).
+    archived: Mapping[str, str] = field(default_factory=dict)
 
     def _holds(self, copier: FileCopier, spec: FileSpec) -> bool:
         names = self.partial.get(copier.src.name)
@@ -71,12 +78,31 @@ class FallbackCopier(FileCopier):
         for copier in chain:
             if bad is not None:
                 await self.fallback(spec, bad, copier.src.name, error)
+                bad = None
             try:
                 if copier is self:
                     return await super().copy(spec, progress, failed=failed)
                 return await copier.copy(spec, progress)
+            except ObjectArchived as exc:  # not bad, only asleep: the next tier, nothing marked
+                error = self._archived(spec, copier.src.name, exc)
             except BAD_REPLICA as exc:
                 error, bad = exc, copier.src.name
         if bad is not None:
             await self.fallback(spec, bad, None, error)
         raise error
+
+    def _archived(self, spec: FileSpec, tier: str, exc: ObjectArchived) -> ObjectArchived:
+        """Why ``tier`` cannot give ``spec`` now: its class, and what would make it readable."""
+        kept = self.archived.get(tier, "an archive storage class")
+        return ObjectArchived(
+            f"{spec.relpath}: tier {tier} keeps it in storage class {kept}, which the store must"
+            " restore before it can be read, and no other tier holding a verified copy could give it;"
+            " tierd does not request that restore: restore the checkpoint's objects"
+            f" (aws s3api restore-object), then ask again ({exc})"
+        )
+
+
+def archive_classes(tiers: Sequence[TierConfig]) -> dict[str, str]:
+    """Tier name -> storage class, for the tiers whose objects must be restored before a read."""
+    classes = {t.name: getattr(t, "storage_class", None) for t in tiers}
+    return {name: kept for name, kept in classes.items() if kept in S3_ARCHIVE_CLASSES}

@@ -38,7 +38,7 @@ from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.restores import RestoreClaim, RestorePlan
 from tierd.daemon.markers import split_markers
 from tierd.daemon.restore.cleanup import remove_restored, remove_temps
-from tierd.daemon.restore.copier import FallbackCopier
+from tierd.daemon.restore.copier import FallbackCopier, archive_classes
 from tierd.daemon.restore.destination import Layout, layout_of, roots_of
 from tierd.daemon.restore.fallback import Fallbacks
 from tierd.daemon.restore.owners import given_owner, owners_of_directories, restored_owner
@@ -205,8 +205,9 @@ class RestoreRunner:
         tiers = [t for t in self.config.tiers if t.name in plan.verified_tiers]
         if self.claim.detail.get("to_tier0"):
             tiers = [t for t in tiers if t.name != self.config.tier0.name]  # never read what is rewritten
-        wanted = self.claim.detail.get("source_tier")
-        tiers.sort(key=lambda t: t.name != wanted)  # stable: the asked-for tier first, then nearest first
+        wanted, archived = self.claim.detail.get("source_tier"), archive_classes(tiers)
+        # stable: the asked-for tier first, then nearest first; archived tiers after readable ones
+        tiers.sort(key=lambda t: (t.name != wanted, t.name in archived))
         if not tiers:
             raise RestoreRefused(
                 f"checkpoint {plan.claim.checkpoint_id} has no verified replica to restore from"
@@ -281,6 +282,7 @@ class RestoreRunner:
                 "fallbacks": copiers[1:],
                 "fallback": self.fallbacks.record,
                 "partial": work.partial,
+                "archived": archive_classes(self.config.tiers),
             }
         )
 

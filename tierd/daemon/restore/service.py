@@ -98,7 +98,13 @@ class RestoreService:
             return await runner.run()
         finally:
             self._running.pop(runner.claim.job_id, None)
+            self._drop_idle_buffers()
             self.loop.wake()
+
+    def _drop_idle_buffers(self) -> None:
+        """Unmap the budget's idle buffers once no restore runs and no transfer holds any."""
+        if not self._running and self.budget is not None and self.budget.used == 0:
+            self.budget.drop_idle()
 
     async def cancel(self, job_id: int, *, actor: str, reason: str) -> None:
         """Cancel a restore and remove what it wrote (waiting for it if it runs here).

@@ -9,5 +9,5 @@ With I/O: ``snapshot`` (the catalog read once, then planned), ``deleter`` (the o
 removes a replica's bytes: claim, protection, re-check of a durable copy with
 ``transfer.recheck``, markers first), ``pressure`` (eviction
 below the low mark, reservations), ``service`` (the passes), ``view`` (the plan the API
-shows: a dry run).
+shows: a dry run), ``store_holds`` (legal holds set on the store's objects, Object Lock).
 """

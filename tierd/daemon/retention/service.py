@@ -37,6 +37,7 @@ from tierd.daemon.retention.deleter import Deleter, Outcome
 from tierd.daemon.retention.plan import Action, Verdict
 from tierd.daemon.retention.pressure import Pressure, Room
 from tierd.daemon.retention.snapshot import Snapshot, take_snapshot
+from tierd.daemon.retention.store_holds import StoreHolds
 from tierd.daemon.service import PassLoop
 from tierd.logs import get_logger
 
@@ -79,6 +80,7 @@ class RetentionService:
         self.outage = CatalogOutage(self.name)
         ctx.outages[self.name] = self.outage
         self.loop = PassLoop(self.name, self._pass, self.config.retention.interval, outage=self.outage)
+        self.store_holds = StoreHolds(ctx, backends, self.config.retention.interval)
         self._woken = False
         self._last_marker: tuple[object, ...] | None = None
         self._replan_at: datetime | None = None
@@ -105,6 +107,7 @@ class RetentionService:
                 delete_delay_seconds=tier.delete_delay,
                 dry_run=self.config.retention.dry_run,
             )
+        await self.store_holds.start()
         self.ctx.retention = self
         self.loop.start("retention:loop")
 
@@ -170,6 +173,7 @@ class RetentionService:
         """Plan again now (a pin, hold, metric or delete changed what retention decides)."""
         self._woken = True
         self.loop.wake()
+        self.store_holds.wake()
 
     def _log(self, report: PassReport) -> None:
         if report.scheduled or report.outcomes:
@@ -246,6 +250,7 @@ class RetentionService:
         """Stop the loop; a deletion under way may finish within ``timeout``, else resumes after restart."""
         if await self.loop.stop(timeout):
             log.info("retention_cut", detail="a pass was cut; begun deletions finish after restart")
+        await self.store_holds.stop(timeout)
 
 
 def _veto(snap: Snapshot, due: DueDeletion) -> str | None:

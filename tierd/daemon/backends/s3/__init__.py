@@ -6,7 +6,8 @@
 ``multipart`` (multipart uploads and copies, resumable), ``leftovers`` (open
 uploads listed by prefix and aborted), ``bodies`` (request bodies
 streamed from the budget), ``reads`` (ranged GETs, ``S3Reader``, read-back hashing),
-``metadata`` (owner and mode as object metadata), ``remove`` (DeleteObjects), ``fast/``
+``placement`` (storage class and
+encryption, sent on every write), ``holds`` (Object Lock legal holds), ``remove`` (DeleteObjects), ``fast/``
 (lean requests, pipelining, endpoint cache: see ``fast.paths`` for when each is used).
 """
 

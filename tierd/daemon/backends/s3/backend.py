@@ -25,7 +25,7 @@ back. AWS validates the checksums we send; a store that merely echoes them (moto
 ``rclone serve s3`` for PutObject) makes "store" only as strong as our own hash of the
 bytes sent -- choose ``verify: readback`` for such stores.
 
-A file's recorded owner, group and mode go with it as user metadata (``s3.metadata``:
+A file's recorded owner, group and mode go with it as user metadata (``backends.ownermeta``:
 rclone's ``x-amz-meta-mode``, ``-uid`` and ``-gid``), on PutObject, on the multipart upload's
 creation and on server-side copies; ``stat`` (HeadObject) reads them back, ``list`` does not
 (ListObjectsV2 carries no metadata).
@@ -67,14 +67,15 @@ from tierd.daemon.backends.base import (
     mismatch,
 )
 from tierd.daemon.backends.budget import MIB, ByteBudget, default_budget
+from tierd.daemon.backends.ownermeta import owner_from_metadata
 from tierd.daemon.backends.s3.bodies import TransferSettings
 from tierd.daemon.backends.s3.client import USER_AGENT, botocore_session
 from tierd.daemon.backends.s3.errors import range_not_satisfiable, s3_errors
 from tierd.daemon.backends.s3.fast import FastPath, plan_for
 from tierd.daemon.backends.s3.fast.lean import LeanRequests
 from tierd.daemon.backends.s3.fast.pipelined_gets import PipelinedGets
+from tierd.daemon.backends.s3.holds import S3Holds
 from tierd.daemon.backends.s3.leftovers import abort_unless_kept, list_open_uploads, open_uploads_of
-from tierd.daemon.backends.s3.metadata import owner_from_metadata
 from tierd.daemon.backends.s3.multipart import MAX_PART
 from tierd.daemon.backends.s3.reads import BodyReader, RangeGet, S3Reader, content_range_total, hash_ranges
 from tierd.daemon.backends.s3.remove import delete_keys
@@ -121,10 +122,10 @@ def pool_size(concurrency: int) -> int:
     return min(MAX_POOL, max(10, concurrency * (requests_per_file(concurrency) + 1)))
 
 
-class S3Backend(S3Writes):
-    """A tier in ``s3://<bucket>/<prefix>`` (its writes and copies: ``s3.writes``)."""
+class S3Backend(S3Writes, S3Holds):
+    """A tier in ``s3://<bucket>/<prefix>`` (writes and copies: ``s3.writes``; legal holds: ``s3.holds``)."""
 
-    features = Features(native_checksum=True, server_side_copy=True, multipart=True)
+    features = Features(native_checksum=True, server_side_copy=True, multipart=True, legal_hold=True)
 
     def __init__(
         self,

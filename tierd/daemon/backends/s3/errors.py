@@ -13,6 +13,8 @@ next try lists the parts and sends those again),
 connection errors, timeouts, truncated bodies;
 PreconditionFailed (412: the object changed since it
 was opened, or the ETag it was opened with was wrong)
+InvalidObjectState (a GET of an object in GLACIER or          ObjectArchived
+DEEP_ARCHIVE not restored, or whose restore is under way)
 AccessDenied, NoSuchBucket, InvalidAccessKeyId,               PermanentBackendError
 SignatureDoesNotMatch, every other 4xx, missing credentials,
 bad parameters, awscrt errors (signing a lean request),
@@ -33,6 +35,7 @@ from botocore import exceptions as boto
 from tierd.errors import (
     IntegrityError,
     NotFound,
+    ObjectArchived,
     PermanentBackendError,
     TierdError,
     TransientBackendError,
@@ -70,6 +73,7 @@ _TRANSIENT_STATUS = frozenset({408, 429})
 # opening GET saw. A 412 means the object changed since, or that ETag was wrong: the next
 # try opens it again, and its bytes must still hash to the checksum recorded at first sight.
 _CHANGED = "PreconditionFailed"
+_ARCHIVED = "InvalidObjectState"
 
 _TRANSIENT_BOTO = (
     boto.HTTPClientError,  # connection closed, read timeouts, streaming errors
@@ -121,6 +125,11 @@ def _client_error(exc: boto.ClientError, where: str) -> TierdError:
         return IntegrityError(message)
     if code in _TRANSIENT or status >= 500 or status in _TRANSIENT_STATUS:
         return TransientBackendError(message)
+    if code == _ARCHIVED:
+        return ObjectArchived(
+            f"{message} (the object is in an archive storage class: S3 must restore it with"
+            " RestoreObject before it can be read)"
+        )
     if code == _CHANGED or status == 412:
         return TransientBackendError(f"{message} (changed since it was opened: opened again on the next try)")
     return PermanentBackendError(message)

@@ -100,7 +100,7 @@ class Multipart:
     ``active`` is the backend's set of UploadIds being written: an upload is in it from
     the moment the store hands out (or the resume store recalls) its UploadId until the
     write or copy ends, so the stale-upload sweep leaves it alone. ``metadata`` (user
-    metadata: the file's owner and mode, ``s3.metadata``) goes with the upload's creation.
+    metadata: the file's owner and mode, ``backends.ownermeta``) goes with the upload's creation.
     """
 
     def __init__(
@@ -111,9 +111,12 @@ class Multipart:
         settings: TransferSettings,
         active: set[str] | None = None,
         metadata: Mapping[str, str] | None = None,
+        placement: Mapping[str, str] | None = None,
     ) -> None:
+        """``placement``: the tier's storage class and encryption (``s3.placement``), sent on creation."""
         self.client, self.bucket, self.key, self.settings = client, bucket, key, settings
         self.metadata = dict(metadata or {})
+        self.placement = dict(placement or {})
         self.location = f"s3://{bucket}/{key}"
         self.active = set() if active is None else active
         self._claimed: set[str] = set()
@@ -135,6 +138,7 @@ class Multipart:
                 ChecksumAlgorithm="CRC64NVME",
                 ChecksumType="FULL_OBJECT",
                 Metadata=self.metadata,
+                **self.placement,  # type: ignore[arg-type]
             )
         self._claim(response["UploadId"])
         return response["UploadId"]

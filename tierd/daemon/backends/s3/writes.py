@@ -31,11 +31,12 @@ from tierd.daemon.backends.base import (
 )
 from tierd.daemon.backends.budget import MIB
 from tierd.daemon.backends.hashing import crc64
+from tierd.daemon.backends.ownermeta import owner_metadata
 from tierd.daemon.backends.s3.bodies import BufferBody, TransferSettings
 from tierd.daemon.backends.s3.errors import s3_errors
 from tierd.daemon.backends.s3.fast.lean import LeanRequests
-from tierd.daemon.backends.s3.metadata import owner_metadata
 from tierd.daemon.backends.s3.multipart import Multipart
+from tierd.daemon.backends.s3.placement import placement_headers, placement_params
 from tierd.errors import IntegrityError, TierdError
 from tierd.logs import get_logger
 
@@ -80,7 +81,7 @@ class S3Writes(Backend):
     async def write(self, request: WriteRequest) -> ObjectInfo:
         """Upload and verify (see the module docstring).
 
-        The request's ``owner`` goes with the object as user metadata (``s3.metadata``:
+        The request's ``owner`` goes with the object as user metadata (``backends.ownermeta``:
         PutObject, or the multipart upload's creation; a resumed upload keeps what it was
         created with). With its ``resume``, an interrupted multipart upload is picked up where
         it stopped. Raises IntegrityError when the bytes read, or what the store holds, do not
@@ -102,8 +103,7 @@ class S3Writes(Backend):
             if request.progress is not None:
                 request.progress(size)
             return await self._verify_written(relpath, expected, size, answer, owner)
-        client = await self.client()
-        upload = Multipart(client, self.bucket, key, self.settings, self._active_uploads, metadata)
+        upload = self._multipart(await self.client(), key, metadata)
         await upload.write(request)
         return await self._verify_written(relpath, expected, size)
 
@@ -141,7 +141,8 @@ class S3Writes(Backend):
         """One PutObject, the lean way when it can go that way; the answer's fields."""
         content_md5 = base64.b64encode(md5).decode() if md5 is not None else None
         if len(view) <= HASH_CHUNK and (lean := self._lean_for()) is not None:
-            answer = await lean.put(self.bucket, key, bytes(view), crc, content_md5, metadata)
+            placement = placement_headers(self.tier)
+            answer = await lean.put(self.bucket, key, bytes(view), crc, content_md5, metadata, placement)
             if answer is not None:
                 return answer
         client = await self.client()
@@ -155,7 +156,13 @@ class S3Writes(Backend):
             ChecksumCRC64NVME=crc,
             Metadata=dict(metadata),
             **extra,  # type: ignore[arg-type]
+            **placement_params(self.tier),  # type: ignore[arg-type]
         )
+
+    def _multipart(self, client: S3Client, key: str, metadata: Mapping[str, str]) -> Multipart:
+        """A multipart upload (or copy) to ``key``, created with the tier's class and encryption."""
+        placement = placement_params(self.tier)
+        return Multipart(client, self.bucket, key, self.settings, self._active_uploads, metadata, placement)
 
     async def _verify_written(
         self,
@@ -224,10 +231,10 @@ class S3Writes(Backend):
                     CopySource=copy_source,
                     ChecksumAlgorithm="CRC64NVME",
                     **replaced,
+                    **placement_params(self.tier),  # type: ignore[arg-type]
                 )
         else:
-            client = await self.client()
-            upload = Multipart(client, self.bucket, key, self.settings, self._active_uploads, metadata)
+            upload = self._multipart(await self.client(), key, metadata)
             await upload.copy(copy_source, source.size, expected_checksum)
         return await self._verify_written(dst_relpath, expected_checksum, source.size)
 

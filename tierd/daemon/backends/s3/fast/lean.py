@@ -25,7 +25,7 @@ ClientError the client would have raised.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -213,12 +213,17 @@ class LeanRequests:
         crc64nvme: str,
         content_md5: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        placement: Sequence[tuple[str, str]] = (),
     ) -> dict[str, str] | None:
-        """PutObject with the CRC64NVME and user ``metadata``; the store's ETag and CRC64NVME, if any."""
+        """PutObject with the CRC64NVME and user ``metadata``; the store's ETag and CRC64NVME, if any.
+
+        ``placement``: the storage class and encryption headers (``s3.placement``), sent as given.
+        """
         headers = [("x-amz-sdk-checksum-algorithm", "CRC64NVME"), ("x-amz-checksum-crc64nvme", crc64nvme)]
         if content_md5 is not None:
             headers.append(("Content-MD5", content_md5))
         headers.extend((META_PREFIX + name, value) for name, value in (metadata or {}).items())
+        headers.extend(placement)
         answer = await self._send("PutObject", bucket, key, "PUT", headers, body)
         if answer is None:
             return None

@@ -1,11 +1,12 @@
-"""A file's recorded owner, group and mode as S3 object metadata, named as rclone names them.
+"""A file's recorded owner, group and mode as an object's metadata, named as rclone names them.
 
 rclone's local backend reads and writes ``mode`` (octal, with the file type: ``0100640``),
-``uid`` and ``gid`` (decimal) as a file's metadata, and its S3 backend keeps metadata as
-``x-amz-meta-<name>`` headers; tierd uses the same names and formats, so ``rclone copy
---metadata`` from a tierd bucket to a local disk gives the files their owners and modes back,
-and tierd reads those rclone wrote. Metadata that is missing, or that no valid owner can be
-read from, is no owner (None), never an error: the bytes are still the checkpoint's.
+``uid`` and ``gid`` (decimal) as a file's metadata, and its object-store backends keep it as
+the object's user metadata (``x-amz-meta-<name>`` headers on S3). tierd's S3, GCS and Azure
+tiers use the same names and formats, so ``rclone copy --metadata`` from a tierd bucket to a
+local disk gives the files their owners and modes back, and tierd reads those rclone wrote.
+Metadata that is missing, or that no valid owner can be read from, is no owner (None), never
+an error: the bytes are still the checkpoint's.
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ MAX_ID = 2**32 - 2
 
 
 def owner_metadata(owner: Ownership | None) -> dict[str, str]:
-    """The user metadata (botocore's ``Metadata``, without the ``x-amz-meta-`` prefix) for ``owner``."""
+    """The user metadata for ``owner`` (on S3: botocore's ``Metadata``, without ``x-amz-meta-``)."""
     if owner is None:
         return {}
     return {MODE: f"0{stat.S_IFREG | (owner.mode & 0o7777):o}", UID: str(owner.uid), GID: str(owner.gid)}
 
 
 def owner_from_metadata(metadata: Mapping[str, str] | None) -> Ownership | None:
-    """The owner ``metadata`` records (keys as botocore gives them, any case); None if it records none."""
+    """The owner ``metadata`` records (keys in any case); None if it records none (or none valid)."""
     if not metadata:
         return None
     fields = {key.lower(): value.strip() for key, value in metadata.items()}

@@ -1,7 +1,7 @@
 """nodes: where peers reach each node, and what fails with it
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-11-27 14:00:00.000000
 
 ``nodes.advertise_url`` and ``nodes.failure_domain`` (``fleet.advertise_url``,
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0011"
-down_revision: str | None = "0010"
+revision: str = "0013"
+down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

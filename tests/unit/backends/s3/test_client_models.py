@@ -1,0 +1,79 @@
+"""A tier's botocore session keeps only the data files' parts its clients read (``s3.client``).
+
+botocore keeps every data file it loads for the session's life: ``endpoints.json`` for every
+AWS service (~7 MB of Python objects) and S3's model with its documentation (3 MB).
+"""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from collections import OrderedDict
+from typing import Any
+
+import pytest
+from aiobotocore.session import AioSession
+
+from tierd.daemon.backends.s3.client import ENDPOINT_SERVICES, botocore_session
+
+#: What building an S3 client may add to the Python heap (it added 13.5 MB before the lean loader).
+CLIENT_HEAP_LIMIT = 8_000_000
+KEYS = {"aws_access_key_id": "AKIDEXAMPLE", "aws_secret_access_key": "secret"}
+
+
+def _client(session: AioSession, service: str, **settings: str) -> Any:
+    """``session``'s client context for ``service`` (any name: the stubs list each one)."""
+    maker: Any = session
+    return maker.create_client(service, **settings, **KEYS)
+
+
+def _walk(value: Any) -> Any:
+    """Every dict nested in ``value``."""
+    if isinstance(value, dict):
+        yield value
+        for item in value.values():
+            yield from _walk(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _walk(item)
+
+
+def test_endpoints_keep_only_the_services_a_tier_uses() -> None:
+    endpoints, _ = botocore_session().get_component("data_loader").load_data_with_path("endpoints")
+    services = {p["partition"]: p["services"] for p in endpoints["partitions"]}
+    for partition in "aws", "aws-cn", "aws-us-gov":
+        assert {"s3", "sts"} <= set(services[partition])
+    assert set().union(*services.values()) <= ENDPOINT_SERVICES
+
+
+def test_the_s3_model_has_every_operation_and_no_documentation() -> None:
+    lean = botocore_session().get_component("data_loader").load_service_model("s3", "service-2")
+    full = AioSession().get_component("data_loader").load_service_model("s3", "service-2")
+    assert lean["operations"].keys() == full["operations"].keys()
+    assert lean["shapes"].keys() == full["shapes"].keys()
+    assert not any("documentation" in node for node in _walk([lean["operations"], lean["shapes"]]))
+    assert not any(isinstance(node, OrderedDict) for node in _walk(lean))
+
+
+@pytest.mark.parametrize("region", ["us-east-1", "eu-west-1", "cn-north-1", "us-gov-west-1"])
+@pytest.mark.parametrize("service", ["s3", "sts"])
+async def test_clients_resolve_the_endpoints_botocore_does(service: str, region: str) -> None:
+    async with (
+        _client(botocore_session(), service, region_name=region) as lean,
+        _client(AioSession(), service, region_name=region) as full,
+    ):
+        assert lean.meta.endpoint_url == full.meta.endpoint_url
+        assert lean.meta.region_name == full.meta.region_name
+
+
+async def test_an_s3_client_holds_little_of_the_models() -> None:
+    session = botocore_session()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        async with _client(session, "s3", region_name="us-east-1", endpoint_url="http://127.0.0.1:9"):
+            gc.collect()
+            held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < CLIENT_HEAP_LIMIT, held

@@ -1,0 +1,44 @@
+"""bench_azure's helpers: rclone pointed at the emulator, one process measured, one result line."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from bench.bench_azure import Measured, rclone_env, remote, run, summary
+
+
+def test_rclone_is_pointed_at_the_emulator_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RCLONE_AZUREBLOB_SAS_URL", "https://elsewhere")
+    env = rclone_env("http://127.0.0.1:1/devstoreaccount1", "devstoreaccount1", "a2V5")
+    assert env["RCLONE_AZUREBLOB_ENDPOINT"] == "http://127.0.0.1:1/devstoreaccount1"
+    assert (env["RCLONE_AZUREBLOB_ACCOUNT"], env["RCLONE_AZUREBLOB_KEY"]) == ("devstoreaccount1", "a2V5")
+    assert "RCLONE_AZUREBLOB_SAS_URL" not in env
+    assert env["RCLONE_CONFIG"] == "/dev/null"
+    assert remote("box", "job/") == ":azureblob:box/job/"
+
+
+def test_run_measures_the_child_alone() -> None:
+    script = (
+        "from bench.common import vm_hwm_bytes; b = bytearray(80 * 2**20); "
+        "b[::4096] = b'x' * len(b[::4096]); print('ok'); print(f'vm_hwm={vm_hwm_bytes()}')"
+    )
+    measured, out = run([sys.executable, "-c", script])
+    assert out.splitlines()[0] == "ok"
+    assert measured.seconds > 0
+    assert measured.cpu_seconds > 0
+    assert 80 * 2**20 <= measured.peak_rss < 160 * 2**20  # the child's own, not this process's
+
+
+def test_run_says_why_a_side_failed() -> None:
+    with pytest.raises(RuntimeError, match="exited 3: boom"):
+        run([sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(3)"])
+
+
+def test_summary_gives_ratios_cpu_and_the_emulator(capsys: pytest.CaptureFixture[str]) -> None:
+    result = summary("azure_upload_big", Measured(2.0, 1.0, 100), Measured(4.0, 4.0, 300), rounds=1)
+    assert json.loads(capsys.readouterr().out) == result
+    assert (result["ratio"], result["cpu_ratio"], result["peak_rss_bytes"]) == (0.5, 0.25, 100)
+    assert "not Azure" in result["emulator"]

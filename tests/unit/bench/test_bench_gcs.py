@@ -1,0 +1,41 @@
+"""bench_gcs's own parts: a side's seconds, CPU and peak RSS, and rclone pointed at the emulator."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import __main__ as cli
+from bench import bench_gcs
+from tests.fixtures.gcsemulator import GcsEmulator
+
+
+def test_it_is_a_benchmark_of_its_own() -> None:
+    assert "gcs" in cli.available()
+    assert "gcs" not in cli.comparable()  # no --against: the emulator, not the daemon, sets its pace
+
+
+def test_a_side_is_measured_from_its_own_process() -> None:
+    grow = "b = bytearray(64 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); sum(range(3_000_000))"
+    seconds, cpu, peak = bench_gcs._measured([sys.executable, "-c", grow])
+    assert seconds > 0
+    assert cpu > 0
+    assert 64 * 2**20 <= peak < 512 * 2**20  # its own 64 MiB, not the bench's pages before exec
+
+
+def test_a_failing_side_says_why() -> None:
+    with pytest.raises(RuntimeError, match=r"failed \(3\):\nboom"):
+        bench_gcs._measured([sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(3)"])
+
+
+def test_rclone_talks_to_the_emulator(gcs_emulator: GcsEmulator, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.bin").write_bytes(b"a" * 1000)
+    bucket = gcs_emulator.create_bucket()
+    flags = bench_gcs.rclone_flags(gcs_emulator)
+    subprocess.run([bench_gcs.rclone_binary(), "copy", str(src), f":gcs:{bucket}/x", *flags], check=True)
+    assert [(o["name"], o["size"]) for o in gcs_emulator.objects(bucket)] == [("x/a.bin", "1000")]

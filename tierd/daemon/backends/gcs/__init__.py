@@ -1,0 +1,14 @@
+"""The Google Cloud Storage tier: the JSON API spoken with httpx (no google-cloud-storage).
+
+``backend`` (``GcsBackend``, ``GcsReader``: stat, list, ranged reads, verify from the stored
+checksums), ``writes`` (one multipart request or a resumable session, CRC32C declared,
+sessions recorded to resume), ``objects`` (the metadata kept with an object: CRC64NVME,
+CRC32C, owner), ``client`` (URLs, requests, the one boundary for errors), ``auth``
+(service account, authorized user, metadata server, or none for an emulator).
+
+Why not the official library: docs/data-path.md ("GCS") has the measurement.
+"""
+
+from tierd.daemon.backends.gcs.backend import GcsBackend, GcsReader
+
+__all__ = ["GcsBackend", "GcsReader"]
