@@ -4,14 +4,19 @@ A step is **safe against one node's loss** when every part of it is verified som
 than the node that wrote it: a peer copy verified on another node (``peer_copies``), or the
 part (or the whole step) verified on a shared tier. It became so at the latest of its parts'
 earliest such times.
+
+The sending side asks ``parts_to_send`` which of its node's parts still lack copies, and
+``interrupt_copies`` at start-up turns the copies it was making when it stopped into
+``failed`` (they are made again: a copy is ``verified`` only once every file reached its holder).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.dialect import insert_or_update
@@ -23,10 +28,20 @@ from tierd.daemon.catalog.models import (
     PeerCopy,
     Replica,
     ReplicaState,
+    Run,
     utcnow,
 )
 
-__all__ = ["LOOK_BACK", "mark_peer_copy", "newest_safe_created_at", "peer_copies_of", "safe_since"]
+__all__ = [
+    "LOOK_BACK",
+    "PartToSend",
+    "interrupt_copies",
+    "mark_peer_copy",
+    "newest_safe_created_at",
+    "parts_to_send",
+    "peer_copies_of",
+    "safe_since",
+]
 
 #: How many of the newest complete steps ``newest_safe_created_at`` looks at (a scrape's bound).
 LOOK_BACK = 32
@@ -115,3 +130,109 @@ def newest_safe_created_at(
         if safe_since(session, checkpoint_id, shared_tiers) is not None:
             return created_at
     return None
+
+
+@dataclass(frozen=True)
+class PartToSend:
+    """A part of this node that lacks peer copies: its step, and who holds a verified copy already."""
+
+    part_id: int
+    checkpoint_id: int
+    run: str
+    step: int
+    holders: tuple[str, ...]
+
+
+def parts_to_send(
+    session: Session,
+    node: str,
+    replicas: int,
+    shared_tiers: Collection[str],
+    keep_last: int | None,
+    limit: int = 64,
+) -> list[PartToSend]:
+    """``node``'s parts of complete steps with fewer than ``replicas`` verified copies on other nodes.
+
+    Newest step first, at most ``limit``. Left out: a part verified on a shared tier (or
+    whose whole step is), a part one of whose copies was dropped (``deleted``: its peer
+    copies' life is over), and, with ``keep_last``, a step not among its run's newest
+    ``keep_last`` complete steps (the peer tier's retention would drop it at once).
+    """
+    complete = CheckpointState.COMPLETE.value
+    copies = (
+        select(func.count())
+        .where(PeerCopy.part_id == Part.id, PeerCopy.holder != node)
+        .where(PeerCopy.state == ReplicaState.VERIFIED.value)
+        .scalar_subquery()
+    )
+    query = (
+        select(Part.id, Part.checkpoint_id, Run.name, Checkpoint.step)
+        .join(Checkpoint, Checkpoint.id == Part.checkpoint_id)
+        .join(Run, Run.id == Checkpoint.run_id)
+        .where(Part.node == node, Checkpoint.state == complete, copies < replicas)
+        .where(~exists().where(PeerCopy.part_id == Part.id, PeerCopy.state == ReplicaState.DELETED.value))
+        .where(~_on_shared(shared_tiers))
+        .order_by(Checkpoint.created_at.desc(), Part.id.desc())
+        .limit(limit)
+    )
+    if keep_last is not None:
+        newer = Checkpoint.__table__.alias("newer")
+        ahead = (
+            select(func.count())
+            .where(newer.c.run_id == Checkpoint.run_id, newer.c.state == complete)
+            .where(newer.c.step > Checkpoint.step)
+            .scalar_subquery()
+        )
+        query = query.where(ahead < keep_last)
+    rows = session.execute(query).all()
+    holders = _verified_holders(session, [r[0] for r in rows], node)
+    return [PartToSend(r[0], r[1], r[2], r[3], tuple(holders.get(r[0], ()))) for r in rows]
+
+
+def _on_shared(shared_tiers: Collection[str]) -> ColumnElement[bool]:
+    """Whether the part of the outer query (or its whole step) is verified on a shared tier."""
+    verified, shared = ReplicaState.VERIFIED.value, list(shared_tiers)
+    part = exists().where(
+        PartReplica.part_id == Part.id, PartReplica.state == verified, PartReplica.tier.in_(shared)
+    )
+    whole = exists().where(
+        Replica.checkpoint_id == Part.checkpoint_id, Replica.state == verified, Replica.tier.in_(shared)
+    )
+    return or_(part, whole)
+
+
+def _verified_holders(session: Session, part_ids: list[int], node: str) -> dict[int, list[str]]:
+    """The nodes other than ``node`` holding a verified copy of each part, by name."""
+    found: dict[int, list[str]] = {}
+    if not part_ids:
+        return found
+    rows = session.execute(
+        select(PeerCopy.part_id, PeerCopy.holder)
+        .where(
+            PeerCopy.part_id.in_(part_ids),
+            PeerCopy.state == ReplicaState.VERIFIED.value,
+            PeerCopy.holder != node,
+        )
+        .order_by(PeerCopy.holder)
+    )
+    for part_id, holder in rows:
+        found.setdefault(part_id, []).append(holder)
+    return found
+
+
+def interrupt_copies(session: Session, node: str) -> int:
+    """Turn the copies of ``node``'s parts left ``copying`` or ``pending`` into ``failed``; how many.
+
+    Run by the sender at start: what it was sending when it stopped is sent again, whole.
+    """
+    mine = select(Part.id).where(Part.node == node)
+    result = session.execute(
+        update(PeerCopy)
+        .where(
+            PeerCopy.part_id.in_(mine),
+            PeerCopy.state.in_([ReplicaState.COPYING.value, ReplicaState.PENDING.value]),
+        )
+        .values(state=ReplicaState.FAILED.value, error="interrupted: the sender stopped", updated_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
