@@ -9,12 +9,14 @@ from sqlalchemy.orm import Session
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Checkpoint, Part, PartReplica, Replica, ReplicaState, Run
 from tierd.daemon.catalog.peer_copies import (
+    copies_to_drop,
     interrupt_copies,
     mark_peer_copy,
     newest_safe_created_at,
     parts_to_send,
     peer_copies_of,
     safe_since,
+    write_off_copies,
 )
 
 SHARED = ("pfs",)
@@ -154,10 +156,10 @@ def test_the_sender_is_told_its_parts_lacking_copies_newest_first(db: Database) 
         mark_peer_copy(s, parts[4]["a"], "b", ReplicaState.VERIFIED)  # enough for one replica
         mark_peer_copy(s, parts[3]["a"], "c", ReplicaState.VERIFIED)
         mark_peer_copy(s, parts[3]["a"], "a", ReplicaState.VERIFIED)  # itself: counts for nothing
-        mark_peer_copy(s, parts[2]["a"], "b", ReplicaState.DELETED)  # dropped: its life is over
+        mark_peer_copy(s, parts[2]["a"], "b", ReplicaState.VERIFIED)
         s.add(PartReplica(part_id=parts[1]["a"], tier="pfs", state="verified"))  # a shared tier has it
     assert _to_send(db) == []
-    assert _to_send(db, replicas=2) == [(4, ("b",)), (3, ("c",))]
+    assert _to_send(db, replicas=2) == [(4, ("b",)), (3, ("c",)), (2, ("b",))]
 
 
 def test_copies_cut_by_a_restart_are_failed_and_sent_again(db: Database) -> None:
@@ -179,3 +181,39 @@ def _checkpoint_of(s: Session, part_id: int) -> int:
     part = s.get(Part, part_id)
     assert part is not None
     return part.checkpoint_id
+
+
+def _drops(db: Database, keep_last: int | None = 1) -> list[tuple[int, str, str]]:
+    with db.read_session() as s:
+        steps = {c.id: c.step for c in s.query(Checkpoint)}
+        return sorted(
+            (steps[d.checkpoint_id], d.holder, d.reason) for d in copies_to_drop(s, "a", SHARED, keep_last)
+        )
+
+
+def test_copies_are_dropped_once_failed_durable_elsewhere_or_past_retention(db: Database) -> None:
+    parts = _steps(db, 4)
+    with db.session() as s:
+        for step in (1, 2, 3, 4):
+            mark_peer_copy(s, parts[step]["a"], "b", ReplicaState.VERIFIED)
+        mark_peer_copy(s, parts[4]["a"], "c", ReplicaState.FAILED, "peer c: 507")
+        s.add(PartReplica(part_id=parts[3]["a"], tier="pfs", state="verified"))
+        held = s.get(Checkpoint, _checkpoint_of(s, parts[2]["a"]))
+        assert held is not None
+        held.pinned = True  # retention keeps it; a durable copy would not
+    assert _drops(db) == [(1, "b", "retention"), (3, "b", "durable"), (4, "c", "failed")]
+    assert _drops(db, keep_last=None) == [(3, "b", "durable"), (4, "c", "failed")]
+
+
+def test_a_dead_holders_copies_are_written_off(db: Database) -> None:
+    parts = _steps(db, 1)
+    with db.session() as s:
+        mark_peer_copy(s, parts[1]["a"], "b", ReplicaState.VERIFIED)
+        mark_peer_copy(s, parts[1]["a"], "c", ReplicaState.VERIFIED)
+    checkpoint_id = 0
+    with db.session() as s:
+        checkpoint_id = _checkpoint_of(s, parts[1]["a"])
+        assert write_off_copies(s, "a", ["c", "d"]) == [(checkpoint_id, "b")]
+    with db.read_session() as s:
+        assert peer_copies_of(s, checkpoint_id) == [("a", "b", "failed"), ("a", "c", "verified")]
+    assert _to_send(db, replicas=2) == [(1, ("c",))]

@@ -23,6 +23,7 @@ from tierd.daemon.catalog.dialect import insert_or_update
 from tierd.daemon.catalog.models import (
     Checkpoint,
     CheckpointState,
+    Hold,
     Part,
     PartReplica,
     PeerCopy,
@@ -34,8 +35,11 @@ from tierd.daemon.catalog.models import (
 
 __all__ = [
     "LOOK_BACK",
+    "CopyToDrop",
     "PartToSend",
+    "copies_to_drop",
     "interrupt_copies",
+    "write_off_copies",
     "mark_peer_copy",
     "newest_safe_created_at",
     "parts_to_send",
@@ -154,8 +158,7 @@ def parts_to_send(
     """``node``'s parts of complete steps with fewer than ``replicas`` verified copies on other nodes.
 
     Newest step first, at most ``limit``. Left out: a part verified on a shared tier (or
-    whose whole step is), a part one of whose copies was dropped (``deleted``: its peer
-    copies' life is over), and, with ``keep_last``, a step not among its run's newest
+    whose whole step is), and, with ``keep_last``, a step not among its run's newest
     ``keep_last`` complete steps (the peer tier's retention would drop it at once).
     """
     complete = CheckpointState.COMPLETE.value
@@ -170,7 +173,6 @@ def parts_to_send(
         .join(Checkpoint, Checkpoint.id == Part.checkpoint_id)
         .join(Run, Run.id == Checkpoint.run_id)
         .where(Part.node == node, Checkpoint.state == complete, copies < replicas)
-        .where(~exists().where(PeerCopy.part_id == Part.id, PeerCopy.state == ReplicaState.DELETED.value))
         .where(~_on_shared(shared_tiers))
         .order_by(Checkpoint.created_at.desc(), Part.id.desc())
         .limit(limit)
@@ -236,3 +238,82 @@ def interrupt_copies(session: Session, node: str) -> int:
         .execution_options(synchronize_session=False)
     )
     return int(getattr(result, "rowcount", 0) or 0)
+
+
+@dataclass(frozen=True)
+class CopyToDrop:
+    """A copy of this node's part that its holder should no longer keep, and why."""
+
+    part_id: int
+    checkpoint_id: int
+    holder: str
+    reason: str
+
+
+def copies_to_drop(
+    session: Session,
+    node: str,
+    durable_shared: Collection[str],
+    keep_last: int | None,
+    limit: int = 256,
+) -> list[CopyToDrop]:
+    """Copies of ``node``'s parts whose holders should remove them, oldest step first.
+
+    - ``failed``: a copy that did not complete (what its holder took of it);
+    - ``durable``: verified, and the part (or its whole step) is verified on a durable shared
+      tier, pinned or held or not: that copy protects the step from now on;
+    - ``retention``: verified, the step is not among its run's newest ``keep_last`` complete
+      steps, nor pinned, nor held; or the step is gone (``deleted``) or changed.
+    """
+    verified, failed = ReplicaState.VERIFIED.value, ReplicaState.FAILED.value
+    complete = CheckpointState.COMPLETE.value
+    reasons: list[tuple[str, ColumnElement[bool]]] = [
+        ("failed", PeerCopy.state == failed),
+        ("durable", (PeerCopy.state == verified) & _on_shared(durable_shared)),
+    ]
+    gone = Checkpoint.state != complete
+    if keep_last is not None:
+        newer = Checkpoint.__table__.alias("newer")
+        ahead = (
+            select(func.count())
+            .where(newer.c.run_id == Checkpoint.run_id, newer.c.state == complete)
+            .where(newer.c.step > Checkpoint.step)
+            .scalar_subquery()
+        )
+        kept = Checkpoint.pinned | exists().where(Hold.checkpoint_id == Checkpoint.id)
+        gone = gone | ((ahead >= keep_last) & ~kept)
+    reasons.append(("retention", (PeerCopy.state == verified) & gone))
+    found: dict[tuple[int, str], CopyToDrop] = {}
+    for reason, condition in reasons:
+        rows = session.execute(
+            select(Part.id, Part.checkpoint_id, PeerCopy.holder)
+            .join(PeerCopy, PeerCopy.part_id == Part.id)
+            .join(Checkpoint, Checkpoint.id == Part.checkpoint_id)
+            .where(Part.node == node, condition)
+            .order_by(Checkpoint.created_at, Part.id)
+            .limit(limit)
+        )
+        for part_id, checkpoint_id, holder in rows:
+            found.setdefault((part_id, holder), CopyToDrop(part_id, checkpoint_id, holder, reason))
+    return list(found.values())
+
+
+def write_off_copies(session: Session, node: str, live: Collection[str]) -> list[tuple[int, str]]:
+    """Turn verified copies of ``node``'s parts held by a node not in ``live`` into ``failed``.
+
+    A dead holder's copy keeps no step safe: the part is sent to the next node, and what
+    the holder kept is dropped once it is back. Returns ``(checkpoint id, holder)`` of each.
+    """
+    rows = session.execute(
+        select(PeerCopy, Part.checkpoint_id)
+        .join(Part, Part.id == PeerCopy.part_id)
+        .where(
+            Part.node == node,
+            PeerCopy.state == ReplicaState.VERIFIED.value,
+            PeerCopy.holder.not_in(list(live)),
+        )
+    ).all()
+    for copy, _ in rows:
+        copy.state, copy.verified_at = ReplicaState.FAILED.value, None
+        copy.error = f"written off: holder {copy.holder} not heard from"
+    return [(checkpoint_id, copy.holder) for copy, checkpoint_id in rows]

@@ -7,9 +7,10 @@ node's parts of complete steps still lack ``replicas`` verified copies on other 
 (``parts_to_send``: newest first; not those a shared tier already holds, nor steps the peer
 tier's ``retention.keep_last`` would drop) and which nodes are live (a heartbeat within
 ``fleet.node_timeout`` and an ``advertise_url``), then sends each part in a task of its own
-(``sender.PartSender``). A part no peer took is tried again after the pipeline's job
-backoff (``JOB_BACKOFF``). The chain's next hop does not wait for any of it: the pipeline
-reads tier 0 on its own.
+(``sender.PartSender``); before that, copies whose holder died are written off and those
+their holders should no longer keep are dropped (``lifecycle``). A part no peer took is
+tried again after the pipeline's job backoff (``JOB_BACKOFF``). The chain's next hop does
+not wait for any of it: the pipeline reads tier 0 on its own.
 
 At start, copies this node was making when it stopped are recorded ``failed`` and made again
 (``interrupt_copies``), and the temporary files a crash left in this node's own peer directory
@@ -33,6 +34,7 @@ from tierd.daemon.catalog.fleet import list_nodes
 from tierd.daemon.catalog.peer_copies import PartToSend, interrupt_copies, parts_to_send
 from tierd.daemon.context import Context
 from tierd.daemon.outage import CatalogOutage
+from tierd.daemon.replication.lifecycle import Lifecycle
 from tierd.daemon.replication.sender import PartSender
 from tierd.daemon.service import InFlight, PassLoop
 from tierd.daemon.transfer.retry import JOB_BACKOFF, Backoff
@@ -86,7 +88,10 @@ class ReplicationService:
             tier0 = backends[ctx.config.tier0.name]
             self.sender = PartSender(ctx.db, self.me, tier0, self.client, self.tier.replicas, slots)
         self.tasks = InFlight(self.name)
-        self._sending: set[int] = set()
+        self._sending: set[int] = set()  # parts a task sends or drops copies of
+        self.lifecycle = None
+        if self.client is not None:
+            self.lifecycle = Lifecycle(ctx.db, ctx.config, self.client, self._sending, self.tasks.spawn)
         self._retry: dict[int, tuple[int, float]] = {}  # part id -> (failed tries, monotonic not before)
         self.outage = CatalogOutage(self.name)
         self.loop = PassLoop(
@@ -140,14 +145,15 @@ class ReplicationService:
 
     async def _pass(self) -> None:
         """Send every part that lacks copies and is not being sent or waiting out its backoff."""
-        if self.sender is None or self.ctx.draining:
+        if self.sender is None or self.lifecycle is None or self.ctx.draining:
             return
+        nodes = await blocking(self._live_nodes)
+        await self.lifecycle.tend(nodes)
         todo = await blocking(self._todo, self.sender.replicas)
         wanted = {part.part_id for part in todo}
         self._retry = {k: v for k, v in self._retry.items() if k in wanted}
         if not todo:
             return
-        nodes = await blocking(self._live_nodes)
         now = time.monotonic()
         for part in todo:
             tries, not_before = self._retry.get(part.part_id, (0, 0.0))
