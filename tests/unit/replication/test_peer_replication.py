@@ -14,6 +14,7 @@ from sqlalchemy import select, update
 from structlog.testing import capture_logs
 
 from tests.fixtures.net import free_port
+from tests.fixtures.tmpfs import small_disk
 from tests.fixtures.world import World, posix_tier
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
@@ -176,3 +177,47 @@ def test_a_bad_token_file_is_named_by_its_key(tmp_path: Path, sqlite_db: Databas
     with pytest.raises(ConfigError) as caught:
         ReplicationService(Context(config=world.config, db=sqlite_db), world.backends, ByteBudget(1 << 20))
     assert "tiers.peers.token_file: every user may read it" in str(caught.value)
+
+
+async def test_disk_pressure_evicts_held_copies_safe_elsewhere_first(
+    tmp_path: Path, sqlite_db: Database
+) -> None:
+    """node-b holds node-a's parts of steps 1 and 2 on a 4 MiB tmpfs; step 2's is also on node-c."""
+    mib = 1024 * 1024
+    with small_disk(tmp_path / "peer", 4 * mib) as disk:
+        peer = {
+            "name": "peers",
+            "kind": "peer",
+            "path": str(disk.path),
+            "free_space": {"evict_below": mib, "evict_to": 3 * mib // 2},
+        }
+        world = World.make(tmp_path, sqlite_db, [posix_tier(tmp_path, "nvme"), peer], node="node-b")
+        held: dict[int, tuple[int, Path]] = {}
+        for step in (1, 2):
+            checkpoint_id, part_id, _ = await _part(world, step)
+            where = disk.path / "node-a" / str(checkpoint_id) / "shard"
+            where.parent.mkdir(parents=True)
+            where.write_bytes(os.urandom(mib))
+            with sqlite_db.session() as s:
+                s.execute(update(Part).where(Part.id == part_id).values(total_bytes=mib))
+                mark_peer_copy(s, part_id, "node-b", ReplicaState.VERIFIED)
+                if step == 2:
+                    mark_peer_copy(s, part_id, "node-c", ReplicaState.VERIFIED)
+            held[step] = (checkpoint_id, where)
+        disk.fill(leave=mib * 9 // 10)  # below evict_below: 0.6 MiB short of evict_to
+        service = ReplicationService(
+            Context(config=world.config, db=sqlite_db), world.backends, ByteBudget(1 << 20)
+        )
+        assert service.sender is None  # no token: it only receives, and still relieves pressure
+        assert service.eviction is not None
+        with capture_logs() as logs:
+            assert await service.eviction.relieve() == 1
+        await service.stop(1)
+        assert held[1][1].exists()
+        assert not held[2][1].exists()  # step 2 was safe on node-c too: it went first, alone
+        with sqlite_db.read_session() as s:
+            assert ("node-a", "node-b", "deleted") in peer_copies_of(s, held[2][0])
+            assert ("node-a", "node-b", "verified") in peer_copies_of(s, held[1][0])
+        assert [
+            (e["checkpoint"], e["safe_elsewhere"]) for e in logs if e["event"] == "peer_copy_evicted"
+        ] == [(held[2][0], True)]

@@ -36,8 +36,10 @@ from tierd.daemon.catalog.models import (
 __all__ = [
     "LOOK_BACK",
     "CopyToDrop",
+    "HeldCopy",
     "PartToSend",
     "copies_to_drop",
+    "held_copies",
     "interrupt_copies",
     "write_off_copies",
     "mark_peer_copy",
@@ -317,3 +319,42 @@ def write_off_copies(session: Session, node: str, live: Collection[str]) -> list
         copy.state, copy.verified_at = ReplicaState.FAILED.value, None
         copy.error = f"written off: holder {copy.holder} not heard from"
     return [(checkpoint_id, copy.holder) for copy, checkpoint_id in rows]
+
+
+@dataclass(frozen=True)
+class HeldCopy:
+    """A copy this node holds of another node's part: whose, of which step, how big, safe elsewhere."""
+
+    part_id: int
+    node: str
+    checkpoint_id: int
+    bytes: int
+    safe_elsewhere: bool
+
+
+def held_copies(
+    session: Session, holder: str, shared_tiers: Collection[str], limit: int = 1000
+) -> list[HeldCopy]:
+    """The verified copies ``holder`` holds, in the order disk pressure evicts them.
+
+    Those whose part is safe without this copy first (verified on a shared tier, or on a
+    third node), then the rest; oldest step first within each.
+    """
+    verified = ReplicaState.VERIFIED.value
+    other = PeerCopy.__table__.alias("other")
+    on_third = exists().where(
+        other.c.part_id == Part.id,
+        other.c.state == verified,
+        other.c.holder != holder,
+        other.c.holder != Part.node,
+    )
+    elsewhere = or_(on_third, _on_shared(shared_tiers))
+    rows = session.execute(
+        select(Part.id, Part.node, Part.checkpoint_id, Part.total_bytes, elsewhere)
+        .join(PeerCopy, PeerCopy.part_id == Part.id)
+        .join(Checkpoint, Checkpoint.id == Part.checkpoint_id)
+        .where(PeerCopy.holder == holder, PeerCopy.state == verified)
+        .order_by(elsewhere.desc(), Checkpoint.created_at, Part.id)
+        .limit(limit)
+    )
+    return [HeldCopy(r[0], r[1], r[2], r[3], bool(r[4])) for r in rows]

@@ -12,10 +12,12 @@ their holders should no longer keep are dropped (``lifecycle``). A part no peer 
 tried again after the pipeline's job backoff (``JOB_BACKOFF``). The chain's next hop does
 not wait for any of it: the pipeline reads tier 0 on its own.
 
-At start, copies this node was making when it stopped are recorded ``failed`` and made again
-(``interrupt_copies``), and the temporary files a crash left in this node's own peer directory
-(a sender cut off mid-file) are removed. At stop, sending stops at once: an unfinished copy is
-``failed`` (or left ``copying``, made again at the next start), never ``verified``.
+Each pass first relieves disk pressure on the peer directory (``eviction``: held copies go,
+those safe elsewhere first), on a node that only receives too. At start, copies this node
+was making when it stopped are recorded ``failed`` and made again (``interrupt_copies``),
+and the temporary files a crash left in this node's own peer directory (a sender cut off
+mid-file) are removed. At stop, sending stops at once: an unfinished copy is ``failed`` (or
+left ``copying``, made again at the next start), never ``verified``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tierd.daemon.catalog.fleet import list_nodes
 from tierd.daemon.catalog.peer_copies import PartToSend, interrupt_copies, parts_to_send
 from tierd.daemon.context import Context
 from tierd.daemon.outage import CatalogOutage
+from tierd.daemon.replication.eviction import PeerEviction
 from tierd.daemon.replication.lifecycle import Lifecycle
 from tierd.daemon.replication.sender import PartSender
 from tierd.daemon.service import InFlight, PassLoop
@@ -93,6 +96,10 @@ class ReplicationService:
         if self.client is not None:
             self.lifecycle = Lifecycle(ctx.db, ctx.config, self.client, self._sending, self.tasks.spawn)
         self._retry: dict[int, tuple[int, float]] = {}  # part id -> (failed tries, monotonic not before)
+        self.store = None if self.tier is None else PeerStore(self.tier)
+        self.eviction = None
+        if self.tier is not None and self.store is not None and self.tier.free_space is not None:
+            self.eviction = PeerEviction(ctx.db, ctx.config, self.tier, self.store)
         self.outage = CatalogOutage(self.name)
         self.loop = PassLoop(
             self.name, self._pass, poll, wakeup=ctx.peer_wakeup, outage=self.outage, sooner_while_down=True
@@ -113,39 +120,42 @@ class ReplicationService:
         return PeerNode(self.ctx.config.node, fleet.advertise_url or "", fleet.failure_domain)
 
     async def start(self) -> None:
-        """Sweep the peer directory's leftovers; record unfinished copies failed; start the loop."""
-        if self.tier is not None:
-            await self._sweep(self.tier)
-        if self.sender is None:
+        """Sweep the peer directory's leftovers; record unfinished copies failed; start the loop.
+
+        Without a peer tier nothing runs; without a token only the disk-pressure check does.
+        """
+        if self.tier is None or self.store is None:
             return
-        interrupted = await blocking(self._interrupt)
-        if interrupted:
-            log.info("peer_copies_interrupted", copies=interrupted)
-        self.loop.start("replication:loop")
-        log.info(
-            "replication_started", replicas=self.sender.replicas, tier=self.tier.name if self.tier else None
-        )
+        await self._sweep(self.store)
+        if self.sender is not None:
+            interrupted = await blocking(self._interrupt)
+            if interrupted:
+                log.info("peer_copies_interrupted", copies=interrupted)
+        if self.sender is not None or self.eviction is not None:
+            self.loop.start("replication:loop")
+        log.info("replication_started", tier=self.tier.name, sends=self.sender is not None)
 
     def _interrupt(self) -> int:
         with self.ctx.db.session() as session:
             return interrupt_copies(session, self.ctx.config.node)
 
-    async def _sweep(self, tier: PeerTier) -> None:
+    async def _sweep(self, store: PeerStore) -> None:
         """Remove temporary files a crash left in the peer directory (none is being written yet)."""
-        store = PeerStore(tier)
         try:
             removed = await store.sweep()
         except TierdError as exc:
-            log.warning("peer_sweep_failed", tier=tier.name, error=str(exc))
+            log.warning("peer_sweep_failed", tier=store.tier.name, error=str(exc))
             return
-        finally:
-            await store.close()
         if removed:
-            log.info("peer_leftovers_removed", tier=tier.name, files=removed)
+            log.info("peer_leftovers_removed", tier=store.tier.name, files=removed)
 
     async def _pass(self) -> None:
-        """Send every part that lacks copies and is not being sent or waiting out its backoff."""
-        if self.sender is None or self.lifecycle is None or self.ctx.draining:
+        """Relieve disk pressure; send every part that lacks copies, not being sent nor backing off."""
+        if self.ctx.draining:
+            return
+        if self.eviction is not None and (evicted := await self.eviction.relieve()):
+            log.info("peer_pressure_relieved", evicted=evicted)
+        if self.sender is None or self.lifecycle is None:
             return
         nodes = await blocking(self._live_nodes)
         await self.lifecycle.tend(nodes)
@@ -203,3 +213,5 @@ class ReplicationService:
         await self.tasks.drain(0)
         if self.client is not None:
             await self.client.close()
+        if self.store is not None:
+            await self.store.close()
