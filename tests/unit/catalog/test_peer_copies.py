@@ -160,6 +160,11 @@ def test_the_sender_is_told_its_parts_lacking_copies_newest_first(db: Database) 
         s.add(PartReplica(part_id=parts[1]["a"], tier="pfs", state="verified"))  # a shared tier has it
     assert _to_send(db) == []
     assert _to_send(db, replicas=2) == [(4, ("b",)), (3, ("c",)), (2, ("b",))]
+    with db.session() as s:
+        mark_peer_copy(s, parts[4]["a"], "d", ReplicaState.DELETED, "evicted: disk pressure")
+    with db.read_session() as s:
+        (newest, *_) = parts_to_send(s, "a", 2, SHARED, None)
+    assert (newest.step, newest.holders, newest.passed) == (4, ("b",), ("d",))  # d is tried last
 
 
 def test_copies_cut_by_a_restart_are_failed_and_sent_again(db: Database) -> None:

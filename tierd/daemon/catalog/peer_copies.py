@@ -147,6 +147,8 @@ class PartToSend:
     run: str
     step: int
     holders: tuple[str, ...]
+    #: Nodes whose copy of the part was dropped or evicted: tried after the others.
+    passed: tuple[str, ...] = ()
 
 
 def parts_to_send(
@@ -189,8 +191,13 @@ def parts_to_send(
         )
         query = query.where(ahead < keep_last)
     rows = session.execute(query).all()
-    holders = _verified_holders(session, [r[0] for r in rows], node)
-    return [PartToSend(r[0], r[1], r[2], r[3], tuple(holders.get(r[0], ()))) for r in rows]
+    ids = [r[0] for r in rows]
+    holders = _holders(session, ids, node, ReplicaState.VERIFIED)
+    passed = _holders(session, ids, node, ReplicaState.DELETED)
+    return [
+        PartToSend(r[0], r[1], r[2], r[3], tuple(holders.get(r[0], ())), tuple(passed.get(r[0], ())))
+        for r in rows
+    ]
 
 
 def _on_shared(shared_tiers: Collection[str]) -> ColumnElement[bool]:
@@ -205,8 +212,8 @@ def _on_shared(shared_tiers: Collection[str]) -> ColumnElement[bool]:
     return or_(part, whole)
 
 
-def _verified_holders(session: Session, part_ids: list[int], node: str) -> dict[int, list[str]]:
-    """The nodes other than ``node`` holding a verified copy of each part, by name."""
+def _holders(session: Session, part_ids: list[int], node: str, state: ReplicaState) -> dict[int, list[str]]:
+    """The nodes other than ``node`` whose copy of each part is in ``state``, by name."""
     found: dict[int, list[str]] = {}
     if not part_ids:
         return found
@@ -214,7 +221,7 @@ def _verified_holders(session: Session, part_ids: list[int], node: str) -> dict[
         select(PeerCopy.part_id, PeerCopy.holder)
         .where(
             PeerCopy.part_id.in_(part_ids),
-            PeerCopy.state == ReplicaState.VERIFIED.value,
+            PeerCopy.state == state.value,
             PeerCopy.holder != node,
         )
         .order_by(PeerCopy.holder)

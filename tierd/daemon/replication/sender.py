@@ -1,7 +1,8 @@
 """One part of this node sent to its peers: each holder gets every file, or the copy is ``failed``.
 
 The holders are the nodes ``choose.ring_order`` gives for the step (the same answer on every
-daemon), less those that hold a verified copy already: the first that take the whole part
+daemon), less those that hold a verified copy already (those whose copy was dropped or
+evicted are tried last): the first that take the whole part
 until ``replicas`` do. A copy is recorded ``copying`` (naming its holder) before its first
 byte leaves and ``verified`` only once every file of the part was taken, each checked by the
 holder against the CRC64NVME taken at first sight. A holder that cannot be reached, is full
@@ -68,7 +69,9 @@ class PartSender:
         """Send ``part`` to peers among ``nodes`` until ``replicas`` hold it (or none is left to try)."""
         holders = list(part.holders)
         refused: list[str] = []
-        order = [n for n in ring_order(f"{part.run}/{part.step}", self.me, nodes) if n.name not in holders]
+        ring = [n for n in ring_order(f"{part.run}/{part.step}", self.me, nodes) if n.name not in holders]
+        # a node that dropped or evicted its copy goes last (no ping-pong under disk pressure)
+        order = [n for n in ring if n.name not in part.passed] + [n for n in ring if n.name in part.passed]
         specs = await blocking(self._specs, part.part_id)
         for peer in order:
             if len(holders) >= self.replicas:

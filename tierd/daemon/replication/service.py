@@ -153,8 +153,7 @@ class ReplicationService:
         """Relieve disk pressure; send every part that lacks copies, not being sent nor backing off."""
         if self.ctx.draining:
             return
-        if self.eviction is not None and (evicted := await self.eviction.relieve()):
-            log.info("peer_pressure_relieved", evicted=evicted)
+        await self._relieve()
         if self.sender is None or self.lifecycle is None:
             return
         nodes = await blocking(self._live_nodes)
@@ -171,6 +170,18 @@ class ReplicationService:
                 continue
             self._sending.add(part.part_id)
             self.tasks.spawn(self._send(part, nodes, tries), f"part {part.part_id}")
+
+    async def _relieve(self) -> None:
+        """Evict held copies under disk pressure; a directory that cannot be read stops no sending."""
+        if self.eviction is None:
+            return
+        try:
+            evicted = await self.eviction.relieve()
+        except TierdError as exc:
+            log.warning("peer_pressure_check_failed", error=str(exc))
+            return
+        if evicted:
+            log.info("peer_pressure_relieved", evicted=evicted)
 
     def _todo(self, replicas: int) -> list[PartToSend]:
         config: Config = self.ctx.config
