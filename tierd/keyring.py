@@ -39,7 +39,7 @@ class Token:
     """A token as the API compares it: its name, role and secret."""
 
     name: str
-    role: Literal["read", "operate", "admin"]
+    role: Literal["read", "operate", "admin", "peer"]
     secret: bytes
 
 

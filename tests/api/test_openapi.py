@@ -29,8 +29,8 @@ from tierd.daemon.context import Context
 # Its tests share one served API (the module fixture): on one xdist worker, started once.
 pytestmark = pytest.mark.xdist_group("openapi")
 
-ROLES = ("public", "read", "operate", "admin")
-TOKENS = {"read": "r-token", "operate": "o-token", "admin": "a-token"}
+ROLES = ("public", "read", "operate", "admin", "peer")
+TOKENS = {"read": "r-token", "operate": "o-token", "admin": "a-token", "peer": "p-token"}
 PROBLEM = {"$ref": "#/components/schemas/Problem"}
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 #: Every operation's id, by method and path: renaming one breaks every generated client.
@@ -63,6 +63,11 @@ OPERATION_IDS = {
     ("delete", "/v1/restores/{restore_id}"): "cancelRestore",
     ("get", "/v1/jobs"): "listJobs",
     ("get", "/v1/fleet"): "getFleet",
+    ("put", "/v1/peer/{node}/{checkpoint_id}/files/{relpath}"): "putPeerFile",
+    ("get", "/v1/peer/{node}/{checkpoint_id}/files/{relpath}"): "getPeerFile",
+    ("head", "/v1/peer/{node}/{checkpoint_id}/files/{relpath}"): "headPeerFile",
+    ("delete", "/v1/peer/{node}/{checkpoint_id}/files/{relpath}"): "deletePeerFile",
+    ("delete", "/v1/peer/{node}/{checkpoint_id}"): "deletePeerPart",
     ("get", "/v1/usage"): "getUsage",
 }
 
@@ -213,7 +218,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApi]:
 
 
 def _called(served: ServedApi, method: str, path: str, role: str | None) -> int:
-    url = path.format(checkpoint_id=1, restore_id=1, name="h", run="demo", tier="nvme")
+    url = path.format(checkpoint_id=1, restore_id=1, name="h", run="demo", tier="nvme", node="n", relpath="f")
     headers = {"Authorization": f"Bearer {TOKENS[role]}"} if role else {}
     return httpx.request(method, f"{served.base_url}{url}", headers=headers, timeout=30).status_code
 
@@ -222,15 +227,20 @@ def _called(served: ServedApi, method: str, path: str, role: str | None) -> int:
 def test_each_operation_needs_the_role_it_documents(served: ServedApi, method: str, path: str) -> None:
     """A token one role below is refused (403), the documented role is not (no 401 or 403).
 
-    Nothing the calls could change exists (no checkpoint, restore or body), so each ends in a
-    404, 409 or 422 at most.
+    ``peer`` stands apart: only a peer token may call its operations (an admin's is refused),
+    and a peer token may call no other. Nothing the calls could change exists (no
+    checkpoint, restore, body or peer tier), so each ends in a 404, 409 or 422 at most.
     """
     role = DOCUMENT["paths"][path][method]["x-tierd-role"]
     if role == "public":
         assert _called(served, method, path, None) not in (401, 403)
         return
     assert _called(served, method, path, None) == 401
-    if role != "read":
+    if role == "peer":
+        assert _called(served, method, path, "admin") == 403
+    else:
+        assert _called(served, method, path, "peer") == 403
+    if role not in ("read", "peer"):
         below = ROLES[ROLES.index(role) - 1]
         assert _called(served, method, path, below) == 403
     assert _called(served, method, path, role) not in (401, 403)

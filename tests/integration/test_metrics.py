@@ -55,4 +55,5 @@ async def test_metrics_report_the_catalog(sqlite_db: Database, make_config: Call
     age = samples[("tierd_recovery_point_age_seconds", (("tier", "nvme"),))]
     assert 590 < age < 3600
     assert ("tierd_recovery_point_age_seconds", (("tier", "pfs"),)) not in samples
+    assert ("tierd_node_loss_recovery_point_age_seconds", ()) not in samples  # on nvme alone
     assert samples[("tierd_checkpoints_detected_total", (("format", "dcp"),))] == 1

@@ -52,6 +52,10 @@ DEADLINE_SECONDS = 10.0
 RETRY_AFTER_SECONDS = 1
 #: Paths that skip admission: the liveness checks answer from the event loop alone.
 EXEMPT = frozenset({"/livez", "/healthz"})
+#: Paths under this skip it too: a peer's file moves for as long as its bytes take, on the
+#: event loop and the I/O pool (never the API's threads), bounded by the peer tier's own
+#: ``concurrency`` (``tierd.api.routes.peer``).
+EXEMPT_PREFIX = "/v1/peer/"
 #: At most one ``api_busy`` log line (with the count of 503s since the last) this often.
 LOG_EVERY_SECONDS = 10.0
 #: Methods whose work may be cancelled: they change nothing.
@@ -84,7 +88,7 @@ class Admission:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one ASGI call: admitted, queued, or answered 503 at once."""
-        if scope["type"] != "http" or scope["path"] in EXEMPT:
+        if scope["type"] != "http" or scope["path"] in EXEMPT or scope["path"].startswith(EXEMPT_PREFIX):
             await self.app(scope, receive, send)
             return
         read = scope["method"] in READS

@@ -16,6 +16,7 @@ from tierd.api.routes import (
     health,
     jobs,
     metrics,
+    peer,
     restores,
     retention,
     runs,
@@ -23,6 +24,7 @@ from tierd.api.routes import (
     usage,
     verify,
 )
+from tierd.daemon.backends.peer import PeerStore
 from tierd.daemon.context import Context
 
 __all__ = ["create_app"]
@@ -41,6 +43,7 @@ def create_app(ctx: Context) -> FastAPI:
         swagger_ui_oauth2_redirect_url=None,
     )
     app.state.ctx = ctx
+    app.state.peer = None if ctx.config.peer is None else PeerStore(ctx.config.peer)
     install_problem_handlers(app)
     app.include_router(health.router)
     app.include_router(checkpoints.router)
@@ -54,6 +57,7 @@ def create_app(ctx: Context) -> FastAPI:
     app.include_router(fleet.router)
     app.include_router(usage.router)
     app.include_router(metrics.router)
+    app.include_router(peer.router)
     install_docs(app, app.title)
     install_gate(app, ctx.tokens, ctx.config.api.max_body_bytes)
     return app

@@ -2,10 +2,12 @@
 
 Routes take them as ``Annotated`` aliases: ``ContextDep``, ``ReadSessionDep``, ``SessionDep``,
 and ``Reader``, ``Operator``, ``Admin`` (each the caller's name once its token grants that
-role); ``CallerRole`` is the role the caller's token grants, for a route whose parts need more
-than the route does. The role checks and sessions carry the problems they may answer (``answers``), so
-every route using them documents 401, 403 and 503 without saying so itself; a role check also
-names its role (``openapi.needs``), which the OpenAPI document gives as the operation's.
+role), and ``PeerCaller`` (another daemon's ``peer`` token: that role and no other grants the
+peer routes, and it grants nothing else, not even ``read``); ``CallerRole`` is the role the
+caller's token grants, for a route whose parts need more than the route does. The role checks
+and sessions carry the problems they may answer (``answers``), so every route using them
+documents 401, 403 and 503 without saying so itself; a role check also names its role
+(``openapi.needs``), which the OpenAPI document gives as the operation's.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ __all__ = [
     "CallerRole",
     "ContextDep",
     "Operator",
+    "PeerCaller",
     "ReadSessionDep",
     "Reader",
     "Role",
@@ -34,8 +37,8 @@ __all__ = [
     "require_role",
 ]
 
-Role = Literal["read", "operate", "admin"]
-_RANK = {"read": 0, "operate": 1, "admin": 2}
+Role = Literal["read", "operate", "admin", "peer"]
+_RANK = {"peer": -1, "read": 0, "operate": 1, "admin": 2}
 _bearer = HTTPBearer(auto_error=False)
 _AUTH_PROBLEMS = {
     **problem_responses(401, description="tokens are configured and none, or an unknown one, was sent"),
@@ -75,7 +78,9 @@ SessionDep = Annotated[Session, Depends(write_session, scope="function")]
 
 
 def role_at_least(granted: Role, needed: Role) -> bool:
-    """Whether the role ``granted`` includes ``needed``."""
+    """Whether the role ``granted`` includes ``needed`` (``peer`` includes only itself, and only it)."""
+    if "peer" in (granted, needed):
+        return granted == needed
     return _RANK[granted] >= _RANK[needed]
 
 
@@ -112,7 +117,7 @@ def require_role(role: Role) -> Callable[..., str]:
         token = ctx.tokens.find(creds.credentials)
         if token is None:
             raise HTTPException(401, "unknown bearer token", {"WWW-Authenticate": "Bearer"})
-        if _RANK[token.role] < _RANK[role]:
+        if not role_at_least(token.role, role):
             raise HTTPException(403, f"token {token.name!r} has role {token.role}, needs {role}")
         return token.name
 
@@ -122,4 +127,5 @@ def require_role(role: Role) -> Callable[..., str]:
 Reader = Annotated[str, Depends(require_role("read"))]
 Operator = Annotated[str, Depends(require_role("operate"))]
 Admin = Annotated[str, Depends(require_role("admin"))]
+PeerCaller = Annotated[str, Depends(require_role("peer"))]
 CallerRole = Annotated[Role, Depends(caller_role)]

@@ -9,6 +9,8 @@ included: a 98 MiB POST without a token took the daemon from 201 to 495 MiB befo
   The route's own dependency still checks the token's role (403);
 - a body longer than ``api.max_body_bytes`` gets a 413: at once when its Content-Length says
   so, else (a chunked body) as soon as the bytes received pass the bound, reading no further.
+  A peer's file (``PUT`` under ``STREAMED_PREFIX``) is bounded by ``MAX_FILE_BYTES`` instead:
+  its route streams it to disk and checks its declared size against the room first.
 
 Both answers close the connection, so what the client still sends is never read.
 """
@@ -25,8 +27,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tierd.api.problems import problem
 from tierd.keyring import Keyring
+from tierd.limits import MAX_FILE_BYTES
 
-__all__ = ["PUBLIC_PATHS", "BodyTooLarge", "RequestGate", "install_gate"]
+__all__ = ["PUBLIC_PATHS", "STREAMED_PREFIX", "BodyTooLarge", "RequestGate", "install_gate"]
 
 #: What anyone may ask without a token: a supervisor's health checks, Prometheus' scrape, and
 #: the API's own description (the document, and Swagger UI's page and files). Every other path,
@@ -46,6 +49,8 @@ PUBLIC_PATHS = frozenset(
     }
 )
 
+#: Bodies under this path are streamed to disk, never held: bounded by ``MAX_FILE_BYTES``.
+STREAMED_PREFIX = "/v1/peer/"
 _CLOSE = {"Connection": "close"}
 _BEARER = {"WWW-Authenticate": "Bearer", **_CLOSE}
 
@@ -80,7 +85,11 @@ class RequestGate:
             response.headers.update(refusal.headers or {})
             await response(scope, receive, send)
             return
-        await self.app(scope, _Counted(receive, self.max_body_bytes), send)
+        await self.app(scope, _Counted(receive, self._limit(scope)), send)
+
+    def _limit(self, scope: Scope) -> int:
+        """The most bytes this request's body may hold."""
+        return MAX_FILE_BYTES if scope["path"].startswith(STREAMED_PREFIX) else self.max_body_bytes
 
     def _refusal(self, scope: Scope, headers: Headers) -> HTTPException | None:
         """Why the headers alone refuse the request, or None."""
@@ -90,9 +99,9 @@ class RequestGate:
                 return HTTPException(401, "a bearer token is required", _BEARER)
             if self.tokens.find(credential) is None:
                 return HTTPException(401, "unknown bearer token", _BEARER)
-        length = headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.max_body_bytes:
-            return BodyTooLarge(self.max_body_bytes)
+        length, limit = headers.get("content-length", ""), self._limit(scope)
+        if length.isdigit() and int(length) > limit:
+            return BodyTooLarge(limit)
         return None
 
 

@@ -35,9 +35,10 @@ command and dashboards call.
 **Authentication.** With `api.tokens` configured, every operation but the public ones
 (health, readiness, metrics, this document) needs `Authorization: Bearer <token>`; a token
 grants a role, and roles are ordered: `admin` may do what `operate` may, and `operate` what
-`read` may. Each operation names the role it needs in its description and in
-`x-tierd-role`. Without tokens (only on a loopback address, or with `api.allow_anonymous`)
-every caller is admin.
+`read` may. The `peer` role stands apart: another daemon's token, it may only hold, give back
+and remove peer copies (`/v1/peer`), and no other role may. Each operation names the role it
+needs in its description and in `x-tierd-role`. Without tokens (only on a loopback address,
+or with `api.allow_anonymous`) every caller is admin.
 
 **Errors** are RFC 9457 problem details (`application/problem+json`): `status`, `title`,
 `detail`. A 503 with `Retry-After` means busy: send the request again after that wait.
@@ -55,6 +56,7 @@ _TAG_TEXT = {
     "retention": "What each tier's retention keeps, deletes and leaves blocked, and why",
     "audit": "Every pin, hold, deletion, eviction, restore and refusal: who, when and why",
     "fleet": "Every daemon on this catalog, its heartbeat, and who leads the shared tiers",
+    "peer": "Other nodes' parts held on this node: put, get, head, delete (the peer role only)",
     "usage": "What each tier holds and costs a month, what retention saved, and in 30 days",
     "health": "Liveness and readiness, for supervisors and load balancers",
     "metrics": "Prometheus exposition",

@@ -93,6 +93,7 @@ def _show_lines(c: JsonObject) -> list[str]:
             for h in c["holds"]
         ),
         ("metrics", " ".join(f"{k}={v:g}" for k, v in sorted(c["metrics"].items())) or "-"),
+        ("node loss", _node_loss(c.get("node_loss"))),
     ]
     lines = [checkpoint_label(c), *(f"  {line}" for line in table(("", ""), facts)[1:])]
     replicas = [
@@ -123,6 +124,16 @@ def _show_lines(c: JsonObject) -> list[str]:
 def _owner(f: JsonObject) -> str:
     """``uid:gid`` as numbers (``ls -n``): the CLI may run where the daemon's names mean nothing."""
     return "-" if f["uid"] is None else f"{f['uid']}:{f['gid']}"
+
+
+def _node_loss(loss: JsonObject | None) -> str:
+    """Whether the loss of one node loses the step: safe since when, or what holds copies."""
+    if loss is None:
+        return "-"
+    if loss["safe"]:
+        return f"safe since {format_time(loss['since'])}"
+    held = ", ".join(f"{p['node']} on {p['holder']} ({p['state']})" for p in loss["peer_copies"])
+    return "not safe: a part is verified only on its own node" + (f"; peer copies: {held}" if held else "")
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from tierd.config.sections import (
     WatchConfig,
 )
 from tierd.config.stores import AnyTier, TierConfig
-from tierd.config.tiers import PosixTier, TierBase
+from tierd.config.tiers import PeerTier, PosixTier, TierBase
 
 __all__ = ["Config"]
 
@@ -45,14 +45,20 @@ class Config(BaseSettings):
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     restore: RestoreSettings = Field(default_factory=RestoreSettings)
     fleet: FleetSettings = Field(default_factory=FleetSettings)
+    #: The ``kind: peer`` entry of ``tiers``, taken out of the chain (``PeerTier`` says why).
+    peer: PeerTier | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _tier_defaults(cls, data: Any) -> Any:
-        """Tier 0 is node-local and not durable unless it says so; every other tier is shared and durable."""
+        """Tier 0 is node-local and not durable unless it says so; every other tier is shared and durable.
+
+        A ``kind: peer`` entry after tier 0 moves to ``peer``; at most one may be given.
+        """
         tiers = data.get("tiers") if isinstance(data, dict) else None
         if not isinstance(tiers, list) or not tiers:
             return data
+        data, tiers = _take_peer(data, tiers)
         first = tiers[0]
         defaults = {"durable": False, "shared": False}
         if isinstance(first, dict):
@@ -64,7 +70,7 @@ class Config(BaseSettings):
 
     @model_validator(mode="after")
     def _coherent(self) -> Config:
-        names = [t.name for t in self.tiers]
+        names = [t.name for t in self.tiers] + ([self.peer.name] if self.peer else [])
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"tiers: duplicate tier names {dupes}")
@@ -77,6 +83,13 @@ class Config(BaseSettings):
                     f"tiers.{i}.shared: a node-local tier cannot follow a shared one "
                     f"({self.tiers[i - 1].name}): copies only move from node-local tiers to shared ones"
                 )
+        if self.peer is not None and (
+            _is_within(self.peer.path, first.path) or _is_within(first.path, self.peer.path)
+        ):
+            raise ValueError(
+                f"tiers: the peer tier's path {self.peer.path} and tier 0's {first.path} must not "
+                "hold one another (tier 0 is watched: other nodes' parts would look like checkpoints)"
+            )
         for i, watch in enumerate(self.watch):
             if not _is_within(watch.path, first.path):
                 raise ValueError(f"watch.{i}.path: {watch.path} is not inside tier 0 path {first.path}")
@@ -118,6 +131,21 @@ class Config(BaseSettings):
         """The environment wins over the file."""
         # The file's contents arrive as init kwargs; the environment wins over them.
         return (env_settings, init_settings)
+
+
+def _take_peer(data: dict[str, Any], tiers: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+    """``data`` with the ``kind: peer`` entries of ``tiers`` (but tier 0's) under ``peer``."""
+    peers = [t for t in tiers[1:] if _kind(t) == "peer"]
+    if not peers:
+        return data, tiers
+    if len(peers) > 1:
+        raise ValueError("tiers: at most one tier may be kind: peer")
+    chain = [tiers[0], *(t for t in tiers[1:] if _kind(t) != "peer")]
+    return {**data, "tiers": chain, "peer": peers[0]}, chain
+
+
+def _kind(tier: Any) -> Any:
+    return tier.get("kind") if isinstance(tier, dict) else getattr(tier, "kind", None)
 
 
 def _is_within(path: Path, root: Path) -> bool:

@@ -69,7 +69,9 @@ class TokenConfig(Strict):
     name: str = Field(min_length=1, max_length=128)
     token: SecretStr | None = None
     token_file: Path | None = None
-    role: Literal["read", "operate", "admin"] = "read"
+    #: ``peer`` is apart from the others: it may only send, fetch and drop peer copies
+    #: (``/v1/peer/...``), and nothing else grants that.
+    role: Literal["read", "operate", "admin", "peer"] = "read"
 
     @field_validator("name")
     @classmethod
@@ -252,6 +254,21 @@ class FleetSettings(Strict):
     heartbeat_interval: Annotated[Duration, Field(gt=0)] = 5.0
     lease: Annotated[Duration, Field(gt=0)] = 15.0
     node_timeout: Annotated[Duration, Field(gt=0)] = 60.0
+    #: The URL other daemons reach this one's API at (``https://node7.rack2:8470``), shown in
+    #: the fleet's table; a peer tier sends its copies there. Absent: not reachable by peers.
+    advertise_url: str | None = Field(default=None, max_length=255)
+    #: What fails together with this node (a rack, a power feed): peers are chosen in other
+    #: failure domains first. Absent: a domain of its own.
+    failure_domain: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+    @field_validator("advertise_url")
+    @classmethod
+    def _url_shape(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        if not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}", url):
+            raise ValueError(f"{url!r} must be http(s)://HOST:PORT, with no path (e.g. https://node7:8470)")
+        return url
 
     @model_validator(mode="after")
     def _ordered(self) -> FleetSettings:

@@ -18,6 +18,7 @@ __all__ = [
     "FreeSpace",
     "KeepBestConfig",
     "ObjectStoreTier",
+    "PeerTier",
     "PosixTier",
     "Price",
     "ScrubConfig",
@@ -135,6 +136,38 @@ class PosixTier(TierBase):
     kind: Literal["posix"]
     path: Path
     free_space: FreeSpace | None = None
+
+
+class PeerTier(TierBase):
+    """``kind: peer``: copies of this node's tier-0 parts on other nodes, and theirs here.
+
+    It sits beside the chain of tiers, not in it (``Config.peer``): the chain's next hop goes
+    on from tier 0 while the peer copies are made. ``path`` is this node's own peer directory
+    (NVMe or RAM), where the other nodes' parts land; ``replicas`` how many other nodes get a
+    copy of each of this node's parts. Never shared and never durable: it is a node's disk.
+    ``token_file`` holds the ``peer`` token this node sends with (every node's ``api.tokens``
+    lists it with role ``peer``; read at start like theirs); absent, this node only receives.
+    ``ca_file`` checks https peers (absent: the system's CAs). Its retention keeps the
+    newest step of each run (``keep_last: 1``) unless it says otherwise.
+    """
+
+    kind: Literal["peer"]
+    path: Path
+    replicas: int = Field(default=1, ge=1, le=16)
+    free_space: FreeSpace | None = None
+    durable: bool = False
+    shared: bool = False
+    token_file: Path | None = None
+    ca_file: Path | None = None
+    retention: TierRetention = Field(default_factory=lambda: TierRetention(keep_last=1))
+
+    @model_validator(mode="after")
+    def _node_local(self) -> PeerTier:
+        if self.durable:
+            raise ValueError("durable: a peer tier is another node's disk, never durable")
+        if self.shared:
+            raise ValueError("shared: a peer tier is node-local (each node has its own peer directory)")
+        return self
 
 
 class ObjectStoreTier(TierBase):

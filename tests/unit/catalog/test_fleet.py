@@ -31,3 +31,21 @@ def test_registering_one_node_leaves_the_others_alone(db: Database) -> None:
         fleet.register_node(s, "node-a", version="1.0", pid=21, api="127.0.0.1:8470")
     with db.read_session() as s:
         assert [(n.name, n.pid) for n in fleet.list_nodes(s)] == [("node-a", 21), ("node-b", 12)]
+
+
+def test_a_node_row_carries_where_peers_reach_it_and_its_failure_domain(db: Database) -> None:
+    with db.session() as s:
+        fleet.register_node(
+            s,
+            "node-a",
+            version="1.0",
+            pid=11,
+            api="127.0.0.2:8470",
+            advertise_url="http://127.0.0.2:8470",
+            failure_domain="rack1",
+        )
+        fleet.register_node(s, "node-b", version="1.0", pid=12, api="127.0.0.3:8470")
+    with db.read_session() as s:
+        a, b = fleet.list_nodes(s)
+    assert (a.advertise_url, a.failure_domain) == ("http://127.0.0.2:8470", "rack1")
+    assert (b.advertise_url, b.failure_domain) == (None, None)

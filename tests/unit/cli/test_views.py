@@ -39,6 +39,7 @@ async def test_show_a_checkpoint_with_its_replicas_and_files(cli: Cli) -> None:
         re.fullmatch(r"  hold case-9  legal \(by api:admin-bot, [0-9-]+ [0-9:]+\)", line) for line in lines
     )
     assert "  metrics      eval_loss=1.25" in lines
+    assert "  node loss    safe since 2026-01-01 00:05:00" in lines  # verified on pfs, a shared tier
     replicas = lines.index("TIER  STATE     VERIFIED (UTC)       DELETE AFTER (UTC)  NOTE")
     assert lines[replicas + 1 : replicas + 3] == [
         "nvme  verified  2026-01-01 00:05:00  -",

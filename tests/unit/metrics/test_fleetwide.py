@@ -18,6 +18,7 @@ from tierd.daemon.metrics import Metrics
 FLEETWIDE = {
     "tierd_replicas",
     "tierd_recovery_point_age_seconds",
+    "tierd_node_loss_recovery_point_age_seconds",
     "tierd_verified_bytes",
     "tierd_checkpoints_pinned",
     "tierd_checkpoints_held",
@@ -53,6 +54,7 @@ async def test_the_leader_exports_the_catalogs_totals(tmp_path: Path, db: Databa
     assert replicas[(("state", "pending"), ("tier", "pfs"))] == 1
     assert replicas[(("state", "failed"), ("tier", "pfs"))] == 0
     assert set(samples["tierd_recovery_point_age_seconds"]) == {(("tier", "nvme"),), (("tier", "pfs"),)}
+    assert set(samples["tierd_node_loss_recovery_point_age_seconds"]) == {()}  # step 1, on pfs
     assert samples["tierd_checkpoints_pinned"] == {(): 1}
     assert samples["tierd_jobs"] == {
         (("kind", "copy"), ("state", "queued"), ("tier", "pfs")): 1,

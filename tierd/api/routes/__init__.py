@@ -9,6 +9,7 @@
 - ``retention``   the retention plan per tier: kept, deleted, blocked, and why
 - ``audit``       the audit log
 - ``fleet``       every daemon on this catalog and who leads the shared tiers
+- ``peer``        other nodes' parts held here: put, get, head, delete (the ``peer`` role only)
 - ``usage``       what each tier holds and costs, what retention saved, in 30 days
 - ``health``      liveness and readiness
 - ``metrics``     Prometheus exposition at ``/metrics``

@@ -16,7 +16,9 @@ from tierd.api.schemas.checkpoints import (
     CheckpointPage,
     HoldIn,
     MetricsIn,
+    NodeLossOut,
     NotifyIn,
+    PeerCopyOut,
     ReasonIn,
 )
 from tierd.api.schemas.common import BIGINT_MAX, INTEGER_MAX
@@ -26,6 +28,7 @@ from tierd.daemon.catalog import protection, replica_deletions
 from tierd.daemon.catalog.db import Database, Session
 from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.catalog.parts import Expectation, missing_while_waiting
+from tierd.daemon.catalog.peer_copies import peer_copies_of, safe_since
 from tierd.daemon.context import Context
 from tierd.daemon.detect.notify import notify_checkpoint
 from tierd.errors import CatalogError, Conflict, NotFound
@@ -61,10 +64,16 @@ def list_checkpoints(
 
 
 @router.get("/{checkpoint_id}", operation_id="getCheckpoint", responses=problem_responses(NotFound))
-def get_checkpoint(session: ReadSessionDep, _caller: Reader, checkpoint_id: CheckpointId) -> CheckpointDetail:
-    """One checkpoint with its replicas and its files' checksums."""
+def get_checkpoint(
+    ctx: ContextDep, session: ReadSessionDep, _caller: Reader, checkpoint_id: CheckpointId
+) -> CheckpointDetail:
+    """One checkpoint with its replicas, its files' checksums, and whether one node's loss loses it."""
     row = queries.get_checkpoint(session, checkpoint_id)
-    return CheckpointDetail.of(row, missing_while_waiting(session, row))
+    shared = [tier.name for tier in ctx.config.tiers if tier.shared]
+    since = safe_since(session, checkpoint_id, shared)
+    copies = [PeerCopyOut(node=n, holder=h, state=s) for n, h, s in peer_copies_of(session, checkpoint_id)]
+    node_loss = NodeLossOut(safe=since is not None, since=since, peer_copies=copies)
+    return CheckpointDetail.of(row, missing_while_waiting(session, row), node_loss)
 
 
 def _shown(session: Session, checkpoint_id: int) -> CheckpointOut:

@@ -47,6 +47,8 @@ def _node(node: NodeView) -> FleetNodeOut:
         version=row.version,
         pid=row.pid,
         api=row.api,
+        advertise_url=row.advertise_url,
+        failure_domain=row.failure_domain,
         started_at=row.started_at,
         heartbeat_at=row.heartbeat_at,
         heartbeat_age_seconds=round(row.age_seconds, 3),

@@ -15,5 +15,6 @@ view), and it sends no query itself.
 - ``jobs``        copies, deletions and restores in flight
 - ``audit``       the audit log
 - ``fleet``       the nodes of a fleet and its leader
+- ``peer``        a file held for another node, and a removal
 - ``usage``       bytes and cost per tier, storage class and run, retention's savings, in 30 days
 """

@@ -242,6 +242,22 @@ class CheckpointOut(BaseModel):
         return cls(**_checkpoint_fields(row, missing))
 
 
+class PeerCopyOut(BaseModel):
+    """A node's part copied to another node's peer tier."""
+
+    node: str = Field(description="the node whose part it is")
+    holder: str = Field(description="the node holding the copy")
+    state: str
+
+
+class NodeLossOut(BaseModel):
+    """Whether the step survives the loss of any one node, and since when."""
+
+    safe: bool = Field(description="every part verified on another node or on a shared tier")
+    since: datetime | None = Field(description="when it became safe (None while it is not)")
+    peer_copies: list[PeerCopyOut]
+
+
 class CheckpointDetail(CheckpointOut):
     """A checkpoint with its files and the directories they lie in."""
 
@@ -249,14 +265,18 @@ class CheckpointDetail(CheckpointOut):
     directories: list[DirectoryOut] = Field(
         description="each directory holding a file, and those above it, with owner and mode at first sight"
     )
+    node_loss: NodeLossOut | None = Field(default=None, description="whether one node's loss loses it")
 
     @classmethod
-    def of(cls, row: Checkpoint, missing: Missing | None) -> CheckpointDetail:
+    def of(
+        cls, row: Checkpoint, missing: Missing | None, node_loss: NodeLossOut | None = None
+    ) -> CheckpointDetail:
         """Build from a catalog row with run, replicas, files and directories loaded."""
         return cls(
             **_checkpoint_fields(row, missing),
             files=[FileOut.of(f) for f in row.files],
             directories=[DirectoryOut.of(d) for d in row.directories],
+            node_loss=node_loss,
         )
 
 

@@ -59,6 +59,10 @@ class FleetNodeOut(BaseModel):
     version: str
     pid: int
     api: str = Field(description="where its API listens")
+    advertise_url: str | None = Field(
+        default=None, description="where its peers reach it (fleet.advertise_url)"
+    )
+    failure_domain: str | None = Field(default=None, description="what fails with it (fleet.failure_domain)")
     started_at: datetime
     heartbeat_at: datetime
     heartbeat_age_seconds: float

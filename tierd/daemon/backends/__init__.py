@@ -7,7 +7,8 @@ object between tiers (server-side when the two allow it, else streamed).
 state, kept so a restart resumes them), ``budget`` (the memory every buffer comes from),
 ``concurrency`` (bounded parallelism, blocking calls not cut short), ``hashing``
 (CRC64NVME of buffers), ``ownermeta`` (a file's owner and mode as an object's metadata,
-as rclone names them), ``posix/``, ``s3/``, ``gcs/`` and ``azure/`` (the stores).
+as rclone names them), ``posix/``, ``s3/``, ``gcs/`` and ``azure/`` (the stores), ``peer/``
+(the peer tier: other nodes' parts held in this node's peer directory).
 
 ``s3/`` is imported when a tier needs it (``make_backend``, or ``S3Backend`` looked up here):
 aioboto3, botocore, aiohttp and the rest are 20 MB of a daemon's resident memory (128 MB

@@ -85,6 +85,8 @@ class NodeRow:
     started_at: datetime
     heartbeat_at: datetime
     age_seconds: float
+    advertise_url: str | None = None
+    failure_domain: str | None = None
 
 
 @dataclass(frozen=True)
@@ -122,8 +124,20 @@ def database_now(session: Session) -> datetime:
     return value
 
 
-def register_node(session: Session, name: str, *, version: str, pid: int, api: str) -> None:
-    """Insert or overwrite ``name``'s row (a restart of the node): started and heard from now."""
+def register_node(
+    session: Session,
+    name: str,
+    *,
+    version: str,
+    pid: int,
+    api: str,
+    advertise_url: str | None = None,
+    failure_domain: str | None = None,
+) -> None:
+    """Insert or overwrite ``name``'s row (a restart of the node): started and heard from now.
+
+    ``advertise_url`` and ``failure_domain``: its ``fleet`` settings, for its peers to read.
+    """
     now = func.now()
     values = {
         "name": name,
@@ -132,6 +146,8 @@ def register_node(session: Session, name: str, *, version: str, pid: int, api: s
         "api": api,
         "started_at": now,
         "heartbeat_at": now,
+        "advertise_url": advertise_url,
+        "failure_domain": failure_domain,
     }
     session.execute(insert_or_update(session, _NODES, ("name",), values))
 
@@ -211,6 +227,8 @@ def list_nodes(session: Session) -> list[NodeRow]:
             r.started_at,
             r.heartbeat_at,
             (now - r.heartbeat_at).total_seconds(),
+            r.advertise_url,
+            r.failure_domain,
         )
         for r in rows
     ]

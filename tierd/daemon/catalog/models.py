@@ -254,6 +254,21 @@ class PartReplica(Base):
     part: Mapped[Part] = relationship(back_populates="replicas")
 
 
+class PeerCopy(Base):
+    """A part's copy on another node's peer tier (``ReplicaState`` values); ``holder`` names that node."""
+
+    __tablename__ = "peer_copies"
+    __table_args__ = (UniqueConstraint("part_id", "holder"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    part_id: Mapped[int] = mapped_column(ForeignKey("parts.id", ondelete="CASCADE"))
+    holder: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16), default=ReplicaState.PENDING.value)
+    verified_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+
 class File(Base):
     """One file of a checkpoint with the checksum taken at first sight, in the part that holds it."""
 
@@ -438,6 +453,10 @@ class Node(Base):
     api: Mapped[str] = mapped_column(String(255), default="")
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    #: ``fleet.advertise_url``: where its peers reach its API (None: not reachable by peers).
+    advertise_url: Mapped[str | None] = mapped_column(String(255), default=None)
+    #: ``fleet.failure_domain``: what fails with it (None: a domain of its own).
+    failure_domain: Mapped[str | None] = mapped_column(String(64), default=None)
 
 
 class FleetLease(Base):

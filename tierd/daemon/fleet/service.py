@@ -76,7 +76,16 @@ class FleetService:
             if not self._registered or not fleet.heartbeat(session, node, self.pid, self.api_address()):
                 if self._registered:
                     log.warning("fleet_node_registered_again", node=node, pid=self.pid)
-                fleet.register_node(session, node, version=__version__, pid=self.pid, api=self.api_address())
+                settings = self.ctx.config.fleet
+                fleet.register_node(
+                    session,
+                    node,
+                    version=__version__,
+                    pid=self.pid,
+                    api=self.api_address(),
+                    advertise_url=settings.advertise_url,
+                    failure_domain=settings.failure_domain,
+                )
                 self._registered = True
             pending = list(self._unaudited)
             for change in pending:

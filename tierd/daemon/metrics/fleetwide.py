@@ -14,7 +14,7 @@ throughout, ``sum`` off for that interval only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 from tierd.daemon.catalog import fleet
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import JobKind, JobState, ReplicaState
+from tierd.daemon.catalog.peer_copies import newest_safe_created_at
 from tierd.daemon.catalog.stats import ReplicaStats, WorkStats, replica_stats, work_stats
 from tierd.daemon.usage import cost_per_month
 from tierd.errors import CatalogError
@@ -55,11 +56,14 @@ class CatalogCollector(Collector):
         tiers: list[str],
         leads: Callable[[], bool],
         prices: Mapping[str, TierPrice] | None = None,
+        shared: Sequence[str] = (),
     ) -> None:
+        """``shared``: the shared tiers' names (a step verified there survives any node's loss)."""
         self.db = db
         self.tiers = tiers
         self.leads = leads
         self.prices = dict(prices or {})
+        self.shared = list(shared)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """Yield the families (asked by the registry at each scrape)."""
@@ -83,7 +87,25 @@ class CatalogCollector(Collector):
     def _read(self) -> list[GaugeMetricFamily]:
         now = datetime.now(UTC)
         stats = replica_stats(self.db)
-        return [*self._replicas(now, stats), self._cost(stats), *self._work(now, work_stats(self.db))]
+        return [
+            *self._replicas(now, stats),
+            self._cost(stats),
+            *self._work(now, work_stats(self.db)),
+            self._node_loss(now),
+        ]
+
+    def _node_loss(self, now: datetime) -> GaugeMetricFamily:
+        """The recovery point for "one node lost": absent while no recent step survives it."""
+        family = GaugeMetricFamily(
+            "tierd_node_loss_recovery_point_age_seconds",
+            "Age of the newest complete checkpoint that survives the loss of any one node "
+            "(every part verified on another node or on a shared tier)",
+        )
+        with self.db.read_session() as session:
+            created = newest_safe_created_at(session, self.shared)
+        if created is not None:
+            family.add_metric([], _age(now, created))
+        return family
 
     def _cost(self, stats: ReplicaStats) -> GaugeMetricFamily:
         cost = GaugeMetricFamily(

@@ -90,12 +90,13 @@ class Metrics:
             "1 while this daemon leads the fleet's shared tiers (deletes, evicts, scrubs on them)",
             registry=self.registry,
         )
+        shared = [tier.name for tier in config.tiers if tier.shared]
         prices = {
             t.name: TierPrice(t.price_per_gb_month, getattr(t, "storage_class", None) or "default")
             for t in config.tiers
             if t.price_per_gb_month is not None
         }
-        self.registry.register(CatalogCollector(db, tiers, leads, prices))
+        self.registry.register(CatalogCollector(db, tiers, leads, prices, shared))
         self.tiers = TierCollector(db, config, acts_on)
         self.registry.register(self.tiers)
 

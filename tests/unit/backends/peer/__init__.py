@@ -1,0 +1,1 @@
+"""Tests of the peer tier (``tierd.daemon.backends.peer``)."""

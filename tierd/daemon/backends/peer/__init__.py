@@ -1,0 +1,15 @@
+"""The peer tier: copies of one node's tier-0 parts held on other nodes of the fleet.
+
+``store`` (the receiving side: this node's peer directory, where other nodes' parts land
+through the API's ``/v1/peer`` routes, each file checked against its first-sight CRC64NVME),
+``stream`` (an HTTP request body as the RangeReader the POSIX write path reads),
+``choose`` (which nodes hold each node's part: a ring per step, failure domains interleaved),
+``client`` (the sending side: a file streamed to its peers, the next one tried on a refusal).
+"""
+
+from __future__ import annotations
+
+from tierd.daemon.backends.peer.store import CHECKSUM_HEADER, PeerStore
+from tierd.daemon.backends.peer.stream import StreamReader
+
+__all__ = ["CHECKSUM_HEADER", "PeerStore", "StreamReader"]

@@ -1,0 +1,175 @@
+"""Sending a file of this node's part to its peers, and fetching it back, over their APIs.
+
+``PeerClient.send`` streams one file from a RangeReader to a peer's ``PUT /v1/peer/...``:
+the size declared up front (Content-Length), the CRC64NVME taken at first sight in
+``x-tierd-crc64nvme``, the bytes read 1 MiB at a time from the buffer budget (never the whole
+file in memory) and paced by ``pace`` (the tier's bandwidth limit). ``replicate`` sends it to
+``replicas`` peers in the order ``choose.ring_order`` gives: a peer that cannot be reached,
+is full (507) or busy, is passed over for the next; a body the peer refused as not hashing
+to its checksum (422: a byte changed in flight) is sent to it again, up to ``RESENDS`` times.
+
+Errors (``PeerRefused``): what a peer answered, or that it could not be reached; the
+``status`` says which (0: not reached).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import httpx
+
+from tierd.daemon.backends.base import RangeReader, read_full
+from tierd.daemon.backends.budget import MIB, ByteBudget
+from tierd.daemon.backends.peer.choose import PeerNode
+from tierd.daemon.backends.peer.store import CHECKSUM_HEADER
+from tierd.errors import TransientBackendError
+from tierd.logs import get_logger
+
+__all__ = ["RESENDS", "SEND_CHUNK", "PeerClient", "PeerFile", "PeerRefused", "Pace"]
+
+log = get_logger(__name__)
+SEND_CHUNK = 1 * MIB
+#: How often a body a peer refused as damaged (422) is sent to it again before the next peer.
+RESENDS = 2
+Pace = Callable[[int], Awaitable[None]]
+Opener = Callable[[], Awaitable[RangeReader]]
+
+
+class PeerRefused(TransientBackendError):
+    """A peer did not take the file: its answer's status (0: it could not be reached)."""
+
+    def __init__(self, peer: str, status: int, detail: str) -> None:
+        super().__init__(f"peer {peer}: {status or 'unreachable'}: {detail}")
+        self.peer = peer
+        self.status = status
+
+
+@dataclass(frozen=True)
+class PeerFile:
+    """One file of this node's part: whose, of which checkpoint, where, and its first-sight checksum."""
+
+    node: str
+    checkpoint_id: int
+    relpath: str
+    checksum: str
+
+    def path(self) -> str:
+        """The file's path under a peer's API."""
+        return f"/v1/peer/{quote(self.node)}/{self.checkpoint_id}/files/{quote(self.relpath)}"
+
+
+class PeerClient:
+    """HTTP to the fleet's peers with this node's ``peer`` token (TLS checked by ``verify``)."""
+
+    def __init__(
+        self,
+        token: str,
+        budget: ByteBudget,
+        *,
+        verify: bool | str = True,
+        timeout: float = 60.0,
+        pace: Pace | None = None,
+    ) -> None:
+        """``verify``: the CA file for https peers (True: the system's); ``pace``: awaited per chunk."""
+        self.budget = budget
+        self.pace = pace
+        self._http = httpx.AsyncClient(
+            headers={"Authorization": f"Bearer {token}"}, verify=verify, timeout=timeout
+        )
+
+    async def send(self, peer: PeerNode, file: PeerFile, reader: RangeReader) -> None:
+        """Send ``reader``'s bytes to ``peer``; raises PeerRefused unless it answered 201."""
+        headers = {CHECKSUM_HEADER: file.checksum, "Content-Length": str(reader.size)}
+        try:
+            answer = await self._http.put(
+                peer.url + file.path(), content=self._chunks(reader, file.relpath), headers=headers
+            )
+        except httpx.HTTPError as exc:
+            raise PeerRefused(peer.name, 0, f"{type(exc).__name__}: {exc}") from exc
+        if answer.status_code != 201:
+            raise PeerRefused(peer.name, answer.status_code, _detail(answer))
+
+    async def replicate(
+        self,
+        order: Sequence[PeerNode],
+        replicas: int,
+        file: PeerFile,
+        open_reader: Callable[[], Awaitable[RangeReader]],
+    ) -> list[PeerNode]:
+        """Send ``file`` to the first ``replicas`` peers of ``order`` that take it; those peers.
+
+        Fewer when too few took it (each refusal logged ``peer_refused``).
+        """
+        held: list[PeerNode] = []
+        for peer in order:
+            if len(held) == replicas:
+                break
+            if await self._send_to(peer, file, open_reader):
+                held.append(peer)
+        return held
+
+    async def _send_to(self, peer: PeerNode, file: PeerFile, open_reader: Opener) -> bool:
+        """Whether ``peer`` took the file (resent after a 422, up to ``RESENDS`` times)."""
+        try:
+            await self.deliver(peer, file, open_reader)
+        except PeerRefused:
+            return False
+        return True
+
+    async def deliver(self, peer: PeerNode, file: PeerFile, open_reader: Opener) -> None:
+        """Send ``file`` to ``peer``, again after a 422 (up to ``RESENDS`` times).
+
+        Raises the last PeerRefused when it did not take it (each refusal logged ``peer_refused``).
+        """
+        for attempt in range(RESENDS + 1):
+            reader = await open_reader()
+            try:
+                await self.send(peer, file, reader)
+                return
+            except PeerRefused as exc:
+                log.warning(
+                    "peer_refused", peer=peer.name, path=file.relpath, status=exc.status, error=str(exc)
+                )
+                if exc.status != 422 or attempt == RESENDS:
+                    raise
+            finally:
+                await reader.close()
+
+    async def drop(self, peer: PeerNode, node: str, checkpoint_id: int) -> int:
+        """Remove ``node``'s part of the checkpoint from ``peer``; how many files it removed.
+
+        Raises PeerRefused when the peer could not be reached or did not answer 200.
+        """
+        path = f"/v1/peer/{quote(node)}/{checkpoint_id}"
+        try:
+            answer = await self._http.delete(peer.url + path)
+        except httpx.HTTPError as exc:
+            raise PeerRefused(peer.name, 0, f"{type(exc).__name__}: {exc}") from exc
+        if answer.status_code != 200:
+            raise PeerRefused(peer.name, answer.status_code, _detail(answer))
+        return int(answer.json().get("removed", 0))
+
+    async def _chunks(self, reader: RangeReader, where: str) -> AsyncIterator[bytes]:
+        offset = 0
+        while offset < reader.size:
+            length = min(SEND_CHUNK, reader.size - offset)
+            async with self.budget.buffer(length) as view:
+                await read_full(reader, offset, view, where=where)
+                chunk = bytes(view)
+            if self.pace is not None:
+                await self.pace(length)
+            offset += length
+            yield chunk
+
+    async def close(self) -> None:
+        """Close the connections."""
+        await self._http.aclose()
+
+
+def _detail(answer: httpx.Response) -> str:
+    try:
+        return str(answer.json().get("detail", answer.text[:200]))
+    except ValueError:
+        return answer.text[:200]
