@@ -4,12 +4,16 @@ When the peer directory's file system has less than the peer tier's ``free_space
 free, held copies are removed until ``evict_to`` is free: first those whose part is safe
 without them (verified on a shared tier, or on a third node), oldest step first, then the
 rest, oldest first. Each is recorded ``deleted`` (error ``evicted``) so its sender sends the
-part to the next node. The node's own tier-0 data is never touched here: where tier 0 shares
-the file system, give the peer tier the higher ``evict_below`` so this runs first (tier 0's
-own eviction is retention's, at its lower mark).
+part to the next node. The node's own tier-0 data is never touched here. Where tier 0 shares
+the file system and evicts under pressure, the peer tier must evict at a higher mark, so this
+runs first (tier 0's own eviction is retention's, at its lower mark): ``check_marks`` refuses
+the config at start otherwise.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 from tierd.config import Config, PeerTier
 from tierd.daemon.aio import blocking
@@ -17,11 +21,51 @@ from tierd.daemon.backends.peer import PeerStore
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import ReplicaState
 from tierd.daemon.catalog.peer_copies import HeldCopy, held_copies, mark_peer_copy
+from tierd.errors import ConfigError
 from tierd.logs import get_logger
 
-__all__ = ["PeerEviction"]
+__all__ = ["PeerEviction", "check_marks"]
 
 log = get_logger(__name__)
+
+
+def check_marks(config: Config) -> None:
+    """Refuse a peer directory that would be relieved after tier 0 on the file system they share.
+
+    Raises ConfigError naming the peer tier's ``free_space`` when tier 0 evicts under pressure,
+    shares the peer directory's file system, and the peer tier does not evict at a higher mark:
+    tier 0 would then delete this node's own data to make room for copies held for others.
+    """
+    peer, first = config.peer, config.tier0
+    if peer is None or first.free_space is None:
+        return
+    where = _existing(peer.path)
+    try:
+        if where is None or os.stat(where).st_dev != os.stat(first.path).st_dev:
+            return
+        st = os.statvfs(first.path)
+    except OSError:
+        return  # tier 0 missing: the daemon's own checks say so
+    total = st.f_blocks * st.f_frsize
+    own_low = first.free_space.marks(total)[0]
+    if peer.free_space is not None and peer.free_space.marks(total)[0] > own_low:
+        return
+    raise ConfigError(
+        [
+            f"tiers.{peer.name}.free_space: the peer directory {peer.path} is on tier 0's file system, "
+            f"which evicts below {first.free_space.evict_below} free: give the peer tier "
+            f"free_space.evict_below above that, so the copies held for other nodes go before this "
+            "node's own data"
+        ]
+    )
+
+
+def _existing(path: Path) -> Path | None:
+    """``path``, or its nearest ancestor that exists (the peer directory is made at its first file)."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return None
 
 
 class PeerEviction:

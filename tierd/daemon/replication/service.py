@@ -36,7 +36,7 @@ from tierd.daemon.catalog.fleet import list_nodes
 from tierd.daemon.catalog.peer_copies import PartToSend, interrupt_copies, parts_to_send
 from tierd.daemon.context import Context
 from tierd.daemon.outage import CatalogOutage
-from tierd.daemon.replication.eviction import PeerEviction
+from tierd.daemon.replication.eviction import PeerEviction, check_marks
 from tierd.daemon.replication.lifecycle import Lifecycle
 from tierd.daemon.replication.sender import PartSender
 from tierd.daemon.service import InFlight, PassLoop
@@ -78,9 +78,13 @@ class ReplicationService:
         backoff: Backoff = JOB_BACKOFF,
         poll: float = POLL_SECONDS,
     ) -> None:
-        """Over the daemon's tier-0 backend and buffer budget. Raises ConfigError (the token file)."""
+        """Over the daemon's tier-0 backend and buffer budget.
+
+        Raises ConfigError: the token file, or a peer directory relieved after tier 0 (``check_marks``).
+        """
         self.ctx = ctx
         self.tier = ctx.config.peer
+        check_marks(ctx.config)
         self.backoff = backoff
         token = None if self.tier is None else read_peer_token(self.tier)
         self.client: PeerClient | None = None
