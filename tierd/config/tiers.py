@@ -145,11 +145,14 @@ class PeerTier(TierBase):
     on from tier 0 while the peer copies are made. ``path`` is this node's own peer directory
     (NVMe or RAM), where the other nodes' parts land; ``replicas`` how many other nodes get a
     copy of each of this node's parts. Never shared and never durable: it is a node's disk.
+    ``token_file`` holds the ``peer``-role token this node presents to its peers (read at
+    start by ``tierd.keyring.peer_token``, refused when every user may read it).
     """
 
     kind: Literal["peer"]
     path: Path
     replicas: int = Field(default=1, ge=1, le=16)
+    token_file: Path | None = None
     free_space: FreeSpace | None = None
     durable: bool = False
     shared: bool = False
