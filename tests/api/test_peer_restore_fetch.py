@@ -88,6 +88,11 @@ async def test_a_refused_token_passes_the_holder_over_and_it_is_not_asked_again(
         assert set(fetch.down) == {"b"}
         with pytest.raises(PeerUnavailable, match="passed over"):
             await source.stat(RELPATH)
+        forked = fetch.fork()  # the next restore asks again
+        assert forked.down == {}
+        await forked.close()
+        with pytest.raises(PeerUnavailable, match="403"):
+            await fetch.fork().source(_holder(served), 7, {RELPATH: "node-a"}).stat(RELPATH)
     finally:
         await fetch.close()
 

@@ -96,7 +96,7 @@ class RestoreService:
                 claim=claim,
                 options=self.options,
                 wake_pipeline=self.ctx.wake_pipeline,
-                peers=None if self.peers is None else self.peers.source,
+                peers=None if self.peers is None else self.peers.fork().source,
             )
             task = self._inflight.spawn(self._drive(runner), f"restore {claim.job_id}")
             self._running[claim.job_id] = _Running(runner, task)

@@ -56,8 +56,19 @@ class PeerFetch:
         self._http = httpx.AsyncClient(
             headers={"Authorization": f"Bearer {token}"}, verify=verify, timeout=timeout
         )
-        #: Holders found unavailable, with why: never tried again by this fetcher.
+        #: Holders found unavailable, with why: never tried again by this fetcher (``fork``).
         self.down: dict[str, str] = {}
+        self._owner = True
+
+    def fork(self) -> PeerFetch:
+        """A fetcher for one restore: the same connections, its own ``down``.
+
+        A holder that came back since is tried again by the next restore. Its ``close``
+        leaves the connections open.
+        """
+        forked = object.__new__(PeerFetch)
+        forked.budget, forked._http, forked.down, forked._owner = self.budget, self._http, {}, False
+        return forked
 
     def source(self, holder: PeerNode, checkpoint_id: int, owners: Mapping[str, str]) -> PeerSource:
         """The files ``holder`` keeps of the checkpoint, as a read-only Backend named ``peer:<holder>``."""
@@ -121,8 +132,9 @@ class PeerFetch:
         return PeerUnavailable(f"peer {holder.name} ({holder.url}): {why}")
 
     async def close(self) -> None:
-        """Close the connections."""
-        await self._http.aclose()
+        """Close the connections (a ``fork`` leaves them to its parent)."""
+        if self._owner:
+            await self._http.aclose()
 
 
 class _RangedReader:
