@@ -18,7 +18,7 @@ from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.fleet import database_now
 from tierd.daemon.catalog.models import Checkpoint, File, Node, Part, PeerCopy, ReplicaState, utcnow
 
-__all__ = ["PeerHolding", "fail_peer_copy", "node_files", "verified_peer_copies"]
+__all__ = ["PeerHolding", "fail_peer_copy", "has_peer_copies", "node_files", "verified_peer_copies"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,21 @@ def verified_peer_copies(session: Session, checkpoint_id: int) -> list[PeerHoldi
         )
         for row in rows
     ]
+
+
+def has_peer_copies(session: Session, checkpoint_id: int) -> bool:
+    """Whether some part of the checkpoint has a verified copy on a node other than its own."""
+    found = session.scalar(
+        select(PeerCopy.id)
+        .join(Part, Part.id == PeerCopy.part_id)
+        .where(
+            Part.checkpoint_id == checkpoint_id,
+            PeerCopy.state == ReplicaState.VERIFIED.value,
+            PeerCopy.holder != Part.node,
+        )
+        .limit(1)
+    )
+    return found is not None
 
 
 def fail_peer_copy(session: Session, part_id: int, holder: str, *, error: str, actor: str) -> bool:
