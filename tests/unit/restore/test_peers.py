@@ -38,6 +38,7 @@ from tierd.daemon.restore.requests import RestoreRequest, request_restore
 from tierd.daemon.restore.runner import RestoreOptions, RestoreRunner
 from tierd.daemon.restore.source import Rebased
 from tierd.daemon.transfer.retry import Backoff
+from tierd.errors import RestoreRefused
 
 FAST = RestoreOptions(poll_interval=0.05, progress_interval=0.02, file_backoff=Backoff(0.0, 0.0))
 DOMAINS = {"n0": "rackA", "n1": "rackA", "n2": "rackB"}
@@ -248,3 +249,18 @@ def test_holders_are_tried_this_node_first_then_its_domain_then_by_rendezvous_sc
     ]
     order = holder_order(holdings, me="me", domain="rackA", key="7", silent_after=60.0)
     assert order == ["me", "near", *by_score, "silent"]
+
+
+async def test_a_restore_by_node_name_takes_exactly_that_nodes_part(
+    fleet: tuple[list[Context], int], tmp_path: Path
+) -> None:
+    nodes, _ = fleet
+    theirs = _files(nodes[2].config.watch[0].path / "step_1")
+    peers = Peers(tmp_path / "peers")
+    target = tmp_path / "restores" / "n2-part"
+    restore = await _restore(nodes[1], peers, target, node="n2")
+    assert restore.job.state == "done", restore.job.last_error
+    assert _files(target) == theirs  # n2's shard, not .metadata (n0's) nor n1's own
+    assert restore.job.detail["part_of"] == "n2"
+    with pytest.raises(RestoreRefused, match="node: 'n9' recorded no part of checkpoint"):
+        await _restore(nodes[1], peers, tmp_path / "restores" / "n9", node="n9")

@@ -54,6 +54,11 @@ class RestoreIn(BaseModel):
     ranks: list[Annotated[int, Field(ge=0, le=MAX_WORLD_SIZE - 1)]] | None = Field(
         default=None, min_length=1, max_length=100_000
     )
+    node: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$",
+        description="only the part of the step this node recorded, nothing of other nodes' parts",
+    )
     source_tier: TierName | None = None
     overwrite: bool = False
     owner: OwnerIn | None = Field(

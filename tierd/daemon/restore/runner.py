@@ -40,7 +40,7 @@ from tierd.daemon.catalog.restores import RestoreClaim, RestorePlan
 from tierd.daemon.markers import split_markers
 from tierd.daemon.restore.cleanup import remove_restored, remove_temps
 from tierd.daemon.restore.copier import FallbackCopier, archive_classes
-from tierd.daemon.restore.destination import Layout, layout_of, roots_of
+from tierd.daemon.restore.destination import Layout, layout_of, of_part, roots_of
 from tierd.daemon.restore.fallback import Fallbacks
 from tierd.daemon.restore.owners import given_owner, owners_of_directories, restored_owner
 from tierd.daemon.restore.paths import check_target, is_fresh
@@ -174,7 +174,9 @@ class RestoreRunner:
     def _prepare(self, plan: RestorePlan) -> _Work:
         """The layout, destination and sources (blocking). Raises RestoreRefused, Conflict."""
         detail = self.claim.detail
-        layout = layout_of(self.config, plan.path, [f.relpath for f in plan.files], detail)
+        with self.db.read_session() as session:
+            relpaths = of_part(session, plan.claim.checkpoint_id, detail, [f.relpath for f in plan.files])
+        layout = layout_of(self.config, plan.path, relpaths, detail)
         roots = roots_of(self.config, detail)
         check_target(str(layout.target), roots, overwrite=True)  # the roots may have changed since
         tree = layout.tree(roots)
