@@ -61,7 +61,7 @@ def configure_logging(
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
-    for noisy in ("botocore", "aiobotocore", "watchdog", "urllib3", "alembic"):
+    for noisy in ("botocore", "aiobotocore", "watchdog", "urllib3", "alembic", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

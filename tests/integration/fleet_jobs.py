@@ -38,14 +38,17 @@ def _rank(rank: int, world: int, init_file: str, dirs: Sequence[str], step: int)
     dist.destroy_process_group()
 
 
-def dcp_save(init_file: Path, rank_dirs: Sequence[Path], step: int) -> None:
+def dcp_save(init_file: Path, rank_dirs: Sequence[Path], step: int, *, start_method: str = "spawn") -> None:
     """Save ``step`` with one process per rank, rank r into ``rank_dirs[r]/step_{step}``
-    (rank 0, the coordinator, also writes ``.metadata`` there); returns when every rank is done."""
+    (rank 0, the coordinator, also writes ``.metadata`` there); returns when every rank is done.
+
+    ``start_method="fork"``: the ranks share this process's torch instead of importing their
+    own (4 ranks: 15 s of CPU instead of 44 s here)."""
     from torch.multiprocessing.spawn import start_processes
 
     dirs = [str(d) for d in rank_dirs]
     start_processes(  # type: ignore[no-untyped-call]
-        _rank, args=(len(dirs), str(init_file), dirs, step), nprocs=len(dirs), start_method="spawn"
+        _rank, args=(len(dirs), str(init_file), dirs, step), nprocs=len(dirs), start_method=start_method
     )
 
 

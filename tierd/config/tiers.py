@@ -145,17 +145,22 @@ class PeerTier(TierBase):
     on from tier 0 while the peer copies are made. ``path`` is this node's own peer directory
     (NVMe or RAM), where the other nodes' parts land; ``replicas`` how many other nodes get a
     copy of each of this node's parts. Never shared and never durable: it is a node's disk.
-    ``token_file`` holds the ``peer``-role token this node presents to its peers (read at
-    start by ``tierd.keyring.peer_token``, refused when every user may read it).
+    ``token_file`` holds the ``peer`` token this node sends with (every node's ``api.tokens``
+    lists it with role ``peer``; read at start like theirs), and its restores fetch copies back
+    with; absent, this node only receives. ``ca_file`` checks https peers (absent: the
+    system's CAs). Its retention keeps the newest step of each run (``keep_last: 1``) unless
+    it says otherwise.
     """
 
     kind: Literal["peer"]
     path: Path
     replicas: int = Field(default=1, ge=1, le=16)
-    token_file: Path | None = None
     free_space: FreeSpace | None = None
     durable: bool = False
     shared: bool = False
+    token_file: Path | None = None
+    ca_file: Path | None = None
+    retention: TierRetention = Field(default_factory=lambda: TierRetention(keep_last=1))
 
     @model_validator(mode="after")
     def _node_local(self) -> PeerTier:

@@ -10,6 +10,7 @@ Subpackages:
 - ``retention/`` which checkpoints each tier keeps, and deleting the rest safely
 - ``restore/``   put a checkpoint back from the nearest tier holding a verified copy
 - ``scrub/``     re-checking verified replicas' bytes, on a schedule and on demand
+- ``replication/`` copying this node's parts of each step to other nodes' peer tiers
 - ``fleet/``     many daemons on one PostgreSQL catalog: heartbeats, the shared tiers' leader
 - ``metrics/``   Prometheus metrics: counters the services bump, gauges read at scrape
 

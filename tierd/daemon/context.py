@@ -155,6 +155,9 @@ class Context:
     #: Set when new work may exist (a checkpoint recorded, a replica verified); the pipeline
     #: clears it when it wakes. Services set it with ``ctx.wake_pipeline()``.
     pipeline_wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Set with ``pipeline_wakeup`` when a checkpoint is named (a part recorded, a hop ended):
+    #: the peer replication service looks for parts to send.
+    peer_wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     #: What the pipeline's next pass must schedule: the checkpoints named since its last pass,
     #: or None for every one. Empty with ``pipeline_wakeup`` set: only claim (another node
     #: queued jobs). Read and reset by ``take_scheduling``.
@@ -203,6 +206,7 @@ class Context:
         elif self._to_schedule is not None:
             self._to_schedule.add(checkpoint_id)
         self.pipeline_wakeup.set()
+        self.peer_wakeup.set()
 
     def wake_claims(self) -> None:
         """Tell the pipeline to claim queued jobs now: another node queued some (nothing to schedule)."""

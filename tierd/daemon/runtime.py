@@ -36,6 +36,7 @@ from tierd.daemon.fleet.service import FleetService
 from tierd.daemon.hangups import HangUps
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.service import PipelineService
+from tierd.daemon.replication import ReplicationService
 from tierd.daemon.restore.service import RestoreService
 from tierd.daemon.retention.service import RetentionService
 from tierd.daemon.scrub import ScrubService
@@ -81,6 +82,7 @@ class Daemon:
             FleetService(self.ctx, self._api_address),
             DetectService(self.ctx),
             PipelineService(self.ctx, backends=self.backends, budget=self.budget),
+            ReplicationService(self.ctx, self.backends, self.budget),
             RetentionService(self.ctx, self.backends),
             RestoreService(self.ctx, self.backends, self.budget),
             ScrubService(self.ctx, self.backends),

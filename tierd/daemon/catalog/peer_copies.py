@@ -4,29 +4,50 @@ A step is **safe against one node's loss** when every part of it is verified som
 than the node that wrote it: a peer copy verified on another node (``peer_copies``), or the
 part (or the whole step) verified on a shared tier. It became so at the latest of its parts'
 earliest such times.
+
+The sending side asks ``parts_to_send`` which of its node's parts still lack copies, and
+``interrupt_copies`` at start-up turns the copies it was making when it stopped into
+``failed`` (they are made again: a copy is ``verified`` only once every file reached its holder).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.dialect import insert_or_update
 from tierd.daemon.catalog.models import (
     Checkpoint,
     CheckpointState,
+    Hold,
     Part,
     PartReplica,
     PeerCopy,
     Replica,
     ReplicaState,
+    Run,
     utcnow,
 )
 
-__all__ = ["LOOK_BACK", "mark_peer_copy", "newest_safe_created_at", "peer_copies_of", "safe_since"]
+__all__ = [
+    "LOOK_BACK",
+    "CopyToDrop",
+    "HeldCopy",
+    "PartToSend",
+    "copies_to_drop",
+    "held_copies",
+    "interrupt_copies",
+    "write_off_copies",
+    "mark_peer_copy",
+    "newest_safe_created_at",
+    "parts_to_send",
+    "peer_copies_of",
+    "safe_since",
+]
 
 #: How many of the newest complete steps ``newest_safe_created_at`` looks at (a scrape's bound).
 LOOK_BACK = 32
@@ -115,3 +136,232 @@ def newest_safe_created_at(
         if safe_since(session, checkpoint_id, shared_tiers) is not None:
             return created_at
     return None
+
+
+@dataclass(frozen=True)
+class PartToSend:
+    """A part of this node that lacks peer copies: its step, and who holds a verified copy already."""
+
+    part_id: int
+    checkpoint_id: int
+    run: str
+    step: int
+    holders: tuple[str, ...]
+    #: Nodes whose copy of the part was dropped or evicted: tried after the others.
+    passed: tuple[str, ...] = ()
+
+
+def parts_to_send(
+    session: Session,
+    node: str,
+    replicas: int,
+    shared_tiers: Collection[str],
+    keep_last: int | None,
+    limit: int = 64,
+) -> list[PartToSend]:
+    """``node``'s parts of complete steps with fewer than ``replicas`` verified copies on other nodes.
+
+    Newest step first, at most ``limit``. Left out: a part verified on a shared tier (or
+    whose whole step is), and, with ``keep_last``, a step not among its run's newest
+    ``keep_last`` complete steps (the peer tier's retention would drop it at once).
+    """
+    complete = CheckpointState.COMPLETE.value
+    copies = (
+        select(func.count())
+        .where(PeerCopy.part_id == Part.id, PeerCopy.holder != node)
+        .where(PeerCopy.state == ReplicaState.VERIFIED.value)
+        .scalar_subquery()
+    )
+    query = (
+        select(Part.id, Part.checkpoint_id, Run.name, Checkpoint.step)
+        .join(Checkpoint, Checkpoint.id == Part.checkpoint_id)
+        .join(Run, Run.id == Checkpoint.run_id)
+        .where(Part.node == node, Checkpoint.state == complete, copies < replicas)
+        .where(~_on_shared(shared_tiers))
+        .order_by(Checkpoint.created_at.desc(), Part.id.desc())
+        .limit(limit)
+    )
+    if keep_last is not None:
+        newer = Checkpoint.__table__.alias("newer")
+        ahead = (
+            select(func.count())
+            .where(newer.c.run_id == Checkpoint.run_id, newer.c.state == complete)
+            .where(newer.c.step > Checkpoint.step)
+            .scalar_subquery()
+        )
+        query = query.where(ahead < keep_last)
+    rows = session.execute(query).all()
+    ids = [r[0] for r in rows]
+    holders = _holders(session, ids, node, ReplicaState.VERIFIED)
+    passed = _holders(session, ids, node, ReplicaState.DELETED)
+    return [
+        PartToSend(r[0], r[1], r[2], r[3], tuple(holders.get(r[0], ())), tuple(passed.get(r[0], ())))
+        for r in rows
+    ]
+
+
+def _on_shared(shared_tiers: Collection[str]) -> ColumnElement[bool]:
+    """Whether the part of the outer query (or its whole step) is verified on a shared tier."""
+    verified, shared = ReplicaState.VERIFIED.value, list(shared_tiers)
+    part = exists().where(
+        PartReplica.part_id == Part.id, PartReplica.state == verified, PartReplica.tier.in_(shared)
+    )
+    whole = exists().where(
+        Replica.checkpoint_id == Part.checkpoint_id, Replica.state == verified, Replica.tier.in_(shared)
+    )
+    return or_(part, whole)
+
+
+def _holders(session: Session, part_ids: list[int], node: str, state: ReplicaState) -> dict[int, list[str]]:
+    """The nodes other than ``node`` whose copy of each part is in ``state``, by name."""
+    found: dict[int, list[str]] = {}
+    if not part_ids:
+        return found
+    rows = session.execute(
+        select(PeerCopy.part_id, PeerCopy.holder)
+        .where(
+            PeerCopy.part_id.in_(part_ids),
+            PeerCopy.state == state.value,
+            PeerCopy.holder != node,
+        )
+        .order_by(PeerCopy.holder)
+    )
+    for part_id, holder in rows:
+        found.setdefault(part_id, []).append(holder)
+    return found
+
+
+def interrupt_copies(session: Session, node: str) -> int:
+    """Turn the copies of ``node``'s parts left ``copying`` or ``pending`` into ``failed``; how many.
+
+    Run by the sender at start: what it was sending when it stopped is sent again, whole.
+    """
+    mine = select(Part.id).where(Part.node == node)
+    result = session.execute(
+        update(PeerCopy)
+        .where(
+            PeerCopy.part_id.in_(mine),
+            PeerCopy.state.in_([ReplicaState.COPYING.value, ReplicaState.PENDING.value]),
+        )
+        .values(state=ReplicaState.FAILED.value, error="interrupted: the sender stopped", updated_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+@dataclass(frozen=True)
+class CopyToDrop:
+    """A copy of this node's part that its holder should no longer keep, and why."""
+
+    part_id: int
+    checkpoint_id: int
+    holder: str
+    reason: str
+
+
+def copies_to_drop(
+    session: Session,
+    node: str,
+    durable_shared: Collection[str],
+    keep_last: int | None,
+    limit: int = 256,
+) -> list[CopyToDrop]:
+    """Copies of ``node``'s parts whose holders should remove them, oldest step first.
+
+    - ``failed``: a copy that did not complete (what its holder took of it);
+    - ``durable``: verified, and the part (or its whole step) is verified on a durable shared
+      tier, pinned or held or not: that copy protects the step from now on;
+    - ``retention``: verified, the step is not among its run's newest ``keep_last`` complete
+      steps, nor pinned, nor held; or the step is gone (``deleted``) or changed.
+    """
+    verified, failed = ReplicaState.VERIFIED.value, ReplicaState.FAILED.value
+    complete = CheckpointState.COMPLETE.value
+    reasons: list[tuple[str, ColumnElement[bool]]] = [
+        ("failed", PeerCopy.state == failed),
+        ("durable", (PeerCopy.state == verified) & _on_shared(durable_shared)),
+    ]
+    gone = Checkpoint.state != complete
+    if keep_last is not None:
+        newer = Checkpoint.__table__.alias("newer")
+        ahead = (
+            select(func.count())
+            .where(newer.c.run_id == Checkpoint.run_id, newer.c.state == complete)
+            .where(newer.c.step > Checkpoint.step)
+            .scalar_subquery()
+        )
+        kept = Checkpoint.pinned | exists().where(Hold.checkpoint_id == Checkpoint.id)
+        gone = gone | ((ahead >= keep_last) & ~kept)
+    reasons.append(("retention", (PeerCopy.state == verified) & gone))
+    found: dict[tuple[int, str], CopyToDrop] = {}
+    for reason, condition in reasons:
+        rows = session.execute(
+            select(Part.id, Part.checkpoint_id, PeerCopy.holder)
+            .join(PeerCopy, PeerCopy.part_id == Part.id)
+            .join(Checkpoint, Checkpoint.id == Part.checkpoint_id)
+            .where(Part.node == node, condition)
+            .order_by(Checkpoint.created_at, Part.id)
+            .limit(limit)
+        )
+        for part_id, checkpoint_id, holder in rows:
+            found.setdefault((part_id, holder), CopyToDrop(part_id, checkpoint_id, holder, reason))
+    return list(found.values())
+
+
+def write_off_copies(session: Session, node: str, live: Collection[str]) -> list[tuple[int, str]]:
+    """Turn verified copies of ``node``'s parts held by a node not in ``live`` into ``failed``.
+
+    A dead holder's copy keeps no step safe: the part is sent to the next node, and what
+    the holder kept is dropped once it is back. Returns ``(checkpoint id, holder)`` of each.
+    """
+    rows = session.execute(
+        select(PeerCopy, Part.checkpoint_id)
+        .join(Part, Part.id == PeerCopy.part_id)
+        .where(
+            Part.node == node,
+            PeerCopy.state == ReplicaState.VERIFIED.value,
+            PeerCopy.holder.not_in(list(live)),
+        )
+    ).all()
+    for copy, _ in rows:
+        copy.state, copy.verified_at = ReplicaState.FAILED.value, None
+        copy.error = f"written off: holder {copy.holder} not heard from"
+    return [(checkpoint_id, copy.holder) for copy, checkpoint_id in rows]
+
+
+@dataclass(frozen=True)
+class HeldCopy:
+    """A copy this node holds of another node's part: whose, of which step, how big, safe elsewhere."""
+
+    part_id: int
+    node: str
+    checkpoint_id: int
+    bytes: int
+    safe_elsewhere: bool
+
+
+def held_copies(
+    session: Session, holder: str, shared_tiers: Collection[str], limit: int = 1000
+) -> list[HeldCopy]:
+    """The verified copies ``holder`` holds, in the order disk pressure evicts them.
+
+    Those whose part is safe without this copy first (verified on a shared tier, or on a
+    third node), then the rest; oldest step first within each.
+    """
+    verified = ReplicaState.VERIFIED.value
+    other = PeerCopy.__table__.alias("other")
+    on_third = exists().where(
+        other.c.part_id == Part.id,
+        other.c.state == verified,
+        other.c.holder != holder,
+        other.c.holder != Part.node,
+    )
+    elsewhere = or_(on_third, _on_shared(shared_tiers))
+    rows = session.execute(
+        select(Part.id, Part.node, Part.checkpoint_id, Part.total_bytes, elsewhere)
+        .join(PeerCopy, PeerCopy.part_id == Part.id)
+        .join(Checkpoint, Checkpoint.id == Part.checkpoint_id)
+        .where(PeerCopy.holder == holder, PeerCopy.state == verified)
+        .order_by(elsewhere.desc(), Checkpoint.created_at, Part.id)
+        .limit(limit)
+    )
+    return [HeldCopy(r[0], r[1], r[2], r[3], bool(r[4])) for r in rows]

@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tierd.config import PeerTier
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends.base import Backend
 from tierd.daemon.backends.budget import ByteBudget
@@ -60,7 +61,7 @@ class RestoreService:
         self.owner = owner_id(ctx.config.node)
         token = peer_token(ctx.config.peer)  # ConfigError at start, naming the key
         #: Reads peers' copies of the step's parts (None: no peer token, no peer is read).
-        self.peers = None if token is None else PeerFetch(token, budget)
+        self.peers = None if token is None else PeerFetch(token, budget, verify=_ca(ctx.config.peer))
         self._inflight = InFlight(self.name)
         self._running: dict[int, _Running] = {}
         self.outage = CatalogOutage(self.name)
@@ -142,3 +143,8 @@ class RestoreService:
         self.ctx.restore = None
         if self.peers is not None:
             await self.peers.close()
+
+
+def _ca(tier: PeerTier | None) -> bool | str:
+    """What https peers' certificates are checked against: the tier's ``ca_file``, else the system's."""
+    return str(tier.ca_file) if tier is not None and tier.ca_file is not None else True

@@ -112,20 +112,44 @@ class PeerClient:
 
     async def _send_to(self, peer: PeerNode, file: PeerFile, open_reader: Opener) -> bool:
         """Whether ``peer`` took the file (resent after a 422, up to ``RESENDS`` times)."""
+        try:
+            await self.deliver(peer, file, open_reader)
+        except PeerRefused:
+            return False
+        return True
+
+    async def deliver(self, peer: PeerNode, file: PeerFile, open_reader: Opener) -> None:
+        """Send ``file`` to ``peer``, again after a 422 (up to ``RESENDS`` times).
+
+        Raises the last PeerRefused when it did not take it (each refusal logged ``peer_refused``).
+        """
         for attempt in range(RESENDS + 1):
             reader = await open_reader()
             try:
                 await self.send(peer, file, reader)
-                return True
+                return
             except PeerRefused as exc:
                 log.warning(
                     "peer_refused", peer=peer.name, path=file.relpath, status=exc.status, error=str(exc)
                 )
                 if exc.status != 422 or attempt == RESENDS:
-                    return False
+                    raise
             finally:
                 await reader.close()
-        return False
+
+    async def drop(self, peer: PeerNode, node: str, checkpoint_id: int) -> int:
+        """Remove ``node``'s part of the checkpoint from ``peer``; how many files it removed.
+
+        Raises PeerRefused when the peer could not be reached or did not answer 200.
+        """
+        path = f"/v1/peer/{quote(node)}/{checkpoint_id}"
+        try:
+            answer = await self._http.delete(peer.url + path)
+        except httpx.HTTPError as exc:
+            raise PeerRefused(peer.name, 0, f"{type(exc).__name__}: {exc}") from exc
+        if answer.status_code != 200:
+            raise PeerRefused(peer.name, answer.status_code, _detail(answer))
+        return int(answer.json().get("removed", 0))
 
     async def _chunks(self, reader: RangeReader, where: str) -> AsyncIterator[bytes]:
         offset = 0

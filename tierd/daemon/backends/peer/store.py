@@ -113,6 +113,14 @@ class PeerStore:
             await self.backend.delete(relpath)
         return len(files)
 
+    async def sweep(self) -> int:
+        """Remove the temporary files no write holds (a sender or this daemon cut off mid-file); how many.
+
+        Raises Transient/PermanentBackendError when the directory cannot be read.
+        """
+        await self._made()
+        return await self.backend.remove_own_temps()
+
     async def close(self) -> None:
         """Release the directory's descriptors."""
         await self.backend.close()

@@ -297,6 +297,17 @@ class PosixBackend(PosixWrites, Backend):
         with os_errors("clean up temporary files under", str(self.root)):
             return await blocking(remove_stale_temps, self.tree, older_than_seconds)
 
+    async def remove_own_temps(self) -> int:
+        """Remove every temporary file no write holds, whatever its age; how many.
+
+        Only for a directory no other process writes (a peer tier's): at start, what a crash
+        left. Raises TransientBackendError when the root is missing, PermanentBackendError
+        when a directory cannot be read.
+        """
+        await self._require_root()
+        with os_errors("clean up temporary files under", str(self.root)):
+            return await blocking(remove_stale_temps, self.tree, 0.0, owned=True)
+
     async def remove_leftovers(self, relpaths: Sequence[str], *, keep: Collection[str] = ()) -> int:
         """Remove the temporary files killed writes of exactly these files left; returns how many.
 

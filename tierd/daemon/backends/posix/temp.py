@@ -398,16 +398,17 @@ def remove_owned_leftover(directory: Dir, name: str) -> bool:
     return False
 
 
-def remove_stale_temps(root: Root, older_than: float) -> int:
+def remove_stale_temps(root: Root, older_than: float, *, owned: bool = False) -> int:
     """Remove abandoned temporary files older than ``older_than`` seconds under ``root``.
 
-    Walks by directory descriptors (a symlinked directory is never entered). Raises
-    OSError when a directory cannot be read or a file cannot be removed.
+    Walks by directory descriptors (a symlinked directory is never entered). ``owned``: only
+    this process writes under ``root`` (a peer directory), so an unlocked file is abandoned
+    whatever its age. Raises OSError when a directory cannot be read or a file cannot be removed.
     """
     removed = 0
     with root.open() as top:
         for _, directory, entries in walk(top):
             for entry in entries:
                 if is_temp_name(entry.name) and entry.is_file(follow_symlinks=False):
-                    removed += _remove_if_abandoned(directory, entry.name, older_than)
+                    removed += _remove_if_abandoned(directory, entry.name, older_than, owned=owned)
     return removed

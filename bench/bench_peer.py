@@ -1,0 +1,173 @@
+"""Peer replication against the parallel FS, in the same run: four daemons, one PostgreSQL.
+
+Issue 29's benchmark. Four daemons (``python -m tierd run``, ``tests.fixtures.fleet``), each
+with its own tier 0 and peer directory on its own loopback address, two failure domains, and
+a ``pfs`` tier on the same disk. Each round the "job" writes one DCP step: rank r's shard
+(``TIERD_BENCH_PEER_BYTES`` per node: 1 GiB; ``TIERD_BENCH_QUICK``: 64 MiB) on node r, then
+the coordinator's real ``.metadata`` on node 0. Reported (``peer_safe``), from the step's
+last file written, polled every 50 ms in the catalog:
+
+- ``safe_p50/p99_seconds``: until the step is safe against one node's loss (every part
+  verified on another node, or on ``pfs``), and ``via_peers``: how many rounds got there by
+  peer copies alone (the goal: under half the PFS hop's time);
+- ``pfs_p50/p99_seconds``: until the step's ``pfs`` replica is verified;
+- ``daemon_cpu_seconds_per_gib``: the four daemons' CPU (utime + stime) over the rounds, per
+  GiB written: every node both sends and receives, and also hashes its part at first sight
+  and copies it to ``pfs``, so this is the whole daemon's cost per GiB, not the peer
+  transfer's alone; ``idle_cpu_seconds``: the four daemons' CPU over ``IDLE`` seconds once
+  every copy is settled (what the peer tier costs an idle fleet, beside its pipeline);
+- ``peak_rss_bytes``: the largest of the daemons' own peaks (``VmHWM``; goal: under 150 MB).
+
+``TIERD_BENCH_PEER_ROUNDS`` (5; quick: 2) rounds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from typing import Any
+
+import psycopg
+
+from bench.common import bench_root, emit, env_int, note, percentile, quick, vm_hwm_bytes
+from bench.harness import tierd_source
+from bench.results import OtherLoad
+from bench.retention_idle import daemon_cpu
+from tests.fixtures.fleet import Fleet, FleetSpec, build_fleet
+from tests.fixtures.pgserver import pg_available, postgres_server
+from tests.integration.fleet_jobs import dcp_metadata, shard_name
+
+NODES = 4
+POLL = 0.05
+IDLE = 20.0
+LIMIT = 900.0
+GIB = 1024**3
+
+#: A step's parts that are not yet safe against one node's loss (0 with every part recorded: safe).
+UNSAFE_PARTS = """
+SELECT count(*) FROM parts p WHERE p.checkpoint_id = %s
+AND NOT EXISTS (SELECT 1 FROM peer_copies c
+  WHERE c.part_id = p.id AND c.state = 'verified' AND c.holder <> p.node)
+AND NOT EXISTS (SELECT 1 FROM part_replicas r
+  WHERE r.part_id = p.id AND r.tier = 'pfs' AND r.state = 'verified')
+"""
+STEP = "SELECT c.id FROM checkpoints c WHERE c.step = %s AND c.state = 'complete'"
+PARTS = "SELECT count(*) FROM parts WHERE checkpoint_id = %s"
+ON_PFS = "SELECT count(*) FROM replicas WHERE checkpoint_id = %s AND tier = 'pfs' AND state = 'verified'"
+
+
+def write_step(fleet: Fleet, step: int, part_bytes: int) -> float:
+    """Each rank's shard on its node, then the coordinator's ``.metadata``; when the last landed."""
+    block = os.urandom(1024 * 1024)
+    for node in fleet.nodes:
+        directory = node.watch_dir / f"step_{step}"
+        directory.mkdir(parents=True, exist_ok=True)
+        with (directory / shard_name(node.index)).open("wb") as out:
+            for _ in range(part_bytes // len(block)):
+                out.write(block)
+            out.write(step.to_bytes(8, "big") * (node.index + 1))
+    sizes = [part_bytes + 8 * (i + 1) for i in range(NODES)]
+    coordinator = fleet.nodes[0].watch_dir / f"step_{step}"
+    (coordinator / ".metadata.tmp").write_bytes(dcp_metadata(sizes))
+    os.replace(coordinator / ".metadata.tmp", coordinator / ".metadata")
+    return time.monotonic()
+
+
+def follow(conn: Any, step: int, written: float) -> tuple[float, float, bool]:
+    """Seconds from ``written`` to safe and to verified on ``pfs``; whether peers made it safe first."""
+    safe = pfs = None
+    peers_first = False
+    deadline = written + LIMIT
+    while pfs is None or safe is None:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"step {step}: not safe and on pfs within {LIMIT:.0f} s")
+        row = conn.execute(STEP, (step,)).fetchone()
+        if row is not None and conn.execute(PARTS, (row[0],)).fetchone()[0] == NODES:
+            now = time.monotonic() - written
+            on_pfs = conn.execute(ON_PFS, (row[0],)).fetchone()[0] > 0
+            if safe is None and conn.execute(UNSAFE_PARTS, (row[0],)).fetchone()[0] == 0:
+                safe, peers_first = now, not on_pfs
+            if pfs is None and on_pfs:
+                pfs = now
+        time.sleep(POLL)
+    return safe, pfs, peers_first
+
+
+def _cpu(fleet: Fleet) -> float:
+    return sum(sum(daemon_cpu(node.pid)) for node in fleet.nodes)
+
+
+def _run(root: Any, url: str) -> None:
+    part_bytes = env_int("TIERD_BENCH_PEER_BYTES", 64 * 1024 * 1024 if quick() else GIB)
+    rounds = env_int("TIERD_BENCH_PEER_ROUNDS", 2 if quick() else 5)
+    spec = FleetSpec(
+        nodes=NODES,
+        with_s3=False,
+        watch={"nodes": NODES, "format": "dcp", "settle_seconds": 1},
+        peer={},
+        domains=2,
+        exec=True,
+    )
+    fleet = build_fleet(root / "fleet", url, spec)
+    load = OtherLoad()
+    safe: list[float] = []
+    pfs: list[float] = []
+    via_peers = 0
+    try:
+        fleet.start(timeout=300)
+        with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as conn:
+            cpu_before = _cpu(fleet)
+            for step in range(1, rounds + 1):
+                written = write_step(fleet, step, part_bytes)
+                seconds_safe, seconds_pfs, peers_first = follow(conn, step, written)
+                safe.append(seconds_safe)
+                pfs.append(seconds_pfs)
+                via_peers += peers_first
+                note(f"peer: step {step} safe in {seconds_safe:.2f}s, on pfs in {seconds_pfs:.2f}s")
+            busy_cpu = _cpu(fleet) - cpu_before
+        time.sleep(IDLE / 2)  # the last drops and deletes settle
+        idle_before = _cpu(fleet)
+        time.sleep(IDLE)
+        idle_cpu = _cpu(fleet) - idle_before
+        peak = max(vm_hwm_bytes(node.pid) or 0 for node in fleet.nodes)
+        problems = {n.name: n.problems()[-3:] for n in fleet.nodes if n.problems()}
+    finally:
+        fleet.stop()
+    gib = rounds * NODES * part_bytes / GIB
+    emit(
+        "peer_safe",
+        percentile(safe, 50),
+        "pfs: seconds from the last shard written to the step verified on the parallel-FS tier",
+        percentile(pfs, 50),
+        peak_rss=peak,
+        nodes=NODES,
+        rounds=rounds,
+        part_bytes=part_bytes,
+        safe_p50_seconds=round(percentile(safe, 50), 3),
+        safe_p99_seconds=round(percentile(safe, 99), 3),
+        pfs_p50_seconds=round(percentile(pfs, 50), 3),
+        pfs_p99_seconds=round(percentile(pfs, 99), 3),
+        via_peers=via_peers,
+        daemon_cpu_seconds_per_gib=round(busy_cpu / gib, 3),
+        idle_cpu_seconds=round(idle_cpu, 3),
+        idle_seconds=IDLE,
+        daemon_problems=problems,
+        loadavg_1m_after=round(os.getloadavg()[0], 2),
+        tierd_source=tierd_source(),
+        **load.result(),
+    )
+
+
+def main() -> None:
+    if not pg_available():
+        note("peer: skipped, PostgreSQL is not installed")
+        return
+    root = bench_root() / "peer"
+    shutil.rmtree(root, ignore_errors=True)  # a step left by an earlier run would be detected again
+    with postgres_server(None, durable=True) as server:
+        _run(root, server.new_database())
+
+
+if __name__ == "__main__":
+    main()

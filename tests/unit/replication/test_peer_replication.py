@@ -1,0 +1,223 @@
+"""The replication service sending a node's part to real receivers (the API with a peer tier) on
+their own loopback addresses: one full, one dead, one fine; a restart in the middle of a copy."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, update
+from structlog.testing import capture_logs
+
+from tests.fixtures.net import free_port
+from tests.fixtures.tmpfs import small_disk
+from tests.fixtures.world import World, posix_tier
+from tierd.api.app import create_app
+from tierd.api.server import ApiService
+from tierd.daemon.backends.budget import ByteBudget
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.fleet import register_node
+from tierd.daemon.catalog.models import File, Part, ReplicaState
+from tierd.daemon.catalog.peer_copies import mark_peer_copy, peer_copies_of
+from tierd.daemon.context import Context
+from tierd.daemon.replication import ReplicationService
+from tierd.daemon.transfer.retry import Backoff
+from tierd.errors import ConfigError
+
+TOKENS = [{"name": "peers", "token": "p-token", "role": "peer"}]
+DEADLINE = 30.0
+
+
+@dataclass
+class Receiver:
+    name: str
+    peer_dir: Path
+
+    def holds(self) -> dict[str, bytes]:
+        return {
+            str(p.relative_to(self.peer_dir)): p.read_bytes() for p in self.peer_dir.rglob("*") if p.is_file()
+        }
+
+
+@pytest.fixture
+async def receivers(tmp_path: Path, sqlite_db: Database) -> AsyncIterator[list[Receiver]]:
+    """node-b (full: its free_space mark is above the disk) and node-c (fine), served; node-d dead."""
+    started: list[ApiService] = []
+    found: list[Receiver] = []
+    for index, name in enumerate(("node-b", "node-c", "node-d")):
+        root = tmp_path / name
+        peer: dict[str, object] = {"name": "peers", "kind": "peer", "path": str(root / "peer")}
+        if name == "node-b":
+            peer["free_space"] = {"evict_below": "1000000TB", "evict_to": "1000001TB"}
+        host = f"127.0.0.{index + 2}"
+        url = f"http://{host}:{free_port()}"
+        if name != "node-d":
+            world = World.make(root, sqlite_db, [posix_tier(root, "nvme"), peer], api={"tokens": TOKENS})
+            api = ApiService(create_app(world.service.ctx), host, 0)
+            await api.start()
+            started.append(api)
+            url = f"http://{host}:{api.port}"
+        with sqlite_db.session() as s:
+            register_node(
+                s, name, version="t", pid=1, api=url, advertise_url=url, failure_domain=f"rack{index}"
+            )
+        found.append(Receiver(name, root / "peer"))
+    yield found
+    for api in started:
+        await api.stop(5)
+
+
+def _sender(tmp_path: Path, db: Database, token: str | None = "p-token") -> tuple[World, ReplicationService]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    peer: dict[str, object] = {"name": "peers", "kind": "peer", "path": str(tmp_path / "a-peer")}
+    if token is not None:
+        token_file = tmp_path / "peer.token"
+        token_file.write_text(token + "\n")
+        token_file.chmod(0o600)
+        peer["token_file"] = str(token_file)
+    world = World.make(tmp_path, db, [posix_tier(tmp_path, "nvme"), peer], node="node-a")
+    service = ReplicationService(
+        Context(config=world.config, db=db),
+        world.backends,
+        ByteBudget(4 * 1024 * 1024),
+        backoff=Backoff(0.01, 0.05),
+        poll=0.1,
+    )
+    return world, service
+
+
+async def _part(world: World, step: int) -> tuple[int, int, dict[str, bytes]]:
+    """A step on node-a's tier 0 recorded as node-a's part: (checkpoint id, part id, files)."""
+    payload = {f"__{i}_0.distcp": os.urandom(3 * 1024 * 1024 + i) for i in range(3)}
+    checkpoint_id = await world.add(step, on={"nvme": "verified"}, payload=payload)
+    with world.db.session() as s:
+        part = Part(checkpoint_id=checkpoint_id, node="node-a")
+        s.add(part)
+        s.flush()
+        s.execute(update(File).where(File.checkpoint_id == checkpoint_id).values(part_id=part.id))
+        relpaths = {
+            f.relpath: f.relpath for f in s.scalars(select(File).where(File.checkpoint_id == checkpoint_id))
+        }
+        return checkpoint_id, part.id, {r: world.tier_path("nvme", r).read_bytes() for r in relpaths}
+
+
+async def _until_verified(world: World, checkpoint_id: int) -> list[tuple[str, str, str]]:
+    async with asyncio.timeout(DEADLINE):
+        while True:
+            with world.db.read_session() as s:
+                copies = peer_copies_of(s, checkpoint_id)
+            if any(state == "verified" for _, _, state in copies):
+                return copies
+            await asyncio.sleep(0.05)
+
+
+async def test_a_part_goes_to_the_first_peer_on_its_ring_that_takes_it(
+    tmp_path: Path, sqlite_db: Database, receivers: list[Receiver]
+) -> None:
+    full, fine, _ = receivers
+    world, service = _sender(tmp_path / "node-a", sqlite_db)
+    checkpoint_id, _, files = await _part(world, 3)
+    with capture_logs() as logs:
+        await service.start()
+        try:
+            copies = await _until_verified(world, checkpoint_id)
+        finally:
+            await service.stop(5)
+    assert ("node-a", "node-c", "verified") in copies
+    assert {holder for _, holder, state in copies if state != "verified"} <= {"node-b", "node-d"}
+    assert fine.holds() == {f"node-a/{checkpoint_id}/{r}": data for r, data in files.items()}
+    assert full.holds() == {}
+    refused = {(e["peer"], e["status"]) for e in logs if e["event"] == "peer_refused"}
+    tried = {holder for _, holder, _ in copies}
+    assert refused == {p for p in {("node-b", 507), ("node-d", 0)} if p[0] in tried}
+
+
+async def test_a_copy_cut_by_a_restart_is_made_again_whole(
+    tmp_path: Path, sqlite_db: Database, receivers: list[Receiver]
+) -> None:
+    _, fine, _ = receivers
+    world, service = _sender(tmp_path / "node-a", sqlite_db)
+    checkpoint_id, part_id, files = await _part(world, 5)
+    with sqlite_db.session() as s:  # the sender died while node-c was taking the part
+        mark_peer_copy(s, part_id, "node-c", ReplicaState.COPYING)
+    # and node-e was sending node-a a file when node-a died: its temporary file is left
+    leftover = tmp_path / "node-a/a-peer/node-e/9/.__0_0.distcp.tierd-tmp-abc"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_bytes(b"partial")
+    await service.start()
+    assert not leftover.exists()
+    try:
+        copies = await _until_verified(world, checkpoint_id)
+    finally:
+        await service.stop(5)
+    assert ("node-a", "node-c", "verified") in copies
+    assert set(fine.holds()) >= {f"node-a/{checkpoint_id}/{r}" for r in files}
+
+
+async def test_without_a_token_file_the_node_only_receives(tmp_path: Path, sqlite_db: Database) -> None:
+    world, service = _sender(tmp_path, sqlite_db, token=None)
+    checkpoint_id, _, _ = await _part(world, 1)
+    await service.start()
+    await service.stop(5)
+    assert service.sender is None
+    with sqlite_db.read_session() as s:
+        assert peer_copies_of(s, checkpoint_id) == []
+
+
+def test_a_bad_token_file_is_named_by_its_key(tmp_path: Path, sqlite_db: Database) -> None:
+    token_file = tmp_path / "peer.token"
+    token_file.write_text("secret\n")
+    token_file.chmod(0o644)
+    peer = {"name": "peers", "kind": "peer", "path": str(tmp_path / "p"), "token_file": str(token_file)}
+    world = World.make(tmp_path, sqlite_db, [posix_tier(tmp_path, "nvme"), peer])
+    with pytest.raises(ConfigError) as caught:
+        ReplicationService(Context(config=world.config, db=sqlite_db), world.backends, ByteBudget(1 << 20))
+    assert "tiers.peers.token_file: every user may read it" in str(caught.value)
+
+
+async def test_disk_pressure_evicts_held_copies_safe_elsewhere_first(
+    tmp_path: Path, sqlite_db: Database
+) -> None:
+    """node-b holds node-a's parts of steps 1 and 2 on a 4 MiB tmpfs; step 2's is also on node-c."""
+    mib = 1024 * 1024
+    with small_disk(tmp_path / "peer", 4 * mib) as disk:
+        peer = {
+            "name": "peers",
+            "kind": "peer",
+            "path": str(disk.path),
+            "free_space": {"evict_below": mib, "evict_to": 3 * mib // 2},
+        }
+        world = World.make(tmp_path, sqlite_db, [posix_tier(tmp_path, "nvme"), peer], node="node-b")
+        held: dict[int, tuple[int, Path]] = {}
+        for step in (1, 2):
+            checkpoint_id, part_id, _ = await _part(world, step)
+            where = disk.path / "node-a" / str(checkpoint_id) / "shard"
+            where.parent.mkdir(parents=True)
+            where.write_bytes(os.urandom(mib))
+            with sqlite_db.session() as s:
+                s.execute(update(Part).where(Part.id == part_id).values(total_bytes=mib))
+                mark_peer_copy(s, part_id, "node-b", ReplicaState.VERIFIED)
+                if step == 2:
+                    mark_peer_copy(s, part_id, "node-c", ReplicaState.VERIFIED)
+            held[step] = (checkpoint_id, where)
+        disk.fill(leave=mib * 9 // 10)  # below evict_below: 0.6 MiB short of evict_to
+        service = ReplicationService(
+            Context(config=world.config, db=sqlite_db), world.backends, ByteBudget(1 << 20)
+        )
+        assert service.sender is None  # no token: it only receives, and still relieves pressure
+        assert service.eviction is not None
+        with capture_logs() as logs:
+            assert await service.eviction.relieve() == 1
+        await service.stop(1)
+        assert held[1][1].exists()
+        assert not held[2][1].exists()  # step 2 was safe on node-c too: it went first, alone
+        with sqlite_db.read_session() as s:
+            assert ("node-a", "node-b", "deleted") in peer_copies_of(s, held[2][0])
+            assert ("node-a", "node-b", "verified") in peer_copies_of(s, held[1][0])
+        assert [
+            (e["checkpoint"], e["safe_elsewhere"]) for e in logs if e["event"] == "peer_copy_evicted"
+        ] == [(held[2][0], True)]

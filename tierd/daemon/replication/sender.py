@@ -1,0 +1,139 @@
+"""One part of this node sent to its peers: each holder gets every file, or the copy is ``failed``.
+
+The holders are the nodes ``choose.ring_order`` gives for the step (the same answer on every
+daemon), less those that hold a verified copy already (those whose copy was dropped or
+evicted are tried last): the first that take the whole part
+until ``replicas`` do. A copy is recorded ``copying`` (naming its holder) before its first
+byte leaves and ``verified`` only once every file of the part was taken, each checked by the
+holder against the CRC64NVME taken at first sight. A holder that cannot be reached, is full
+(507), busy (503) or refuses the token (403) is recorded ``failed`` with its answer, what it
+took of the part is dropped again (best effort), and the next node on the ring is tried.
+Files move ``concurrency`` at a time for the whole service (``slots``), each streamed from
+tier 0 through the buffer budget and the tier's bandwidth limit (``PeerClient``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import cast
+
+from tierd.daemon.aio import blocking
+from tierd.daemon.backends import Backend
+from tierd.daemon.backends.base import RangeReader
+from tierd.daemon.backends.peer.choose import PeerNode, ring_order
+from tierd.daemon.backends.peer.client import PeerClient, PeerFile, PeerRefused
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import ReplicaState
+from tierd.daemon.catalog.part_replicas import files_of_part
+from tierd.daemon.catalog.peer_copies import PartToSend, mark_peer_copy
+from tierd.daemon.transfer.spec import FileSpec
+from tierd.errors import IntegrityError, TierdError
+from tierd.logs import get_logger
+
+__all__ = ["PartSender", "SendOutcome"]
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class SendOutcome:
+    """Who holds the part now (verified copies, old and new) and who refused it in this try."""
+
+    holders: tuple[str, ...]
+    refused: tuple[str, ...]
+
+
+class PartSender:
+    """Sends parts of ``me`` to peers with ``client``, reading them from ``tier0``."""
+
+    def __init__(
+        self,
+        db: Database,
+        me: PeerNode,
+        tier0: Backend,
+        client: PeerClient,
+        replicas: int,
+        slots: asyncio.Semaphore,
+    ) -> None:
+        self.db = db
+        self.me = me
+        self.tier0 = tier0
+        self.client = client
+        self.replicas = replicas
+        self.slots = slots
+
+    async def send(self, part: PartToSend, nodes: Sequence[PeerNode]) -> SendOutcome:
+        """Send ``part`` to peers among ``nodes`` until ``replicas`` hold it (or none is left to try)."""
+        holders = list(part.holders)
+        refused: list[str] = []
+        ring = [n for n in ring_order(f"{part.run}/{part.step}", self.me, nodes) if n.name not in holders]
+        # a node that dropped or evicted its copy goes last (no ping-pong under disk pressure)
+        order = [n for n in ring if n.name not in part.passed] + [n for n in ring if n.name in part.passed]
+        specs = await blocking(self._specs, part.part_id)
+        for peer in order:
+            if len(holders) >= self.replicas:
+                break
+            if await self._send_to(peer, part, specs):
+                holders.append(peer.name)
+            else:
+                refused.append(peer.name)
+        return SendOutcome(tuple(holders), tuple(refused))
+
+    def _specs(self, part_id: int) -> list[FileSpec]:
+        with self.db.read_session() as session:
+            return [FileSpec.of(row) for row in files_of_part(session, part_id)]
+
+    async def _mark(
+        self, part: PartToSend, holder: str, state: ReplicaState, error: str | None = None
+    ) -> None:
+        def write() -> None:
+            with self.db.session() as session:
+                mark_peer_copy(session, part.part_id, holder, state, error)
+
+        await blocking(write)
+
+    async def _send_to(self, peer: PeerNode, part: PartToSend, specs: Sequence[FileSpec]) -> bool:
+        """Whether ``peer`` took every file of the part (its copy recorded either way).
+
+        Raises the tier-0 side's TierdError (a file changed or gone since it was recorded:
+        no other peer would fare better), the copy recorded ``failed`` first.
+        """
+        await self._mark(part, peer.name, ReplicaState.COPYING)
+        source: TierdError | None = None
+        try:
+            async with asyncio.TaskGroup() as group:
+                for spec in specs:
+                    group.create_task(self._send_file(peer, part, spec))
+        except* PeerRefused as refusals:
+            error = str(refusals.exceptions[0])
+        except* TierdError as broken:
+            source = cast(TierdError, broken.exceptions[0])
+            error = f"tier 0: {source}"
+        else:
+            await self._mark(part, peer.name, ReplicaState.VERIFIED)
+            log.info("peer_copy_verified", checkpoint=part.checkpoint_id, holder=peer.name, files=len(specs))
+            return True
+        await self._mark(part, peer.name, ReplicaState.FAILED, error)
+        log.warning("peer_copy_failed", checkpoint=part.checkpoint_id, holder=peer.name, error=error)
+        with suppress(PeerRefused):  # what it took of the part; a dead peer sweeps its own at start
+            await self.client.drop(peer, self.me.name, part.checkpoint_id)
+        if source is not None:
+            raise source
+        return False
+
+    async def _send_file(self, peer: PeerNode, part: PartToSend, spec: FileSpec) -> None:
+        file = PeerFile(self.me.name, part.checkpoint_id, spec.relpath, spec.checksum)
+
+        async def open_reader() -> RangeReader:
+            reader = await self.tier0.open_reader(spec.relpath)
+            if reader.size != spec.size:
+                await reader.close()
+                where = self.tier0.location(spec.relpath)
+                raise IntegrityError(f"{where}: size {reader.size} != {spec.size} recorded at first sight")
+            return reader
+
+        async with self.slots:
+            await self.client.deliver(peer, file, open_reader)
