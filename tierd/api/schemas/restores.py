@@ -99,7 +99,8 @@ class RestoreOut(BaseModel):
     step: int
     target: str = Field(description="the absolute path restored into")
     to_tier0: bool
-    source_tier: str | None
+    node: str | None = Field(default=None, description="the node whose part alone was asked for")
+    source_tier: str | None = Field(description="the source read first (a tier, or peer:<holder>)")
     bytes_done: int
     bytes_total: int
     files_done: int
@@ -123,6 +124,7 @@ class RestoreOut(BaseModel):
             step=row.step,
             target=str(detail.get("target", "")),
             to_tier0=bool(detail.get("to_tier0")),
+            node=detail.get("part_of"),
             source_tier=job.src_tier,
             bytes_done=int(detail.get("bytes_done", 0)),
             bytes_total=int(detail.get("bytes_total", 0)),
