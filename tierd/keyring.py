@@ -9,7 +9,8 @@ A token file any user may read, one larger than 64 KiB, or one holding a space, 
 or a control character inside the token is refused the same way (``read_token_file``, which
 the CLI's ``--token-file`` uses too): a token every local user can read is no secret.
 A reload whose config changes ``api.tokens`` replaces the whole set (``replace``), or nothing
-when one of the new tokens cannot be read.
+when one of the new tokens cannot be read. The peer tier's ``token_file`` (the token this
+node presents to its peers) is read the same way (``peer_token``).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from tierd.config import TokenConfig
+from tierd.config import PeerTier, TokenConfig
 from tierd.errors import ConfigError
 from tierd.logs import get_logger
 
-__all__ = ["MAX_TOKEN_FILE_BYTES", "Keyring", "Token", "read_token_file"]
+__all__ = ["MAX_TOKEN_FILE_BYTES", "Keyring", "Token", "peer_token", "read_token_file"]
 
 log = get_logger(__name__)
 
@@ -104,6 +105,20 @@ def read_token_file(path: Path) -> str:
     if not all(0x21 <= byte <= 0x7E for byte in secret):
         raise ValueError("holds a space, a line break, a control or a non-ASCII character inside the token")
     return secret.decode("ascii")
+
+
+def peer_token(tier: PeerTier | None) -> str | None:
+    """The ``peer``-role token in the peer tier's ``token_file`` (None: no peer tier, or no file).
+
+    Raises ConfigError naming the key when the file cannot be read, holds no token, or every
+    user may read it.
+    """
+    if tier is None or tier.token_file is None:
+        return None
+    try:
+        return read_token_file(tier.token_file)
+    except ValueError as exc:
+        raise ConfigError([f"tiers.{tier.name}.token_file: {exc} ({tier.token_file})"]) from None
 
 
 def _load(index: int, config: TokenConfig) -> Token:

@@ -71,6 +71,7 @@ async def test_ask_follow_and_list_a_restore(served: Served) -> None:
         "step": 1,
         "target": str(target),
         "to_tier0": False,
+        "node": None,
         "source_tier": None,
         "bytes_done": 0,
         "bytes_total": len(STEP["__1_0.distcp"]) + len(STEP[".metadata"]),

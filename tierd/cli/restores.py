@@ -55,6 +55,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     where.add_argument("--to-tier0", action="store_true", help="back to its own path on tier 0")
     restore.add_argument("--ranks", type=_ranks, help="only these ranks' shards (and the shared metadata)")
     restore.add_argument("--files", nargs="+", metavar="GLOB", help="only files matching these globs")
+    restore.add_argument("--node", metavar="NODE", help="only the part of the step this node recorded")
     restore.add_argument("--source-tier", metavar="TIER", help="read this tier first")
     restore.add_argument("--overwrite", action="store_true", help="restore into a non-empty directory")
     restore.add_argument(
@@ -78,7 +79,13 @@ def _restore_body(args: argparse.Namespace) -> JsonObject:
         body["to"] = "tier0"
     else:
         body["target"] = args.to if os.path.isabs(args.to) else os.path.join(os.getcwd(), args.to)
-    extra = {"ranks": args.ranks, "files": args.files, "source_tier": args.source_tier, "owner": args.owner}
+    extra = {
+        "ranks": args.ranks,
+        "files": args.files,
+        "node": args.node,
+        "source_tier": args.source_tier,
+        "owner": args.owner,
+    }
     body.update({key: value for key, value in extra.items() if value is not None})
     if args.overwrite:
         body["overwrite"] = True

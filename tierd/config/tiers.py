@@ -146,9 +146,10 @@ class PeerTier(TierBase):
     (NVMe or RAM), where the other nodes' parts land; ``replicas`` how many other nodes get a
     copy of each of this node's parts. Never shared and never durable: it is a node's disk.
     ``token_file`` holds the ``peer`` token this node sends with (every node's ``api.tokens``
-    lists it with role ``peer``; read at start like theirs); absent, this node only receives.
-    ``ca_file`` checks https peers (absent: the system's CAs). Its retention keeps the
-    newest step of each run (``keep_last: 1``) unless it says otherwise.
+    lists it with role ``peer``; read at start like theirs), and its restores fetch copies back
+    with; absent, this node only receives. ``ca_file`` checks https peers (absent: the
+    system's CAs). Its retention keeps the newest step of each run (``keep_last: 1``) unless
+    it says otherwise.
     """
 
     kind: Literal["peer"]

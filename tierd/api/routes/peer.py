@@ -3,14 +3,16 @@
 ``PUT`` streams one file to disk: its size is the Content-Length (required, checked against
 ``MAX_FILE_BYTES`` by the gate and against the peer directory's room here, before a byte is
 read), its CRC64NVME taken at first sight is in ``x-tierd-crc64nvme``; a body that does not
-hash to it is refused (422) and leaves nothing. ``GET`` and ``HEAD`` give a held file back,
-``DELETE`` removes a file or a node's whole part of a checkpoint. At most the peer tier's
-``concurrency`` requests move bytes at once; one more is answered 503 with Retry-After.
+hash to it is refused (422) and leaves nothing. ``GET`` (with one ``Range`` at most: a restore
+reads a file's chunks in parallel) and ``HEAD`` give a held file back, ``DELETE`` removes a file
+or a node's whole part of a checkpoint. At most the peer tier's ``concurrency`` requests move
+bytes at once; one more is answered 503 with Retry-After.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -37,6 +39,7 @@ _FILE = "/{node}/{checkpoint_id}/files/{relpath:path}"
 _NO_PEER = problem_responses(404, description="no such file held, or this node has no peer tier")
 _BUSY = problem_responses(503, description="the peer tier moves as many files as it may (Retry-After)")
 READ_CHUNK = 1 * MIB
+_RANGE = re.compile(r"^bytes=(\d{1,19})-(\d{1,19})$")
 
 
 @router.put(
@@ -82,22 +85,34 @@ async def put_file(
     )
 
 
-@router.get(_FILE, operation_id="getPeerFile", responses={**_NO_PEER, **_BUSY})
+@router.get(
+    _FILE,
+    operation_id="getPeerFile",
+    responses={**_NO_PEER, **_BUSY, **problem_responses(416, description="a Range outside the file")},
+)
 async def get_file(
     request: Request, _caller: PeerCaller, node: Node, checkpoint_id: CheckpointId, relpath: RelPath
 ) -> Response:
-    """A held file's bytes (``application/octet-stream``), for a restore on the node that sent it."""
+    """A held file's bytes (``application/octet-stream``), for a restore on the node that sent it.
+
+    ``Range: bytes=FIRST-LAST`` (one range) answers 206 with those bytes only.
+    """
     store, where = _locate(request, node, checkpoint_id, relpath)
     try:
         reader = await store.open(where)
     except TierdError as exc:
         raise _refusal(where, exc) from exc
+    try:
+        first, end = _range(request.headers.get("range"), reader.size)
+    except HTTPException:
+        await reader.close()
+        raise
 
     async def body() -> AsyncIterator[bytes]:
         try:
-            offset = 0
-            while offset < reader.size:
-                buf = bytearray(min(READ_CHUNK, reader.size - offset))
+            offset = first
+            while offset < end:
+                buf = bytearray(min(READ_CHUNK, end - offset))
                 n = await reader.read_into(offset, memoryview(buf))
                 if n <= 0:
                     return  # the file shrank: the fetcher's checksum refuses what came
@@ -106,8 +121,26 @@ async def get_file(
         finally:
             await asyncio.shield(reader.close())
 
-    headers = {"Content-Length": str(reader.size)}
-    return StreamingResponse(body(), media_type="application/octet-stream", headers=headers)
+    headers = {"Content-Length": str(end - first), "Accept-Ranges": "bytes"}
+    if request.headers.get("range") is None:
+        return StreamingResponse(body(), media_type="application/octet-stream", headers=headers)
+    headers["Content-Range"] = f"bytes {first}-{end - 1}/{reader.size}"
+    return StreamingResponse(body(), 206, media_type="application/octet-stream", headers=headers)
+
+
+def _range(header: str | None, size: int) -> tuple[int, int]:
+    """``(first, end)`` of the bytes a ``Range`` header asks for (the whole file without one).
+
+    Raises HTTPException 416 for anything but one satisfiable ``bytes=FIRST-LAST`` range.
+    """
+    if header is None:
+        return 0, size
+    found = _RANGE.match(header)
+    if found is None or int(found[1]) >= size or int(found[2]) < int(found[1]):
+        raise HTTPException(
+            416, f"Range {header[:80]!r}: one range bytes=FIRST-LAST within the file's {size} bytes"
+        )
+    return int(found[1]), min(int(found[2]), size - 1) + 1
 
 
 @router.head(_FILE, operation_id="headPeerFile", responses=_NO_PEER)

@@ -63,6 +63,7 @@ async def create_restore(body: RestoreIn, ctx: ContextDep, caller: Operator, rol
         to_tier0=body.to == "tier0",
         files=body.files,
         ranks=body.ranks,
+        node=body.node,
         source_tier=body.source_tier,
         overwrite=body.overwrite,
         owner=None if body.owner is None else (body.owner.uid, body.owner.gid),

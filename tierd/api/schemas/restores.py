@@ -54,6 +54,11 @@ class RestoreIn(BaseModel):
     ranks: list[Annotated[int, Field(ge=0, le=MAX_WORLD_SIZE - 1)]] | None = Field(
         default=None, min_length=1, max_length=100_000
     )
+    node: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$",
+        description="only the part of the step this node recorded, nothing of other nodes' parts",
+    )
     source_tier: TierName | None = None
     overwrite: bool = False
     owner: OwnerIn | None = Field(
@@ -94,7 +99,8 @@ class RestoreOut(BaseModel):
     step: int
     target: str = Field(description="the absolute path restored into")
     to_tier0: bool
-    source_tier: str | None
+    node: str | None = Field(default=None, description="the node whose part alone was asked for")
+    source_tier: str | None = Field(description="the source read first (a tier, or peer:<holder>)")
     bytes_done: int
     bytes_total: int
     files_done: int
@@ -118,6 +124,7 @@ class RestoreOut(BaseModel):
             step=row.step,
             target=str(detail.get("target", "")),
             to_tier0=bool(detail.get("to_tier0")),
+            node=detail.get("part_of"),
             source_tier=job.src_tier,
             bytes_done=int(detail.get("bytes_done", 0)),
             bytes_total=int(detail.get("bytes_total", 0)),

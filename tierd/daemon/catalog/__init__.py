@@ -14,6 +14,7 @@ takes the caller's ``Session`` (and, where it changes a row, the loaded row).
 - ``parts``       a step's parts (one per node), what the step expects, when it is complete
 - ``part_replicas`` each part's copy on each tier, and the step's replica they settle
 - ``peer_copies`` each part's copies on other nodes' peer tiers; since when a step is safe
+- ``peer_reads`` what a restore reads from peers: verified copies and their holders, a bad one failed
 - ``jobs``        copy jobs and their leases: enqueue, claim (SKIP LOCKED), renew, release, requeue, end
 - ``progress``    a running hop's progress: files finished (``job_files_done``), bytes copied
 - ``uploads``     S3 multipart uploads in flight and their parts (resume, janitor)

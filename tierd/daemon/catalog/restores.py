@@ -42,6 +42,7 @@ from tierd.daemon.catalog.models import (
 from tierd.daemon.catalog.ownership import RecordedDirectory, directories_of
 from tierd.daemon.catalog.part_replicas import set_part_copies
 from tierd.daemon.catalog.parts import find_part
+from tierd.daemon.catalog.peer_reads import has_peer_copies
 from tierd.daemon.catalog.progress import files_done, record_files_done
 from tierd.daemon.catalog.replicas import first_tier_replica, mark_replica_verified
 from tierd.errors import Conflict, NotFound
@@ -161,7 +162,8 @@ def resolve_checkpoint(
 def create_restore(session: Session, checkpoint: Checkpoint, detail: dict[str, Any], *, actor: str) -> Job:
     """Queue a restore of ``checkpoint`` (inside the caller's transaction), in the audit log.
 
-    Raises Conflict when the checkpoint is not complete or no tier holds a verified replica.
+    Raises Conflict when the checkpoint is not complete, or when no tier holds a verified
+    replica and no peer a verified copy of one of its parts.
     """
     if checkpoint.state != CheckpointState.COMPLETE.value:
         raise Conflict(f"checkpoint {checkpoint.id} is {checkpoint.state}, not complete")
@@ -170,8 +172,11 @@ def create_restore(session: Session, checkpoint: Checkpoint, detail: dict[str, A
             Replica.checkpoint_id == checkpoint.id, Replica.state == ReplicaState.VERIFIED.value
         )
     ).all()
-    if not tiers:
-        raise Conflict(f"checkpoint {checkpoint.id} has no verified replica on any tier to restore from")
+    if not tiers and not has_peer_copies(session, checkpoint.id):
+        raise Conflict(
+            f"checkpoint {checkpoint.id} has no verified replica on any tier, nor a verified peer copy,"
+            " to restore from"
+        )
     job = Job(
         kind=JobKind.RESTORE.value,
         checkpoint_id=checkpoint.id,
@@ -193,7 +198,7 @@ def create_restore(session: Session, checkpoint: Checkpoint, detail: dict[str, A
 
 
 def _request_of(detail: Mapping[str, Any]) -> dict[str, Any]:
-    keys = ("target", "to_tier0", "files", "ranks", "source_tier", "overwrite", "owner")
+    keys = ("target", "to_tier0", "files", "ranks", "part_of", "source_tier", "overwrite", "owner")
     return {key: detail.get(key) for key in keys}
 
 

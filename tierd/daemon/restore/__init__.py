@@ -7,6 +7,8 @@
 - ``paths``       where a restore may write, and the name each file gets there
 - ``destination`` where each selected file goes: root, target and names
 - ``source``      a tier seen from one checkpoint's directory
+- ``sources``     where each file is read from: the tiers and peers, nearest first
+- ``peers``       the holders of verified peer copies of the step's parts, as sources, nearest first
 - ``copier``      the shared FileCopier, with a further source for a file whose bytes are bad
 - ``fallback``    a tier's copy is bad: report it and mark the replica failed
 - ``owners``      the owner, group and mode of what a restore writes

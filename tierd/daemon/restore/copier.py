@@ -9,8 +9,9 @@ file does not hash to the checksum taken at first sight (IntegrityError) or is m
 repair, and reports it). A tier whose copy sits in an archive storage class (S3's GLACIER or
 DEEP_ARCHIVE, not restored: ObjectArchived) is passed over for the next tier without being
 marked bad; when no tier is left the restore fails with that tier and its class named
-(tierd does not request an archive restore itself: the reason says how to). Other errors are
-retried as the pipeline does, then raised.
+(tierd does not request an archive restore itself: the reason says how to). A peer that
+cannot be reached, or refuses this node's token (PeerUnavailable), is passed over the same
+way, unmarked. Other errors are retried as the pipeline does, then raised.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 
 from tierd.config import S3_ARCHIVE_CLASSES, TierConfig
 from tierd.daemon.backends.base import ObjectInfo
+from tierd.daemon.backends.peer.fetch import PeerUnavailable
 from tierd.daemon.transfer.copier import FileCopier
 from tierd.daemon.transfer.spec import FileSpec
 from tierd.errors import IntegrityError, NotFound, ObjectArchived, TierdError
@@ -85,6 +87,8 @@ class FallbackCopier(FileCopier):
                 return await copier.copy(spec, progress)
             except ObjectArchived as exc:  # not bad, only asleep: the next tier, nothing marked
                 error = self._archived(spec, copier.src.name, exc)
+            except PeerUnavailable as exc:  # the holder is away, its copy may be fine: next, unmarked
+                error = exc
             except BAD_REPLICA as exc:
                 error, bad = exc, copier.src.name
         if bad is not None:

@@ -2,7 +2,8 @@
 
 A restore into ``target`` writes ``<target>/<name>``, ``name`` being the file's path relative
 to the checkpoint; a restore ``to: tier0`` writes the file at its own path under tier 0 (the
-target is then ``<tier 0>/<checkpoint path>``). The sources are read through
+target is then ``<tier 0>/<checkpoint path>``). A restore by node name (``part_of``) takes only
+the files that node recorded (``of_part``), before any other selection. The sources are read through
 ``Rebased(tier, prefix)`` so that a copy names the file the same on both sides.
 """
 
@@ -14,12 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from tierd.config import Config
 from tierd.daemon.beneath import Root
+from tierd.daemon.catalog.peer_reads import node_files
 from tierd.daemon.restore.paths import anchored, local_names
 from tierd.daemon.restore.select import select_names
 
-__all__ = ["Layout", "layout_of", "roots_of"]
+__all__ = ["Layout", "layout_of", "of_part", "roots_of"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,17 @@ class Layout:
         if relpath.startswith(self.prefix + "/"):
             return relpath[len(self.prefix) + 1 :]
         return None
+
+
+def of_part(
+    session: Session, checkpoint_id: int, detail: Mapping[str, Any], relpaths: Sequence[str]
+) -> list[str]:
+    """``relpaths``, only those of the part of the node ``detail`` names (``part_of``), if it names one."""
+    node = detail.get("part_of")
+    if node is None:
+        return list(relpaths)
+    mine = node_files(session, checkpoint_id, str(node))
+    return [relpath for relpath in relpaths if relpath in mine]
 
 
 def roots_of(config: Config, detail: Mapping[str, Any]) -> list[Path]:

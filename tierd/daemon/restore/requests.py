@@ -9,6 +9,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tierd.config import Config
 from tierd.daemon.catalog import restores
@@ -17,7 +18,7 @@ from tierd.daemon.catalog.db import Database, Session
 from tierd.daemon.catalog.models import ReplicaState
 from tierd.daemon.catalog.replicas import replicas_by_tier
 from tierd.daemon.restore.cleanup import remove_restored
-from tierd.daemon.restore.destination import layout_of, roots_of
+from tierd.daemon.restore.destination import layout_of, of_part, roots_of
 from tierd.daemon.restore.paths import anchored, check_target, is_fresh
 from tierd.errors import Conflict, RestoreRefused
 
@@ -36,6 +37,8 @@ class RestoreRequest:
     to_tier0: bool = False
     files: Sequence[str] | None = None
     ranks: Sequence[int] | None = None
+    #: Only this node's part of the step (the files it recorded).
+    node: str | None = None
     source_tier: str | None = None
     overwrite: bool = False
     #: (uid, gid) to give the restored files and directories to (their recorded modes kept);
@@ -65,18 +68,11 @@ def request_restore(db: Database, config: Config, request: RestoreRequest, *, ac
         _check_not_in_checkpoint(session, config, target, checkpoint.id)
         _check_source(session, config, checkpoint.id, request.source_tier)
         files = files_of(session, checkpoint.id)
-        detail = {
-            "node": config.node,
-            "target": str(target),
-            "to_tier0": request.to_tier0,
-            "files": list(request.files) if request.files is not None else None,
-            "ranks": sorted(set(request.ranks)) if request.ranks is not None else None,
-            "source_tier": request.source_tier,
-            "overwrite": request.overwrite,
-            "owner": None if request.owner is None else {"uid": request.owner[0], "gid": request.owner[1]},
-            "fresh": is_fresh(anchored(target, roots)),
-        }
-        layout = layout_of(config, checkpoint.path, [f.relpath for f in files], detail)
+        detail = _detail(config, request, target, roots)
+        relpaths = of_part(session, checkpoint.id, detail, [f.relpath for f in files])
+        if not relpaths:
+            raise RestoreRefused(f"node: {request.node!r} recorded no part of checkpoint {checkpoint.id}")
+        layout = layout_of(config, checkpoint.path, relpaths, detail)
         chosen = [f for f in files if f.relpath in layout.names]
         if not chosen:
             raise RestoreRefused(
@@ -90,6 +86,22 @@ def request_restore(db: Database, config: Config, request: RestoreRequest, *, ac
             "fallbacks": [],
         }
         return restores.create_restore(session, checkpoint, detail, actor=actor).id
+
+
+def _detail(config: Config, request: RestoreRequest, target: Path, roots: Sequence[Path]) -> dict[str, Any]:
+    """The restore job's ``detail``: who restores it, and the request as checked."""
+    return {
+        "node": config.node,
+        "target": str(target),
+        "to_tier0": request.to_tier0,
+        "files": list(request.files) if request.files is not None else None,
+        "ranks": sorted(set(request.ranks)) if request.ranks is not None else None,
+        "part_of": request.node,
+        "source_tier": request.source_tier,
+        "overwrite": request.overwrite,
+        "owner": None if request.owner is None else {"uid": request.owner[0], "gid": request.owner[1]},
+        "fresh": is_fresh(anchored(target, roots)),
+    }
 
 
 def _check_not_in_checkpoint(session: Session, config: Config, target: Path, own: int) -> None:
@@ -141,9 +153,11 @@ def clean_up(db: Database, config: Config, job_id: int) -> int:
     """Remove what restore ``job_id`` wrote (see ``cleanup``); returns how many files went."""
     with db.read_session() as session:
         record = restores.restore_record(session, job_id)
-    if record is None:
-        return 0
-    detail, path, relpaths, placed = record
+        if record is None:
+            return 0
+        checkpoint_id = restores.get_restore(session, job_id).job.checkpoint_id
+        detail, path, relpaths, placed = record
+        relpaths = of_part(session, checkpoint_id, detail, relpaths)
     try:
         layout = layout_of(config, path, relpaths, detail)
     except RestoreRefused:

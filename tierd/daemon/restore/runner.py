@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tierd.config import Config, PosixTier, TierConfig
+from tierd.config import Config, PosixTier
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends.base import Backend, WriteBatch
 from tierd.daemon.backends.budget import ByteBudget
@@ -35,23 +35,25 @@ from tierd.daemon.backends.posix.errors import os_errors
 from tierd.daemon.beneath import Root
 from tierd.daemon.catalog import restores
 from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.peer_reads import PeerHolding, verified_peer_copies
 from tierd.daemon.catalog.restores import RestoreClaim, RestorePlan
 from tierd.daemon.markers import split_markers
 from tierd.daemon.restore.cleanup import remove_restored, remove_temps
 from tierd.daemon.restore.copier import FallbackCopier, archive_classes
-from tierd.daemon.restore.destination import Layout, layout_of, roots_of
+from tierd.daemon.restore.destination import Layout, layout_of, of_part, roots_of
 from tierd.daemon.restore.fallback import Fallbacks
 from tierd.daemon.restore.owners import given_owner, owners_of_directories, restored_owner
 from tierd.daemon.restore.paths import check_target, is_fresh
+from tierd.daemon.restore.peers import PeerOpener, peer_sources
 from tierd.daemon.restore.progress import Meter
-from tierd.daemon.restore.source import Rebased
+from tierd.daemon.restore.sources import plan_sources
 from tierd.daemon.transfer.copier import FileCopier
 from tierd.daemon.transfer.copyset import copy_checkpoint_files
 from tierd.daemon.transfer.lease import lease_fence
 from tierd.daemon.transfer.retry import FILE_ATTEMPTS, FILE_BACKOFF, Backoff
 from tierd.daemon.transfer.spec import FileSpec
 from tierd.daemon.transfer.throttle import PriorityPool, TokenBucket
-from tierd.errors import CatalogError, IntegrityError, NotFound, RestoreRefused, TierdError
+from tierd.errors import CatalogError, IntegrityError, NotFound, TierdError
 from tierd.logs import get_logger
 
 __all__ = ["Outcome", "RestoreOptions", "RestoreRunner"]
@@ -109,8 +111,11 @@ class RestoreRunner:
         claim: RestoreClaim,
         options: RestoreOptions,
         wake_pipeline: Callable[[], None],
+        peers: PeerOpener | None = None,
     ) -> None:
+        """``peers`` opens a holder's copies (``PeerFetch.source``; None: no peer is read)."""
         self.config, self.db, self.backends, self.budget = config, db, backends, budget
+        self.peers = peers
         self.owner, self.claim, self.options = owner, claim, options
         self.meter = Meter(int(claim.detail.get("bytes_total", 0)), int(claim.detail.get("files_total", 0)))
         self.fallbacks = Fallbacks(
@@ -169,13 +174,18 @@ class RestoreRunner:
     def _prepare(self, plan: RestorePlan) -> _Work:
         """The layout, destination and sources (blocking). Raises RestoreRefused, Conflict."""
         detail = self.claim.detail
-        layout = layout_of(self.config, plan.path, [f.relpath for f in plan.files], detail)
+        with self.db.read_session() as session:
+            relpaths = of_part(session, plan.claim.checkpoint_id, detail, [f.relpath for f in plan.files])
+        layout = layout_of(self.config, plan.path, relpaths, detail)
         roots = roots_of(self.config, detail)
         check_target(str(layout.target), roots, overwrite=True)  # the roots may have changed since
         tree = layout.tree(roots)
-        tiers = self._source_tiers(plan)
-        self.source = tiers[0].name
-        partial = self._partial(plan, layout, [t.name for t in tiers])  # before anything is written
+        peers = peer_sources(self.config, plan.claim.checkpoint_id, self._holdings(plan), layout, self.peers)
+        sources = plan_sources(self.config, plan, layout, self.backends, peers)  # before anything is written
+        self.source = sources.first
+        if sources.tier0_part is not None:  # a bad file there fails this part only
+            self.fallbacks.parts[self.config.tier0.name] = sources.tier0_part
+        self.fallbacks.peers = peers.parts
         given = given_owner(detail)
         dst = self._destination(plan, layout, tree, given)
         specs = [
@@ -192,27 +202,20 @@ class RestoreRunner:
             path=plan.path,
             layout=layout,
             dst=dst,
-            sources=[Rebased(self.backends[t.name], layout.prefix) for t in tiers],
-            buckets=[TokenBucket(int(t.bandwidth_limit)) if t.bandwidth_limit else None for t in tiers],
+            sources=sources.backends,
+            buckets=sources.buckets,
             passes=self._passes(plan, specs),
             mtimes={s.relpath: s.mtime_ns for s in specs},
-            concurrency=max(t.concurrency for t in tiers),
-            partial=partial,
+            concurrency=sources.concurrency,
+            partial=sources.partial,
         )
 
-    def _source_tiers(self, plan: RestorePlan) -> list[TierConfig]:
-        """The tiers to read from: the one asked for first, then nearest first. Raises RestoreRefused."""
-        tiers = [t for t in self.config.tiers if t.name in plan.verified_tiers]
-        if self.claim.detail.get("to_tier0"):
-            tiers = [t for t in tiers if t.name != self.config.tier0.name]  # never read what is rewritten
-        wanted, archived = self.claim.detail.get("source_tier"), archive_classes(tiers)
-        # stable: the asked-for tier first, then nearest first; archived tiers after readable ones
-        tiers.sort(key=lambda t: (t.name != wanted, t.name in archived))
-        if not tiers:
-            raise RestoreRefused(
-                f"checkpoint {plan.claim.checkpoint_id} has no verified replica to restore from"
-            )
-        return tiers
+    def _holdings(self, plan: RestorePlan) -> list[PeerHolding]:
+        """The verified peer copies of the step's parts (none to read without a peer token)."""
+        if self.peers is None or plan.local_part is None:
+            return []
+        with self.db.read_session() as session:
+            return verified_peer_copies(session, plan.claim.checkpoint_id)
 
     def _destination(
         self, plan: RestorePlan, layout: Layout, tree: Root, given: tuple[int, int] | None
@@ -238,25 +241,6 @@ class RestoreRunner:
         chosen = set(markers)
         data, last = [s for s in specs if s.relpath not in chosen], [s for s in specs if s.relpath in chosen]
         return copy_passes(data, last)
-
-    def _partial(self, plan: RestorePlan, layout: Layout, tiers: list[str]) -> dict[str, frozenset[str]]:
-        """Tier 0's names when it holds only this node's part of the step. Raises RestoreRefused.
-
-        The other files are read from the shared tiers; with none verified, the restore is refused.
-        """
-        tier0 = self.config.tier0.name
-        if plan.local_part is None or tier0 not in tiers:
-            return {}
-        if plan.local_part_id is not None:
-            self.fallbacks.parts[tier0] = plan.local_part_id  # a bad file there fails this part only
-        mine = frozenset(layout.name_of(r) for r in plan.local_part if r in layout.names)
-        elsewhere = sorted(layout.name_of(r) for r in layout.names if r not in plan.local_part)
-        if elsewhere and tiers == [tier0]:
-            raise RestoreRefused(
-                f"checkpoint {plan.claim.checkpoint_id}: {len(elsewhere)} files (first {elsewhere[0]}) are"
-                " other nodes' parts, on no shared tier verified yet"
-            )
-        return {tier0: mine}
 
     def _copier(self, work: _Work, batch: WriteBatch) -> FileCopier:
         copiers = [

@@ -5,7 +5,9 @@ requeued at start-up when a killed daemon left them running (``catalog.jobs.
 requeue_orphaned_jobs``, which the pipeline runs first), and resumed. ``cancel`` (DELETE)
 stops a running restore here and waits for it to remove what it wrote; a queued one is
 cleaned up at once. At stop, running restores are given ``timeout`` to finish, then put back
-in the queue with their progress.
+in the queue with their progress. With a peer tier whose ``token_file`` holds this node's
+``peer`` token, restores read the verified copies other nodes hold of the step's parts too
+(``restore.peers``).
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tierd.config import PeerTier
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends.base import Backend
 from tierd.daemon.backends.budget import ByteBudget
+from tierd.daemon.backends.peer.fetch import PeerFetch
 from tierd.daemon.catalog.jobs import owner_id
 from tierd.daemon.catalog.restores import claim_next_restore
 from tierd.daemon.context import Context
@@ -24,6 +28,7 @@ from tierd.daemon.outage import CatalogOutage
 from tierd.daemon.restore import requests
 from tierd.daemon.restore.runner import RestoreOptions, RestoreRunner
 from tierd.daemon.service import InFlight, PassLoop
+from tierd.keyring import peer_token
 from tierd.logs import get_logger
 
 __all__ = ["RestoreService"]
@@ -54,6 +59,9 @@ class RestoreService:
         self.budget = budget
         self.options = options or RestoreOptions()
         self.owner = owner_id(ctx.config.node)
+        token = peer_token(ctx.config.peer)  # ConfigError at start, naming the key
+        #: Reads peers' copies of the step's parts (None: no peer token, no peer is read).
+        self.peers = None if token is None else PeerFetch(token, budget, verify=_ca(ctx.config.peer))
         self._inflight = InFlight(self.name)
         self._running: dict[int, _Running] = {}
         self.outage = CatalogOutage(self.name)
@@ -89,6 +97,7 @@ class RestoreService:
                 claim=claim,
                 options=self.options,
                 wake_pipeline=self.ctx.wake_pipeline,
+                peers=None if self.peers is None else self.peers.fork().source,
             )
             task = self._inflight.spawn(self._drive(runner), f"restore {claim.job_id}")
             self._running[claim.job_id] = _Running(runner, task)
@@ -132,3 +141,10 @@ class RestoreService:
         await self.loop.stop(0)  # a claim under way is cut: requeued at the next start
         await self._inflight.drain(timeout)
         self.ctx.restore = None
+        if self.peers is not None:
+            await self.peers.close()
+
+
+def _ca(tier: PeerTier | None) -> bool | str:
+    """What https peers' certificates are checked against: the tier's ``ca_file``, else the system's."""
+    return str(tier.ca_file) if tier is not None and tier.ca_file is not None else True

@@ -4,7 +4,8 @@
 through the API's ``/v1/peer`` routes, each file checked against its first-sight CRC64NVME),
 ``stream`` (an HTTP request body as the RangeReader the POSIX write path reads),
 ``choose`` (which nodes hold each node's part: a ring per step, failure domains interleaved),
-``client`` (the sending side: a file streamed to its peers, the next one tried on a refusal).
+``client`` (the sending side: a file streamed to its peers, the next one tried on a refusal),
+``fetch`` (the restore's side: a part read back from a holder, with ranged GETs).
 """
 
 from __future__ import annotations
