@@ -42,26 +42,16 @@ from tierd.daemon.replication.sender import PartSender
 from tierd.daemon.service import InFlight, PassLoop
 from tierd.daemon.transfer.retry import JOB_BACKOFF, Backoff
 from tierd.daemon.transfer.throttle import TokenBucket
-from tierd.errors import ConfigError, TierdError
-from tierd.keyring import read_token_file
+from tierd.errors import TierdError
+from tierd.keyring import peer_token
 from tierd.logs import get_logger
 
-__all__ = ["POLL_SECONDS", "ReplicationService", "read_peer_token"]
+__all__ = ["POLL_SECONDS", "ReplicationService"]
 
 log = get_logger(__name__)
 
 #: Seconds between passes nobody woke (a part recorded wakes one at once).
 POLL_SECONDS = 10.0
-
-
-def read_peer_token(tier: PeerTier) -> str | None:
-    """The token in the peer tier's ``token_file`` (None without one). Raises ConfigError naming the key."""
-    if tier.token_file is None:
-        return None
-    try:
-        return read_token_file(tier.token_file)
-    except ValueError as exc:
-        raise ConfigError([f"tiers.{tier.name}.token_file: {exc} ({tier.token_file})"]) from None
 
 
 class ReplicationService:
@@ -86,7 +76,7 @@ class ReplicationService:
         self.tier = ctx.config.peer
         check_marks(ctx.config)
         self.backoff = backoff
-        token = None if self.tier is None else read_peer_token(self.tier)
+        token = peer_token(self.tier)
         self.client: PeerClient | None = None
         self.sender: PartSender | None = None
         if self.tier is not None and token is not None:
