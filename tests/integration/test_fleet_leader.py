@@ -21,6 +21,7 @@ import httpx
 import pytest
 from sqlalchemy import update
 
+from tests.fixtures import http
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.net import free_port
 from tests.fixtures.postgres import PostgresServer
@@ -56,7 +57,7 @@ class Node:
 
     def fleet(self) -> dict[str, Any] | None:
         try:
-            return dict(httpx.get(f"{self.url}/v1/fleet", timeout=2).json())
+            return dict(http.get(f"{self.url}/v1/fleet", timeout=2).json())
         except httpx.HTTPError:
             return None
 
