@@ -23,7 +23,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
@@ -31,6 +30,7 @@ from schemathesis import CheckContext, Response
 from schemathesis.config import SchemathesisConfig
 
 from tests.conftest import posix_config_dict
+from tests.fixtures import http
 from tests.fixtures.postgres import PostgresServer
 from tests.fixtures.served_api import ServedApi
 from tierd.api.app import create_app
@@ -233,6 +233,6 @@ def test_every_answer_is_documented(
 
 
 def test_the_served_document_is_the_fuzzed_one(open_sqlite: ServedApi) -> None:
-    served = httpx.get(f"{open_sqlite.base_url}/v1/openapi.json")
+    served = http.get(f"{open_sqlite.base_url}/v1/openapi.json")
     assert served.status_code == 200
     assert served.json() == schema.raw_schema

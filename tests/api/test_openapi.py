@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from openapi_spec_validator import validate
 
 from tests.conftest import posix_config_dict
+from tests.fixtures import http
 from tests.fixtures.served_api import ServedApi
 from tierd.api.app import create_app
 from tierd.api.gate import PUBLIC_PATHS
@@ -220,7 +220,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApi]:
 def _called(served: ServedApi, method: str, path: str, role: str | None) -> int:
     url = path.format(checkpoint_id=1, restore_id=1, name="h", run="demo", tier="nvme", node="n", relpath="f")
     headers = {"Authorization": f"Bearer {TOKENS[role]}"} if role else {}
-    return httpx.request(method, f"{served.base_url}{url}", headers=headers, timeout=30).status_code
+    return http.request(method, f"{served.base_url}{url}", headers=headers, timeout=30).status_code
 
 
 @pytest.mark.parametrize(("method", "path"), sorted(OPERATION_IDS))

@@ -29,6 +29,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.fixtures import http
 from tests.fixtures.docker import KEEP_OWNERS_CAPABILITIES, Built, build_image, docker
 from tests.integration.daemon_helpers import wait_for
 
@@ -136,7 +137,7 @@ def running(image: Built, site: Site, uid: int, *options: str) -> Iterator[Conta
 
 def _answer(url: str) -> dict[str, Any] | None:
     try:
-        response = httpx.get(url, timeout=5)
+        response = http.get(url, timeout=5)
     except httpx.TransportError:
         return None
     body: dict[str, Any] = response.json()

@@ -2,18 +2,23 @@
 
 ``upload_world`` makes a checkpoint on a POSIX tier 0 and an S3 tier reached through a
 ``FaultProxy`` (a ``tests.fixtures.world`` config and catalog); ``add_download_tier`` copies it
-there first (no faults) and adds a POSIX tier after S3, so its hop reads from S3. ``Hops.hop``
+there first (no faults) and adds a POSIX tier after S3, so its hop reads from S3.
+``download_world`` is that world with the upload done once per server and process: a copy of
+its tier 0 and catalog, the same bucket (a download only reads it), a fresh proxy. ``Hops.hop``
 runs the pipeline until the hop's replica is verified or failed. Jobs back off for a minute
 (``OPTIONS``), so one pass is one hop: what a test counts is what one pass sent.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import tempfile
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +48,7 @@ __all__ = [
     "Hops",
     "add_download_tier",
     "attempts_over_table",
+    "download_world",
     "stall_timeouts",
     "upload_world",
 ]
@@ -170,6 +176,54 @@ async def add_download_tier(world: Hops, **posix_settings: Any) -> None:
     pfs = posix_tier(world.root, "pfs", **posix_settings)
     world.config = _config(world.root, world.db, [*world.config.tiers, pfs])
     world.proxy.reset_counts()
+
+
+@dataclass(frozen=True)
+class _Uploaded:
+    """A world after its upload, kept to be copied: tier 0 and catalog under ``root``."""
+
+    root: Path
+    bucket: str
+    checkpoint_id: int
+    data: dict[str, bytes]
+
+
+_uploaded: dict[tuple[str, tuple[tuple[str, int], ...]], _Uploaded] = {}
+
+
+async def _upload_once(server: S3Server, sizes: Mapping[str, int]) -> _Uploaded:
+    """The checkpoint uploaded to a bucket of ``server``, once per server, sizes and process."""
+    key = (server.endpoint_url, tuple(sorted(sizes.items())))
+    if key not in _uploaded:
+        root = Path(tempfile.mkdtemp(prefix="tierd-uploaded-"))
+        atexit.register(shutil.rmtree, root, ignore_errors=True)
+        with upload_world(root, server, sizes) as world:
+            assert (await world.hop("s3")).state == "verified"
+            done = _Uploaded(root, world.s3.bucket, world.checkpoint_id, world.data)
+        _uploaded[key] = done  # the catalog is closed: a plain file to copy
+    return _uploaded[key]
+
+
+@asynccontextmanager
+async def download_world(
+    root: Path, server: S3Server, sizes: Mapping[str, int], **posix_settings: Any
+) -> AsyncIterator[Hops]:
+    """What ``upload_world`` then ``add_download_tier`` make, the upload done once: tier 0 and
+    the catalog copied from it, its bucket (read only here) behind a fresh proxy, then ``pfs``."""
+    uploaded = await _upload_once(server, sizes)
+    shutil.copytree(uploaded.root / "nvme", root / "nvme")  # mtimes kept: the catalog records them
+    shutil.copyfile(uploaded.root / "catalog.db", root / "catalog.db")
+    db = Database(f"sqlite:///{root / 'catalog.db'}")
+    with FaultProxy(server.endpoint_url) as proxy:
+        s3 = server.new_tier("s3", endpoint_url=proxy.endpoint_url, bucket=uploaded.bucket)
+        tiers = [posix_tier(root, "nvme"), s3, posix_tier(root, "pfs", **posix_settings)]
+        world = Hops(
+            root, db, _config(root, db, tiers), uploaded.checkpoint_id, uploaded.data, proxy, server, s3
+        )
+        try:
+            yield world
+        finally:
+            db.dispose()
 
 
 #: Sends of one request per file in one pass, by the retries table (docs/retries.md).

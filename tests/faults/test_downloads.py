@@ -4,6 +4,7 @@ big one (ranged GETs), one fault kind at a time.
 
 A retryable fault ends with the replica verified and every file equal to the source; a
 refusal ends ``failed`` naming the store's answer; sends stay within the "Retries" table.
+The upload each test reads back is made once per server (``download_world``), not per test.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.hops import Hops, add_download_tier, attempts_over_table, stall_timeouts, upload_world
+from tests.faults.hops import Hops, attempts_over_table, download_world, stall_timeouts
 from tests.fixtures.faultproxy import ACCESS_DENIED, INTERNAL_ERROR, SLOW_DOWN, Fault, Rule
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import MiB
@@ -54,7 +55,6 @@ PIPELINED = {
 
 
 async def _download(world: Hops, rule: Rule) -> None:
-    await add_download_tier(world, concurrency=1)
     world.proxy.set_rules([rule])
     replica = await world.hop("pfs")
     world.proxy.release()
@@ -69,7 +69,7 @@ async def test_retryable_faults_end_verified_on_moto(
     tmp_path: Path, moto_server: S3Server, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
     stall_timeouts(monkeypatch, ANY_STORE[case])
-    with upload_world(tmp_path, moto_server, SIZES) as world:
+    async with download_world(tmp_path, moto_server, SIZES, concurrency=1) as world:
         await _download(world, ANY_STORE[case])
         # moto closes the connection after each answer: pipelining ends at its first group
         assert world.proxy.pipelined["GetObject"] < 64
@@ -80,7 +80,7 @@ async def test_retryable_faults_end_verified_on_rclone(
     tmp_path: Path, rclone_server: S3Server, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
     stall_timeouts(monkeypatch, {**ANY_STORE, **PIPELINED}[case])
-    with upload_world(tmp_path, rclone_server, SIZES) as world:
+    async with download_world(tmp_path, rclone_server, SIZES, concurrency=1) as world:
         await _download(world, {**ANY_STORE, **PIPELINED}[case])
         assert world.proxy.pipelined["GetObject"] > 0
 
@@ -89,8 +89,7 @@ async def test_retryable_faults_end_verified_on_rclone(
 async def test_access_denied_fails_naming_the_answer(
     tmp_path: Path, rclone_server: S3Server, key: str
 ) -> None:
-    with upload_world(tmp_path, rclone_server, SIZES) as world:
-        await add_download_tier(world, concurrency=1)
+    async with download_world(tmp_path, rclone_server, SIZES, concurrency=1) as world:
         world.proxy.set_rules([Rule(ACCESS_DENIED, operation="GetObject", key=key)])
         replica = await world.hop("pfs")
         assert replica.state == "failed"

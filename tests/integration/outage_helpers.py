@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from tests.fixtures import http
 from tests.fixtures.daemon import Daemon
 from tests.integration.daemon_helpers import config_dict, write_files
 
@@ -46,7 +47,7 @@ def two_tier_daemon(
 
 
 def get(base: str, path: str) -> httpx.Response:
-    return httpx.get(f"{base}{path}", timeout=10)
+    return http.get(f"{base}{path}", timeout=10)
 
 
 def checkpoint(base: str, step: int) -> dict[str, Any] | None:

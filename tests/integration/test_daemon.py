@@ -10,11 +10,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
 from tests.conftest import posix_config_dict
+from tests.fixtures import http
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.net import free_port
 from tests.integration.daemon_helpers import wait_for
@@ -62,9 +62,9 @@ def test_ready_notify_and_sigterm(config_file: Path, notify_socket: socket.socke
     try:
         messages = _messages_until(notify_socket, "READY=1")
         base = f"http://127.0.0.1:{_port(config_file)}"
-        assert httpx.get(f"{base}/readyz").json()["status"] == "ready"
-        assert httpx.get(f"{base}/livez").json()["status"] == "ok"
-        assert httpx.get(f"{base}/v1/checkpoints").json()["items"] == []
+        assert http.get(f"{base}/readyz").json()["status"] == "ready"
+        assert http.get(f"{base}/livez").json()["status"] == "ok"
+        assert http.get(f"{base}/v1/checkpoints").json()["items"] == []
         messages += _messages_until(notify_socket, "WATCHDOG=1")
         started = time.monotonic()
         daemon.signal(signal.SIGTERM)
@@ -121,7 +121,7 @@ def test_sighup_reads_the_token_files_again(tmp_path: Path) -> None:
 
     def status(token: str) -> int:
         headers = {"Authorization": f"Bearer {token}"}
-        return httpx.get(f"http://127.0.0.1:{port}/v1/checkpoints", headers=headers).status_code
+        return http.get(f"http://127.0.0.1:{port}/v1/checkpoints", headers=headers).status_code
 
     def reloads() -> list[dict[str, object]]:
         return [e for e in daemon.events() if e["event"] == "tokens_reloaded"]

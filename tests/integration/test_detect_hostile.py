@@ -18,9 +18,9 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
+from tests.fixtures import http
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.opens import OpenSpy
 from tests.integration.daemon_helpers import config_dict, wait_for
@@ -72,7 +72,7 @@ def _layout(watched: Path, outside: Path) -> None:
 
 
 def _refusals(base: str) -> list[dict[str, Any]]:
-    items = httpx.get(f"{base}/v1/audit", params={"limit": 1000}, timeout=10).json()["items"]
+    items = http.get(f"{base}/v1/audit", params={"limit": 1000}, timeout=10).json()["items"]
     return [i for i in items if i["action"] == "refused"]
 
 
@@ -82,7 +82,7 @@ def _all_refused(base: str) -> list[dict[str, Any]] | None:
 
 
 def _verified(base: str) -> list[dict[str, Any]] | None:
-    items: list[dict[str, Any]] = httpx.get(f"{base}/v1/checkpoints", timeout=10).json()["items"]
+    items: list[dict[str, Any]] = http.get(f"{base}/v1/checkpoints", timeout=10).json()["items"]
     done = [i for i in items if all(r["state"] == "verified" for r in i["replicas"])]
     return items if done else None
 
@@ -109,8 +109,8 @@ def test_daemon_refuses_hostile_checkpoints_and_reads_nothing_outside(tmp_path: 
         daemon.wait_ready(30)
         items = wait_for(lambda: _verified(base), 60, "the clean step on pfs", interval=0.2)
         refused = wait_for(lambda: _all_refused(base), 60, "every refusal", interval=0.2)
-        answer = httpx.post(f"{base}/v1/checkpoints", json={"run": "x", "step": 2, "path": "demo/step_2"})
-        through = httpx.post(f"{base}/v1/checkpoints", json={"run": "x", "step": 9, "path": "demo/step_9"})
+        answer = http.post(f"{base}/v1/checkpoints", json={"run": "x", "step": 2, "path": "demo/step_2"})
+        through = http.post(f"{base}/v1/checkpoints", json={"run": "x", "step": 9, "path": "demo/step_9"})
         assert daemon.terminate(30) == 0
     finally:
         daemon.stop()

@@ -1,7 +1,9 @@
 """Clock skew between nodes: two of four daemons run under libfaketime, one 8 s ahead and one
 8 s behind (more than twice the lease). Leases live on the database's clock, so the skewed
 daemons neither steal a live lease nor lose their own: one leader throughout, and a failover
-within twice the lease when it dies, whichever clock the next one has."""
+within twice the lease when it dies, whichever clock the next one has. The failover is timed
+on the database's clock (kill to the lease's ``acquired_at``), not by how soon this process
+sees it, so the test runs beside the others."""
 
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ from tests.integration.fleet_jobs import write_step
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.serial,
     pytest.mark.skipif(
         shutil.which("faketime") is None, reason="faketime not installed (.ci/run installs it)"
     ),
@@ -34,11 +35,16 @@ def _one_leader(fleet: Fleet, other_than: Node | None = None) -> Node | None:
 
 
 def _leaders_over(fleet: Fleet, seconds: float) -> set[tuple[str, ...]]:
-    """Every set of nodes that said they lead, sampled for ``seconds`` (a window, not a wait)."""
+    """Every set of nodes that said they lead, sampled every 0.1 s for ``seconds`` (a window,
+    not a wait), and a set of its own if the lease changed hands meanwhile (its term grew)."""
     seen: set[tuple[str, ...]] = set()
+    term = fleet.lease().term
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         seen.add(tuple(n.name for n in fleet.leaders()))
+        time.sleep(0.1)
+    if fleet.lease().term != term:
+        seen.add(("the lease changed hands",))
     return seen
 
 
@@ -61,12 +67,11 @@ def test_skewed_clocks_neither_steal_nor_lose_the_lease(make_fleet: Callable[...
 
     leader = first
     while leader.name not in skewed:  # kill the leader until a skewed node leads (at most twice)
-        started = time.monotonic()
+        killed_at = fleet.db_clock()
         leader.kill()
-        new = fleet.wait_for(
-            partial(_one_leader, fleet, leader), 4 * LEASE, f"a leader after {leader.name}", 0.1
-        )
-        assert time.monotonic() - started <= 2 * LEASE, f"{new.name} took over too late"
+        new = fleet.wait_for(partial(_one_leader, fleet, leader), 60, f"a leader after {leader.name}", 0.1)
+        took = fleet.takeover_seconds(killed_at, new)
+        assert took <= 2 * LEASE, f"{new.name} took over {took:.1f}s after the kill"
         leader = new
         assert _leaders_over(fleet, 2 * LEASE) == {(leader.name,)}
 

@@ -15,10 +15,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.fixtures import http
 from tests.fixtures.fleet import RUN, Fleet, FleetSpec, Node, start_fleet
 from tests.fixtures.postgres import PostgresServer
 from tests.integration.daemon_helpers import write_files
@@ -44,7 +44,7 @@ Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
 
 def scrape(node: Node) -> Samples:
     out: Samples = {}
-    text = httpx.get(f"{node.url}/metrics", timeout=10).text
+    text = http.get(f"{node.url}/metrics", timeout=10).text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures import http
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.pgserver import PostgresServer
 from tests.integration.daemon_helpers import config_dict, wait_for
@@ -51,7 +52,7 @@ def fleet(tmp_path: Path, postgres_server: PostgresServer) -> Iterator[list[tupl
 
 def _step(api: str) -> dict[str, Any] | None:
     try:
-        page = httpx.get(f"{api}/v1/checkpoints", params={"run": "demo", "step": 3}, timeout=5).json()
+        page = http.get(f"{api}/v1/checkpoints", params={"run": "demo", "step": 3}, timeout=5).json()
     except httpx.HTTPError:
         return None
     items = page.get("items", [])

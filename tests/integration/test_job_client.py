@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
+from tests.fixtures import http
 from tests.fixtures.job_daemon import JobDaemon, start_job_daemon
 from tests.fixtures.net import free_port
 from tests.integration.daemon_helpers import wait_for, write_files
@@ -39,7 +39,7 @@ def write_step(daemon: JobDaemon, step: int) -> Path:
 
 
 def restores_exist(daemon: JobDaemon) -> bool:
-    return "/v1/restores" in httpx.get(f"{daemon.url}/v1/openapi.json", timeout=10).json()["paths"]
+    return "/v1/restores" in http.get(f"{daemon.url}/v1/openapi.json", timeout=10).json()["paths"]
 
 
 def test_notify_with_metrics_and_world_size_then_latest_and_wait_durable(tierd: JobDaemon) -> None:
@@ -200,7 +200,7 @@ def test_ensure_local_restores_a_step_missing_one_file_on_tier0(tierd: JobDaemon
         (path / "__1_0.distcp").unlink()
         (path / "__0_0.distcp").write_bytes(b"short")
         assert client.ensure_local(RUN, 60, path) == path
-        answer = httpx.post(
+        answer = http.post(
             f"{tierd.url}/v1/checkpoints/{recorded['id']}/tier0-check",
             headers={"Authorization": "Bearer viewer-secret"},  # the read role may ask
             timeout=10,

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures import http
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import (
@@ -57,7 +58,7 @@ class Lab:
 
     def call(self, method: str, path: str, **kw: Any) -> httpx.Response:
         """One API request."""
-        return httpx.request(method, f"{self.base}{path}", timeout=10, **kw)
+        return http.request(method, f"{self.base}{path}", timeout=10, **kw)
 
     def checkpoints(self) -> dict[int, dict[str, Any]]:
         """The run's checkpoints by step, as the API shows them."""

@@ -138,7 +138,7 @@ def peers(tmp_path_factory: pytest.TempPathFactory, postgres_server: PostgresSer
 
 def test_a_dcp_save_over_four_nodes_is_safe_against_one_node_loss(peers: PeerFleet) -> None:
     fleet = peers.fleet
-    dcp_save(peers.tmp / "init", [n.watch_dir for n in peers.nodes], step=1, start_method="fork")
+    dcp_save(peers.tmp / "init", [n.watch_dir for n in peers.nodes], step=1)
     for index in range(NODES):
         holder = peers.verified_at(1, f"node{index}")
         assert int(holder.removeprefix("node")) * 2 // NODES != index * 2 // NODES, (index, holder)

@@ -81,7 +81,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, postgres_server: PostgresSer
     fleet = build_fleet(root / "fleet", postgres_server.new_database(), spec)
     try:
         fleet.start()
-        dcp_save(root / "init", [n.watch_dir for n in fleet.nodes], step=STEP, start_method="fork")
+        dcp_save(root / "init", [n.watch_dir for n in fleet.nodes], step=STEP)
         checkpoint = fleet.wait_for(lambda: _complete(fleet), 90, "step 1 complete")
         steps = {n.name: n.watch_dir / f"step_{STEP}" for n in fleet.nodes}
         parts = {name: sorted(p.name for p in step.iterdir()) for name, step in steps.items()}

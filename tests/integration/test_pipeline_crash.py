@@ -13,9 +13,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
+from tests.fixtures import http
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import (
@@ -163,7 +163,7 @@ def test_kill_9_during_every_hop_then_resume(
 
 def _api_replica(port: int, tier: str) -> dict[str, Any]:
     """The replica on ``tier`` as ``GET /v1/checkpoints`` shows it."""
-    [item] = httpx.get(f"http://127.0.0.1:{port}/v1/checkpoints", timeout=10).json()["items"]
+    [item] = http.get(f"http://127.0.0.1:{port}/v1/checkpoints", timeout=10).json()["items"]
     [replica] = [r for r in item["replicas"] if r["tier"] == tier]
     return dict(replica)
 

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
+from tests.fixtures import http
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import config_dict, tier_dict, wait_for, write_files
@@ -25,7 +25,7 @@ with warnings.catch_warnings():
 
 
 def _items(base: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = httpx.get(f"{base}/v1/checkpoints", timeout=10).json()["items"]
+    items: list[dict[str, Any]] = http.get(f"{base}/v1/checkpoints", timeout=10).json()["items"]
     return items
 
 
@@ -54,7 +54,7 @@ def test_detected_and_notified_checkpoints_reach_the_last_tier(tmp_path: Path, m
         step5 = tmp_path / "nvme" / "demo" / "step5"
         subprocess.run([sys.executable, "-c", DCP_SAVE, str(step5)], check=True, timeout=120)
         write_files(tmp_path / "nvme" / "jobs" / "step6", {"model.bin": 3_000_000, "done": 10})
-        answer = httpx.post(f"{base}/v1/checkpoints", json={"run": "other", "step": 6, "path": "jobs/step6"})
+        answer = http.post(f"{base}/v1/checkpoints", json={"run": "other", "step": 6, "path": "jobs/step6"})
         assert answer.status_code == 201, answer.text
         items = wait_for(lambda: _all_verified(base, 2), 60, "both checkpoints on every tier", interval=0.2)
         assert daemon.terminate(30) == 0

@@ -24,9 +24,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
+from tests.fixtures import http
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.net import free_port
 
@@ -89,7 +89,7 @@ class Checkout:
         return done.stdout
 
     def step(self, run: str, step: int) -> dict[str, Any] | None:
-        page = httpx.get(f"{self.url}/v1/checkpoints", params={"run": run}, timeout=10).json()
+        page = http.get(f"{self.url}/v1/checkpoints", params={"run": run}, timeout=10).json()
         return next((c for c in page["items"] if c["step"] == step), None)
 
     def wait(self, done: Callable[[], bool], since: float, seconds: float, what: str) -> None:

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
+from tests.fixtures import http
 from tests.fixtures.daemon import Daemon
 from tests.integration.daemon_helpers import config_dict, wait_for, write_files
 
@@ -69,12 +69,12 @@ def _listen(daemon: Daemon) -> str:
 
 def _status(daemon: Daemon, token: str) -> int:
     headers = {"Authorization": f"Bearer {token}"}
-    return httpx.get(f"{daemon.url}/v1/checkpoints", headers=headers, timeout=10).status_code
+    return http.get(f"{daemon.url}/v1/checkpoints", headers=headers, timeout=10).status_code
 
 
 def _states(daemon: Daemon, token: str) -> dict[int, dict[str, str]]:
     """step -> tier -> replica state, as the API shows them."""
-    answer = httpx.get(
+    answer = http.get(
         f"{daemon.url}/v1/checkpoints",
         params={"run": RUN},
         headers={"Authorization": f"Bearer {token}"},

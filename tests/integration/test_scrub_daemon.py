@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures import http
 from tests.fixtures.daemon import Daemon
 from tests.integration.daemon_helpers import config_dict, wait_for, write_files
 
@@ -41,7 +42,7 @@ class Scrubbed:
         self.base = self.daemon.url
 
     def call(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        return httpx.request(method, f"{self.base}{path}", timeout=10, **kw)
+        return http.request(method, f"{self.base}{path}", timeout=10, **kw)
 
     def checkpoint(self, step: int) -> dict[str, Any]:
         items = self.call("GET", "/v1/checkpoints", params={"run": RUN, "step": step}).json()["items"]

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from botocore.exceptions import ClientError
 
+from tests.fixtures import http
 from tests.fixtures.daemon import Daemon, run_cli
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import config_dict, tier_dict, wait_for, write_files
@@ -67,7 +67,7 @@ def legal_holds(server: S3Server, bucket: str) -> dict[str, str]:
 
 
 def checkpoints(base: str) -> list[dict[str, Any]]:
-    answer = httpx.get(f"{base}/v1/checkpoints", params={"run": RUN}, timeout=10)
+    answer = http.get(f"{base}/v1/checkpoints", params={"run": RUN}, timeout=10)
     assert answer.status_code == 200, answer.text
     return list(answer.json()["items"])
 

@@ -29,11 +29,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
 import tierd
+from tests.fixtures import http
 from tests.fixtures.debroot import CACHE, PACKAGES, debian_rootfs, debootstrap_missing
 from tests.fixtures.net import free_port
 from tests.fixtures.nspawn import Bind, Booted, booted, nspawn_missing, run_once
@@ -145,13 +145,13 @@ def _job_step(tier0: Path, name: str) -> None:
 def _replicas(port: int, token: str) -> dict[str, str]:
     """tier -> state of the first checkpoint's replicas, as the API shows them."""
     headers = {"Authorization": f"Bearer {token}"}
-    items = httpx.get(f"http://127.0.0.1:{port}/v1/checkpoints", headers=headers, timeout=10).json()["items"]
+    items = http.get(f"http://127.0.0.1:{port}/v1/checkpoints", headers=headers, timeout=10).json()["items"]
     return {r["tier"]: r["state"] for r in items[0]["replicas"]} if items else {}
 
 
 def _status(port: int, token: str) -> int:
     headers = {"Authorization": f"Bearer {token}"}
-    return httpx.get(f"http://127.0.0.1:{port}/v1/checkpoints", headers=headers, timeout=10).status_code
+    return http.get(f"http://127.0.0.1:{port}/v1/checkpoints", headers=headers, timeout=10).status_code
 
 
 def _events(box: Booted) -> list[dict[str, Any]]:
@@ -172,7 +172,7 @@ def test_the_hardened_unit_under_systemd(tmp_path: Path, box: Booted) -> None:
     box.run("systemctl", "enable", "tierd")
 
     box.run("systemctl", "start", "tierd")  # Type=notify: returns once the daemon said READY=1
-    assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).status_code == 200
+    assert http.get(f"http://127.0.0.1:{port}/readyz", timeout=10).status_code == 200
     started = box.show(
         "tierd", "MainPID", "ActiveState", "WatchdogUSec", "WatchdogTimestampMonotonic", "StatusText"
     )

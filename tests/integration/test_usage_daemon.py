@@ -23,10 +23,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.fixtures import http
 from tests.fixtures.daemon import Daemon, run_cli
 from tests.integration.daemon_helpers import config_dict, wait_for, write_files
 
@@ -73,7 +73,7 @@ def _save(root: Path, step: int) -> None:
 
 
 def _states(url: str) -> dict[int, dict[str, str]]:
-    page = httpx.get(f"{url}/v1/checkpoints", params={"run": RUN}, timeout=10).json()
+    page = http.get(f"{url}/v1/checkpoints", params={"run": RUN}, timeout=10).json()
     return {c["step"]: {r["tier"]: r["state"] for r in c["replicas"]} for c in page["items"]}
 
 
@@ -100,7 +100,7 @@ def test_usage_prices_what_the_daemon_copied_and_retention_deleted(tmp_path: Pat
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{_states(daemon.url)}\n{daemon.tail()}") from None
 
-    body = httpx.get(f"{daemon.url}/v1/usage", timeout=10).json()
+    body = http.get(f"{daemon.url}/v1/usage", timeout=10).json()
     nvme, pfs = body["tiers"]
     assert (nvme["bytes"], nvme["storage_cost_per_month"]) == (2 * MiB, 4.0)
     assert (nvme["retention_deleted_checkpoints"], nvme["retention_deleted_bytes"]) == (1, MiB)
@@ -136,7 +136,7 @@ def test_usage_prices_what_the_daemon_copied_and_retention_deleted(tmp_path: Pat
     code, out = run_cli(["usage", "--url", daemon.url, "--json"], tmp_path / "usage.log")
     assert (code, json.loads(out)["tiers"]) == (0, body["tiers"])
 
-    exposition = httpx.get(f"{daemon.url}/metrics", timeout=10).text
+    exposition = http.get(f"{daemon.url}/metrics", timeout=10).text
     samples = {
         sample.labels["tier"]: sample.value
         for family in text_string_to_metric_families(exposition)
