@@ -20,6 +20,7 @@ from tierd.daemon.backends.budget import ByteBudget
 from tierd.daemon.catalog.jobs import owner_id
 from tierd.daemon.catalog.restores import claim_next_restore
 from tierd.daemon.context import Context
+from tierd.daemon.libc import trim_freed_memory
 from tierd.daemon.outage import CatalogOutage
 from tierd.daemon.restore import requests
 from tierd.daemon.restore.runner import RestoreOptions, RestoreRunner
@@ -94,17 +95,20 @@ class RestoreService:
             self._running[claim.job_id] = _Running(runner, task)
 
     async def _drive(self, runner: RestoreRunner) -> str:
+        trimming = asyncio.create_task(_trim_every(self.options.trim_interval), name="restore:trim")
         try:
             return await runner.run()
         finally:
+            trimming.cancel()
             self._running.pop(runner.claim.job_id, None)
             self._drop_idle_buffers()
             self.loop.wake()
 
     def _drop_idle_buffers(self) -> None:
-        """Unmap the budget's idle buffers once no restore runs and no transfer holds any."""
+        """Once no restore runs and no transfer holds a buffer: unmap the idle ones, trim the heap."""
         if not self._running and self.budget is not None and self.budget.used == 0:
             self.budget.drop_idle()
+            trim_freed_memory()  # a few ms; a restore of many files leaves much freed in the heap
 
     async def cancel(self, job_id: int, *, actor: str, reason: str) -> None:
         """Cancel a restore and remove what it wrote (waiting for it if it runs here).
@@ -132,3 +136,10 @@ class RestoreService:
         await self.loop.stop(0)  # a claim under way is cut: requeued at the next start
         await self._inflight.drain(timeout)
         self.ctx.restore = None
+
+
+async def _trim_every(interval: float) -> None:
+    """Hand freed heap memory back to the OS every ``interval`` while a restore runs (as a hop does)."""
+    while True:
+        await asyncio.sleep(interval)
+        await blocking(trim_freed_memory)
