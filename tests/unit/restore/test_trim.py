@@ -32,7 +32,12 @@ async def test_a_running_restore_trims_the_heap_every_interval(monkeypatch: pyte
 
 def test_the_last_restore_ending_unmaps_idle_buffers_and_trims(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(service, "trim_freed_memory", lambda: calls.append(1) or True)
+
+    def trim() -> bool:
+        calls.append(1)
+        return True
+
+    monkeypatch.setattr(service, "trim_freed_memory", trim)
     budget = ByteBudget(1024 * 1024)
     budget.idle_bytes = 4096  # as if a buffer were kept for reuse
     running = SimpleNamespace(_running={1: object()}, budget=budget)
