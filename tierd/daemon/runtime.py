@@ -34,6 +34,7 @@ from tierd.daemon.context import Context
 from tierd.daemon.detect.service import DetectService
 from tierd.daemon.fleet.service import FleetService
 from tierd.daemon.hangups import HangUps
+from tierd.daemon.libc import limit_malloc_arenas
 from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.service import PipelineService
 from tierd.daemon.replication import ReplicationService
@@ -230,4 +231,5 @@ async def _watchdog() -> AsyncIterator[None]:
 
 def run(config: Config, config_path: Path | None = None, *, hangups: HangUps | None = None) -> None:
     """Run the daemon in this process until it is told to stop (see ``Daemon`` for the arguments)."""
+    limit_malloc_arenas()  # before any thread: each would otherwise get an arena of its own
     asyncio.run(Daemon(config, config_path, hangups=hangups).run())

@@ -51,6 +51,17 @@ def test_no_files_no_groups() -> None:
     assert in_groups([]) == []
 
 
+def test_many_lanes_make_smaller_groups_within_half_the_budget() -> None:
+    """16 lanes of 2 MiB groups held a 32 MiB budget whole (a restore from S3): now half of it."""
+    mib = 1024 * KIB
+    assert copyset.group_bytes(3, 32 * mib) == copyset.GROUP_BYTES  # a local hop's lanes: unchanged
+    assert copyset.group_bytes(16, 32 * mib) == mib
+    # never below the biggest file a group takes
+    assert copyset.group_bytes(256, 32 * mib) == copyset.GROUP_FILE_LIMIT
+    files = [spec(f"f{n}", 300 * KIB) for n in range(7)]
+    assert [len(u) for u in in_groups(files, mib) if not isinstance(u, FileSpec)] == [3, 3, 1]
+
+
 def posix_at(root: Path, budget: ByteBudget | None = None) -> PosixBackend:
     root.mkdir(parents=True, exist_ok=True)
     return PosixBackend(PosixTier(name=root.name, kind="posix", path=root), budget=budget)

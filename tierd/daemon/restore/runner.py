@@ -70,6 +70,8 @@ class RestoreOptions:
     lease_seconds: float = 60.0
     renew_interval: float = 15.0
     progress_interval: float = 0.5
+    #: How often freed heap memory is handed back to the OS while a restore runs (``malloc_trim``).
+    trim_interval: float = 5.0
     #: Restores run at once by one daemon.
     parallel: int = 2
     file_attempts: int = FILE_ATTEMPTS

@@ -24,6 +24,7 @@ from tierd.daemon.backends.peer.fetch import PeerFetch
 from tierd.daemon.catalog.jobs import owner_id
 from tierd.daemon.catalog.restores import claim_next_restore
 from tierd.daemon.context import Context
+from tierd.daemon.libc import trim_freed_memory
 from tierd.daemon.outage import CatalogOutage
 from tierd.daemon.restore import requests
 from tierd.daemon.restore.runner import RestoreOptions, RestoreRunner
@@ -103,17 +104,20 @@ class RestoreService:
             self._running[claim.job_id] = _Running(runner, task)
 
     async def _drive(self, runner: RestoreRunner) -> str:
+        trimming = asyncio.create_task(_trim_every(self.options.trim_interval), name="restore:trim")
         try:
             return await runner.run()
         finally:
+            trimming.cancel()
             self._running.pop(runner.claim.job_id, None)
             self._drop_idle_buffers()
             self.loop.wake()
 
     def _drop_idle_buffers(self) -> None:
-        """Unmap the budget's idle buffers once no restore runs and no transfer holds any."""
+        """Once no restore runs and no transfer holds a buffer: unmap the idle ones, trim the heap."""
         if not self._running and self.budget is not None and self.budget.used == 0:
             self.budget.drop_idle()
+            trim_freed_memory()  # a few ms; a restore of many files leaves much freed in the heap
 
     async def cancel(self, job_id: int, *, actor: str, reason: str) -> None:
         """Cancel a restore and remove what it wrote (waiting for it if it runs here).
@@ -148,3 +152,10 @@ class RestoreService:
 def _ca(tier: PeerTier | None) -> bool | str:
     """What https peers' certificates are checked against: the tier's ``ca_file``, else the system's."""
     return str(tier.ca_file) if tier is not None and tier.ca_file is not None else True
+
+
+async def _trim_every(interval: float) -> None:
+    """Hand freed heap memory back to the OS every ``interval`` while a restore runs (as a hop does)."""
+    while True:
+        await asyncio.sleep(interval)
+        await blocking(trim_freed_memory)
