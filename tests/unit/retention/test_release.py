@@ -16,8 +16,14 @@ import yaml
 
 from tests.unit.retention.helpers import NOW, V, state
 from tierd.config import Config, load_config
+from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.models import Checkpoint, Part, Replica, Run
+from tierd.daemon.catalog.models import ReplicaState as Stored
+from tierd.daemon.catalog.peer_copies import mark_peer_copy
+from tierd.daemon.catalog.retention import change_marker
 from tierd.daemon.retention.plan import Action, Plan, Verdict, plan_retention
 from tierd.daemon.retention.policies import KeepAll, KeepLast, ReleaseOnceCopied
+from tierd.daemon.retention.snapshot import take_snapshot
 from tierd.daemon.retention.state import (
     Blocker,
     CheckpointState,
@@ -177,3 +183,45 @@ def test_other_rules_still_keep_and_other_tiers_keep_the_newest() -> None:
     nvme = plan.verdict(1, "nvme")
     assert nvme is not None
     assert [b.blocker for b in nvme.blocks] == [Blocker.NEWEST]
+
+
+def _recorded(db: Database) -> tuple[int, int]:
+    """A complete step of node a on its ram and ssd tiers (both verified): its id and part id."""
+    with db.session() as s:
+        run = Run(name="demo")
+        s.add(run)
+        s.flush()
+        row = Checkpoint(run_id=run.id, step=1, path="demo/step_1", format="dcp", state="complete", node="a")
+        s.add(row)
+        s.flush()
+        part = Part(checkpoint_id=row.id, node="a")
+        s.add(part)
+        s.add_all(
+            Replica(checkpoint_id=row.id, tier=t, tier_index=i, state="verified")
+            for i, t in enumerate(("ram", "ssd"))
+        )
+        s.flush()
+        return row.id, part.id
+
+
+def test_a_peer_copy_verified_replans_and_releases_the_step(db: Database) -> None:
+    checkpoint_id, part_id = _recorded(db)
+    rules = (
+        TierRules("ram", False, ReleaseOnceCopied(), Release("ram", "ssd", peer=True)),
+        TierRules("ssd", True, KeepAll()),
+    )
+
+    def ram() -> tuple[Action, tuple[object, ...]]:
+        snap = take_snapshot(db, rules, NOW, node="a", node_local=("ram", "ssd"))
+        verdict = snap.plan.verdict(checkpoint_id, "ram")
+        assert verdict is not None
+        with db.read_session() as s:
+            return verdict.action, change_marker(s)
+
+    waiting, before = ram()
+    assert waiting is Action.KEEP
+    with db.session() as s:
+        mark_peer_copy(s, part_id, "b", Stored.VERIFIED)
+    released, after = ram()
+    assert released is Action.DELETE
+    assert after != before  # the retention pass plans again when a peer copy lands
