@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from sqlalchemy import select
 
 from tests.unit.retention.helpers import NOW, V, state
 from tierd.config import Config, load_config
@@ -21,6 +22,7 @@ from tierd.daemon.catalog.models import Checkpoint, Part, Replica, Run
 from tierd.daemon.catalog.models import ReplicaState as Stored
 from tierd.daemon.catalog.peer_copies import mark_peer_copy
 from tierd.daemon.catalog.retention import change_marker
+from tierd.daemon.retention import snapshot
 from tierd.daemon.retention.plan import Action, Plan, Verdict, plan_retention
 from tierd.daemon.retention.policies import KeepAll, KeepLast, ReleaseOnceCopied
 from tierd.daemon.retention.snapshot import take_snapshot
@@ -185,13 +187,14 @@ def test_other_rules_still_keep_and_other_tiers_keep_the_newest() -> None:
     assert [b.blocker for b in nvme.blocks] == [Blocker.NEWEST]
 
 
-def _recorded(db: Database) -> tuple[int, int]:
+def _recorded(db: Database, step: int = 1) -> tuple[int, int]:
     """A complete step of node a on its ram and ssd tiers (both verified): its id and part id."""
     with db.session() as s:
-        run = Run(name="demo")
+        run = s.scalars(select(Run).where(Run.name == "demo")).one_or_none() or Run(name="demo")
         s.add(run)
         s.flush()
-        row = Checkpoint(run_id=run.id, step=1, path="demo/step_1", format="dcp", state="complete", node="a")
+        path = f"demo/step_{step}"
+        row = Checkpoint(run_id=run.id, step=step, path=path, format="dcp", state="complete", node="a")
         s.add(row)
         s.flush()
         part = Part(checkpoint_id=row.id, node="a")
@@ -204,12 +207,28 @@ def _recorded(db: Database) -> tuple[int, int]:
         return row.id, part.id
 
 
+SNAP_RULES = (
+    TierRules("ram", False, ReleaseOnceCopied(), Release("ram", "ssd", peer=True)),
+    TierRules("ssd", True, KeepAll()),
+)
+
+
+def test_safety_is_read_for_the_newest_steps_on_the_tier_only(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old, old_part = _recorded(db, 1)
+    new, new_part = _recorded(db, 2)
+    with db.session() as s:
+        for part_id in (old_part, new_part):
+            mark_peer_copy(s, part_id, "b", Stored.VERIFIED)
+    monkeypatch.setattr(snapshot, "RELEASE_LOOK", 1)
+    snap = take_snapshot(db, SNAP_RULES, NOW, node="a", node_local=("ram", "ssd"))
+    assert [snap.by_id(i).safe_since is not None for i in (old, new)] == [False, True]  # type: ignore[union-attr]
+
+
 def test_a_peer_copy_verified_replans_and_releases_the_step(db: Database) -> None:
     checkpoint_id, part_id = _recorded(db)
-    rules = (
-        TierRules("ram", False, ReleaseOnceCopied(), Release("ram", "ssd", peer=True)),
-        TierRules("ssd", True, KeepAll()),
-    )
+    rules = SNAP_RULES
 
     def ram() -> tuple[Action, tuple[object, ...]]:
         snap = take_snapshot(db, rules, NOW, node="a", node_local=("ram", "ssd"))

@@ -27,6 +27,8 @@ from tierd.daemon.retention.state import (
 
 __all__ = ["Snapshot", "take_snapshot"]
 
+#: How many steps on a releasing tier 0 a plan reads the safety of (``_with_safety``).
+RELEASE_LOOK = 256
 #: The stored values' states, looked up without the enum's (slower) call.
 _REPLICA_STATES = {state.value: state for state in ReplicaState}
 
@@ -80,12 +82,12 @@ def _with_safety(
     """The checkpoints, with when each became safe against one node's loss where ``release`` asks.
 
     Only the steps on the releasing tier and verified on its next one are read (three
-    statements each): a RAM tier 0 holds few steps, each until it is released.
+    statements each), the newest ``RELEASE_LOOK`` of them at most: a RAM tier 0 holds few
+    steps, each until it is released; an older one waits until newer ones went.
     """
-    return tuple(
-        replace(c, safe_since=safe_since(session, c.id, release.shared_tiers)) if release.candidate(c) else c
-        for c in checkpoints
-    )
+    candidates = [c.id for c in checkpoints if release.candidate(c)][-RELEASE_LOOK:]  # oldest first
+    since = {cid: safe_since(session, cid, release.shared_tiers) for cid in candidates}
+    return tuple(replace(c, safe_since=since[c.id]) if c.id in since else c for c in checkpoints)
 
 
 def _state_of(row: CheckpointRow, node_local: Collection[str] = ()) -> CheckpointState:
