@@ -93,6 +93,7 @@ class Config(BaseSettings):
         for i, watch in enumerate(self.watch):
             if not _is_within(watch.path, first.path):
                 raise ValueError(f"watch.{i}.path: {watch.path} is not inside tier 0 path {first.path}")
+        _check_release(self)
         return self
 
     @property
@@ -131,6 +132,25 @@ class Config(BaseSettings):
         """The environment wins over the file."""
         # The file's contents arrive as init kwargs; the environment wins over them.
         return (env_settings, init_settings)
+
+
+def _check_release(config: Config) -> None:
+    """Refuse ``retention.release_once_copied`` where it makes no sense, naming the key and why."""
+    key = "retention.release_once_copied"
+    if config.peer is not None and config.peer.retention.release_once_copied:
+        raise ValueError(f"peer.{key}: only tier 0 releases its copies (the peer tier has its own keep_last)")
+    for i, tier in enumerate(config.tiers[1:], start=1):
+        if tier.retention.release_once_copied:
+            raise ValueError(f"tiers.{i}.{key}: only tier 0 may release a step once it is copied onwards")
+    first = config.tiers[0]
+    if not first.retention.release_once_copied:
+        return
+    if first.shared:
+        raise ValueError(
+            f"tiers.0.{key}: tier 0 is shared: every node sees it, so no one node's copies can release it"
+        )
+    if len(config.tiers) < 2:
+        raise ValueError(f"tiers.0.{key}: there is no tier 1 to copy a step to before it is released")
 
 
 def _take_peer(data: dict[str, Any], tiers: list[Any]) -> tuple[dict[str, Any], list[Any]]:

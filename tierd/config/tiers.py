@@ -69,19 +69,22 @@ class TierRetention(Strict):
     """Which checkpoints one tier keeps: a checkpoint is kept when any set rule keeps it.
 
     No rule set (an absent or empty block) keeps everything, so upgrading deletes nothing.
+    ``release_once_copied`` (a node-local tier 0 only, such as a tmpfs) keeps a step there
+    only until it is verified on tier 1 and, with a peer tier, safe against one node's loss:
+    then the step goes even when it is its run's newest (``Config`` checks where it is set).
     """
 
     keep_last: int | None = Field(default=None, ge=1)
     keep_every_steps: int | None = Field(default=None, ge=1)
     keep_within: Annotated[Duration, Field(gt=0)] | None = None
     keep_best: KeepBestConfig | None = None
+    release_once_copied: bool = False
 
     @property
     def keeps_everything(self) -> bool:
         """Whether no rule is set (the tier deletes nothing by retention)."""
-        return all(
-            rule is None for rule in (self.keep_last, self.keep_every_steps, self.keep_within, self.keep_best)
-        )
+        rules = (self.keep_last, self.keep_every_steps, self.keep_within, self.keep_best)
+        return not self.release_once_copied and all(rule is None for rule in rules)
 
 
 class ScrubConfig(Strict):

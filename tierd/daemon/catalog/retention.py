@@ -26,6 +26,7 @@ from tierd.daemon.catalog.models import (
     Job,
     JobState,
     Part,
+    PeerCopy,
     Replica,
     Run,
 )
@@ -133,13 +134,15 @@ def _attach_holds_and_use(conn: Connection, rows: dict[int, CheckpointRow]) -> N
 def change_marker(session: Session) -> tuple[object, ...]:
     """A value that changes whenever anything a retention plan reads changes (one cheap query).
 
-    Pins, holds, metrics and new checkpoints write audit events; replicas and jobs carry
-    ``updated_at``; a hold or checkpoint row removed changes a count.
+    Pins, holds, metrics and new checkpoints write audit events; replicas, peer copies (a
+    step safe against one node's loss may leave a RAM tier 0) and jobs carry ``updated_at``; a
+    hold or checkpoint row removed changes a count.
     """
     row = session.execute(
         select(
             select(func.max(AuditEvent.id)).scalar_subquery(),
             select(func.max(Replica.updated_at)).scalar_subquery(),
+            select(func.max(PeerCopy.updated_at)).scalar_subquery(),
             select(func.max(Job.updated_at)).scalar_subquery(),
             select(func.count(Checkpoint.id)).scalar_subquery(),
             select(func.count(Hold.id)).scalar_subquery(),

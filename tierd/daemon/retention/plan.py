@@ -9,6 +9,10 @@ Rules, for a replica that its tier's policy drops:
 - When no kept tier holds a verified durable replica, the last one among the dropped tiers
   (the most durable, last in tier order) stays: deleting it would lose the last good copy
   while some tier's policy still wants the checkpoint.
+- A tier 0 with ``retention.release_once_copied`` (:class:`~.state.Release`) keeps a step
+  its other rules drop until the step is verified on tier 1 (and, with a peer tier, safe
+  against one node's loss); from then on the step's being its run's newest does not keep it
+  there (pins, holds, reads and the rules above still do).
 - The checkpoint's final deletion (every replica, the last durable copy included) happens
   only when **every** configured tier's policy drops it, nothing protects it and no copy is
   being written to any tier. Such deletes have no backing tier and are marked ``final``.
@@ -35,6 +39,7 @@ from tierd.daemon.retention.state import (
     Block,
     Blocker,
     CheckpointState,
+    Release,
     ReplicaState,
     TierRules,
     protections,
@@ -167,7 +172,7 @@ def _checkpoint_verdicts(
     held = [t for t in tiers if states[t.name] in _PRESENT]
     if not checkpoint.facts.complete:
         return [Verdict(cid, t.name, states[t.name], Action.KEEP, _INCOMPLETE) for t in held]
-    wanted = {t.name: decisions[t.name][cid] for t in tiers}
+    wanted = {t.name: _released(checkpoint, t.release, decisions[t.name][cid]) for t in tiers}
     if not any(d.kept for d in wanted.values()):
         return [_final_verdict(cid, t, states, wanted[t.name], protected) for t in held]
     backers, reserved = _backers(states, tiers, wanted)
@@ -177,7 +182,7 @@ def _checkpoint_verdicts(
         if decision.kept:
             out.append(Verdict(cid, name, states[name], Action.KEEP, decision))
             continue
-        blocks = list(protected)
+        blocks = _lift_newest(checkpoint, tier.release, protected)
         if states[name] in IN_FLIGHT:
             blocks.append(Block(Blocker.COPYING, f"a copy to tier {name} is in progress"))
         backing = next((b for b in reversed(backers) if b != name), None)
@@ -192,6 +197,26 @@ def _checkpoint_verdicts(
         else:
             out.append(Verdict(cid, name, states[name], Action.DELETE, decision, backing_tier=backing))
     return out
+
+
+def _released(checkpoint: CheckpointState, release: Release | None, decision: Decision) -> Decision:
+    """The tier's decision once its release rule is applied: kept until the copies allow, then why not."""
+    if release is None or decision.kept:
+        return decision
+    if not release.allows(checkpoint):
+        return Decision(True, "release_once_copied", release.waiting())
+    if decision.policy == "release_once_copied":
+        return Decision(False, decision.policy, release.copied(checkpoint))
+    return Decision(False, decision.policy, f"{decision.reason}; {release.copied(checkpoint)}")
+
+
+def _lift_newest(
+    checkpoint: CheckpointState, release: Release | None, protected: tuple[Block, ...]
+) -> list[Block]:
+    """What protects the checkpoint on the tier (not its being newest once a release allows)."""
+    if release is None or not release.allows(checkpoint):
+        return list(protected)
+    return [block for block in protected if block.blocker is not Blocker.NEWEST]
 
 
 def _backers(

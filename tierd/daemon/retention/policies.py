@@ -34,6 +34,7 @@ __all__ = [
     "KeepLast",
     "KeepWithin",
     "Policy",
+    "ReleaseOnceCopied",
     "format_span",
     "policies_for",
 ]
@@ -230,6 +231,21 @@ class KeepBest:
 
 
 @dataclass(frozen=True)
+class ReleaseOnceCopied:
+    """Keeps nothing for itself: a tier 0 with ``release_once_copied`` and no other rule.
+
+    The planner keeps each step there until its copies allow it to go (``state.Release``).
+    """
+
+    name: ClassVar[str] = "release_once_copied"
+
+    def decide(self, checkpoints: Sequence[CheckpointFacts], now: datetime) -> list[Decision]:
+        """Every checkpoint dropped, as far as this rule goes."""
+        dropped = Decision(False, self.name, "release_once_copied: no other rule keeps it on this tier")
+        return [dropped] * len(checkpoints)
+
+
+@dataclass(frozen=True)
 class AnyOf:
     """Keeps what any of ``policies`` keeps; the first keeping policy (in order) gives the reason."""
 
@@ -276,7 +292,7 @@ def policies_for(retention: TierRetention) -> Policy:
         best = retention.keep_best
         policies.append(KeepBest(best.metric, best.n, best.mode))
     if not policies:
-        return KeepAll()
+        return ReleaseOnceCopied() if retention.release_once_copied else KeepAll()
     if len(policies) == 1:
         return policies[0]
     return AnyOf(tuple(policies))

@@ -3,20 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
+
+from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog import retention as catalog_retention
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import CheckpointState as StoredState
+from tierd.daemon.catalog.peer_copies import safe_since
 from tierd.daemon.catalog.retention import CheckpointRow
 from tierd.daemon.retention.plan import Plan, plan_retention
 from tierd.daemon.retention.policies import CheckpointFacts
-from tierd.daemon.retention.state import Block, CheckpointState, ReplicaState, TierRules, protections
+from tierd.daemon.retention.state import (
+    Block,
+    CheckpointState,
+    Release,
+    ReplicaState,
+    TierRules,
+    protections,
+)
 
 __all__ = ["Snapshot", "take_snapshot"]
 
+#: How many steps on a releasing tier 0 a plan reads the safety of (``_with_safety``).
+RELEASE_LOOK = 256
 #: The stored values' states, looked up without the enum's (slower) call.
 _REPLICA_STATES = {state.value: state for state in ReplicaState}
 
@@ -57,8 +69,25 @@ def take_snapshot(
     """
     with db.read_session() as session:
         rows = catalog_retention.load_retention_rows(session, node=node, node_local=node_local)
-    checkpoints = tuple(_state_of(row, node_local) for row in rows)
+        checkpoints = tuple(_state_of(row, node_local) for row in rows)
+        releases = [rule.release for rule in rules if rule.release is not None and rule.release.peer]
+        if releases:
+            checkpoints = _with_safety(session, checkpoints, releases[0])
     return Snapshot(checkpoints, plan_retention(checkpoints, rules, now), now)
+
+
+def _with_safety(
+    session: Session, checkpoints: tuple[CheckpointState, ...], release: Release
+) -> tuple[CheckpointState, ...]:
+    """The checkpoints, with when each became safe against one node's loss where ``release`` asks.
+
+    Only the steps on the releasing tier and verified on its next one are read (three
+    statements each), the newest ``RELEASE_LOOK`` of them at most: a RAM tier 0 holds few
+    steps, each until it is released; an older one waits until newer ones went.
+    """
+    candidates = [c.id for c in checkpoints if release.candidate(c)][-RELEASE_LOOK:]  # oldest first
+    since = {cid: safe_since(session, cid, release.shared_tiers) for cid in candidates}
+    return tuple(replace(c, safe_since=since[c.id]) if c.id in since else c for c in checkpoints)
 
 
 def _state_of(row: CheckpointRow, node_local: Collection[str] = ()) -> CheckpointState:

@@ -3,7 +3,8 @@
 The retention service loads these from the catalog; nothing here does I/O. A checkpoint is
 protected on every tier, by every path that deletes (retention, eviction, the API), when it is
 pinned, under a hold, the newest complete step of its run, being read by a copy or a restore,
-or not complete.
+or not complete. A tier 0 with ``retention.release_once_copied`` lifts the newest-step
+protection on that tier alone once its copies allow (:class:`Release`; see ``plan``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from tierd.config import Config
 from tierd.daemon.retention.policies import CheckpointFacts, Policy, policies_for
@@ -21,6 +23,7 @@ __all__ = [
     "Block",
     "Blocker",
     "CheckpointState",
+    "Release",
     "ReplicaState",
     "TierRules",
     "protections",
@@ -62,6 +65,8 @@ class CheckpointState:
     in_use: bool = False
     #: Tier -> the bytes it holds of the checkpoint when not all (a node-local tier: this node's part).
     local_size: Mapping[str, int] = field(default_factory=dict)
+    #: When the step became safe against one node's loss (read only where a tier may release it).
+    safe_since: datetime | None = None
 
     def size_on(self, tier: str) -> int:
         """The bytes the checkpoint's replica on ``tier`` takes there."""
@@ -78,17 +83,64 @@ class CheckpointState:
 
 
 @dataclass(frozen=True)
+class Release:
+    """``retention.release_once_copied`` on tier 0: which copies let a step go from it.
+
+    A step may go once verified on ``next_tier`` and, when ``peer`` (a peer tier is
+    configured), safe against one node's loss (its parts verified on other nodes or on the
+    ``shared_tiers``).
+    """
+
+    tier: str
+    next_tier: str
+    peer: bool
+    shared_tiers: tuple[str, ...] = ()
+
+    def candidate(self, checkpoint: CheckpointState) -> bool:
+        """Whether the checkpoint's safety is worth reading: on the tier, and verified on the next one."""
+        return (
+            checkpoint.facts.complete
+            and checkpoint.replica(self.tier) in HOLDS_BYTES
+            and checkpoint.replica(self.next_tier) is ReplicaState.VERIFIED
+        )
+
+    def allows(self, checkpoint: CheckpointState) -> bool:
+        """Whether the checkpoint's copies let it go from the releasing tier."""
+        if checkpoint.replica(self.next_tier) is not ReplicaState.VERIFIED:
+            return False
+        return not self.peer or checkpoint.safe_since is not None
+
+    def copied(self, checkpoint: CheckpointState) -> str:
+        """Why the copies let the checkpoint go (when :meth:`allows`)."""
+        text = f"release_once_copied: verified on tier {self.next_tier}"
+        if self.peer and checkpoint.safe_since is not None:
+            text += f" and safe against one node's loss since {checkpoint.safe_since.isoformat()}"
+        return text
+
+    def waiting(self) -> str:
+        """Why a step the tier's other rules drop still stays (its copies do not allow yet)."""
+        text = f"release_once_copied: kept until verified on tier {self.next_tier}"
+        return text + (" and safe against one node's loss" if self.peer else "")
+
+
+@dataclass(frozen=True)
 class TierRules:
-    """A tier as the planner needs it: its name, whether it is durable, and its policy."""
+    """A tier as the planner needs it: its name, whether it is durable, its policy, and its release."""
 
     name: str
     durable: bool
     policy: Policy
+    release: Release | None = None
 
 
 def tier_rules(config: Config) -> tuple[TierRules, ...]:
     """Every configured tier's rules, in tier order."""
-    return tuple(TierRules(t.name, t.durable, policies_for(t.retention)) for t in config.tiers)
+    rules = [TierRules(t.name, t.durable, policies_for(t.retention)) for t in config.tiers]
+    if config.tiers[0].retention.release_once_copied and len(rules) > 1:
+        shared = tuple(t.name for t in config.tiers if t.shared)
+        release = Release(rules[0].name, config.tiers[1].name, config.peer is not None, shared)
+        rules[0] = TierRules(rules[0].name, rules[0].durable, rules[0].policy, release)
+    return tuple(rules)
 
 
 class Blocker(enum.StrEnum):
