@@ -8,8 +8,10 @@ byte leaves and ``verified`` only once every file of the part was taken, each ch
 holder against the CRC64NVME taken at first sight. A holder that cannot be reached, is full
 (507), busy (503) or refuses the token (403) is recorded ``failed`` with its answer, what it
 took of the part is dropped again (best effort), and the next node on the ring is tried.
-Files move ``concurrency`` at a time for the whole service (``slots``), each streamed from
-tier 0 through the buffer budget and the tier's bandwidth limit (``PeerClient``).
+Files move ``concurrency`` at a time for the whole service (``slots``), each streamed through
+the buffer budget and the tier's bandwidth limit (``PeerClient``) from the first of this node's
+own tiers that has it: tier 0, else the node-local tiers after it (a RAM tier 0 released the
+step once its copies allowed; a copy written off later is made again from the NVMe tier).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from tierd.daemon.catalog.models import ReplicaState
 from tierd.daemon.catalog.part_replicas import files_of_part
 from tierd.daemon.catalog.peer_copies import PartToSend, mark_peer_copy
 from tierd.daemon.transfer.spec import FileSpec
-from tierd.errors import IntegrityError, TierdError
+from tierd.errors import IntegrityError, NotFound, TierdError
 from tierd.logs import get_logger
 
 __all__ = ["PartSender", "SendOutcome"]
@@ -47,20 +49,23 @@ class SendOutcome:
 
 
 class PartSender:
-    """Sends parts of ``me`` to peers with ``client``, reading them from ``tier0``."""
+    """Sends parts of ``me`` to peers with ``client``, reading them from ``sources`` in order.
+
+    ``sources``: this node's own tiers, tier 0 first (see the module docstring).
+    """
 
     def __init__(
         self,
         db: Database,
         me: PeerNode,
-        tier0: Backend,
+        sources: Sequence[Backend],
         client: PeerClient,
         replicas: int,
         slots: asyncio.Semaphore,
     ) -> None:
         self.db = db
         self.me = me
-        self.tier0 = tier0
+        self.sources = list(sources)
         self.client = client
         self.replicas = replicas
         self.slots = slots
@@ -98,7 +103,7 @@ class PartSender:
     async def _send_to(self, peer: PeerNode, part: PartToSend, specs: Sequence[FileSpec]) -> bool:
         """Whether ``peer`` took every file of the part (its copy recorded either way).
 
-        Raises the tier-0 side's TierdError (a file changed or gone since it was recorded:
+        Raises the reading side's TierdError (a file changed or gone since it was recorded:
         no other peer would fare better), the copy recorded ``failed`` first.
         """
         await self._mark(part, peer.name, ReplicaState.COPYING)
@@ -111,7 +116,7 @@ class PartSender:
             error = str(refusals.exceptions[0])
         except* TierdError as broken:
             source = cast(TierdError, broken.exceptions[0])
-            error = f"tier 0: {source}"
+            error = f"this node's copy: {source}"
         else:
             await self._mark(part, peer.name, ReplicaState.VERIFIED)
             log.info("peer_copy_verified", checkpoint=part.checkpoint_id, holder=peer.name, files=len(specs))
@@ -128,12 +133,28 @@ class PartSender:
         file = PeerFile(self.me.name, part.checkpoint_id, spec.relpath, spec.checksum)
 
         async def open_reader() -> RangeReader:
-            reader = await self.tier0.open_reader(spec.relpath)
-            if reader.size != spec.size:
-                await reader.close()
-                where = self.tier0.location(spec.relpath)
-                raise IntegrityError(f"{where}: size {reader.size} != {spec.size} recorded at first sight")
-            return reader
+            return await self._open(spec)
 
         async with self.slots:
             await self.client.deliver(peer, file, open_reader)
+
+    async def _open(self, spec: FileSpec) -> RangeReader:
+        """The file from the first source that has it. Raises NotFound when none has.
+
+        Raises IntegrityError when its size is not the recorded one (its holder refuses any
+        byte that differs anyway: each file is checked against its first-sight checksum).
+        """
+        missing: NotFound | None = None
+        for source in self.sources:
+            try:
+                reader = await source.open_reader(spec.relpath)
+            except NotFound as exc:
+                missing = missing or exc
+                continue
+            if reader.size != spec.size:
+                await reader.close()
+                where = source.location(spec.relpath)
+                raise IntegrityError(f"{where}: size {reader.size} != {spec.size} recorded at first sight")
+            return reader
+        assert missing is not None  # sources is never empty
+        raise missing

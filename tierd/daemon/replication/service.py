@@ -82,8 +82,9 @@ class ReplicationService:
         if self.tier is not None and token is not None:
             self.client = self._client(self.tier, token, budget)
             slots = asyncio.Semaphore(self.tier.concurrency)
-            tier0 = backends[ctx.config.tier0.name]
-            self.sender = PartSender(ctx.db, self.me, tier0, self.client, self.tier.replicas, slots)
+            first, *rest = ctx.config.tiers
+            own = [backends[first.name], *(backends[t.name] for t in rest if not t.shared)]
+            self.sender = PartSender(ctx.db, self.me, own, self.client, self.tier.replicas, slots)
         self.tasks = InFlight(self.name)
         self._sending: set[int] = set()  # parts a task sends or drops copies of
         self.lifecycle = None
