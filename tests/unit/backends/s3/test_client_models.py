@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from aiobotocore.session import AioSession
 
-from tierd.daemon.backends.s3.client import ENDPOINT_SERVICES, botocore_session
+from tierd.daemon.backends.s3.client import ENDPOINT_SERVICES, LeanFileLoader, botocore_session, shared_loader
 
 #: What building an S3 client may add to the Python heap (it added 13.5 MB before the lean loader).
 CLIENT_HEAP_LIMIT = 8_000_000
@@ -67,6 +67,7 @@ async def test_clients_resolve_the_endpoints_botocore_does(service: str, region:
 
 
 async def test_an_s3_client_holds_little_of_the_models() -> None:
+    shared_loader.cache_clear()  # the models loaded afresh, inside the measurement
     session = botocore_session()
     gc.collect()
     tracemalloc.start()
@@ -77,3 +78,22 @@ async def test_an_s3_client_holds_little_of_the_models() -> None:
     finally:
         tracemalloc.stop()
     assert held < CLIENT_HEAP_LIMIT, held
+
+
+async def test_sessions_share_one_loader_and_read_each_file_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    shared_loader.cache_clear()
+    reads: list[str] = []
+    load_file = LeanFileLoader.load_file
+
+    def counted(self: LeanFileLoader, file_path: str) -> Any:
+        reads.append(file_path.rsplit("/", 1)[-1])
+        return load_file(self, file_path)
+
+    monkeypatch.setattr(LeanFileLoader, "load_file", counted)
+    first, second = botocore_session(), botocore_session()
+    assert first.get_component("data_loader") is second.get_component("data_loader")
+    for session in (first, second):
+        async with _client(session, "s3", region_name="us-east-1", endpoint_url="http://127.0.0.1:9"):
+            pass
+    assert reads.count("endpoints") == 1
+    assert reads.count("service-2") == 1
