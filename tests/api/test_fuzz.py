@@ -150,12 +150,24 @@ def guarded_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedA
 pytestmark = pytest.mark.xdist_group("fuzz")
 
 
-@pytest.fixture(params=MODES, ids=[f"{server}-{role or 'no-token'}" for server, role in MODES])
-def mode(request: pytest.FixtureRequest) -> tuple[ServedApi, dict[str, str]]:
-    """A served app and the headers to send it: no token, or one role's token."""
-    server, role = request.param
-    served: ServedApi = request.getfixturevalue(server)
-    return served, ({"Authorization": f"Bearer {TOKENS[role]}"} if role else {})
+@pytest.fixture(scope="module")
+def modes(
+    open_sqlite: ServedApi, open_postgresql: ServedApi, guarded_sqlite: ServedApi
+) -> list[tuple[str, ServedApi, dict[str, str]]]:
+    """Each mode of ``MODES``: its name, its served app, and the headers to send it."""
+    servers = {
+        "open_sqlite": open_sqlite,
+        "open_postgresql": open_postgresql,
+        "guarded_sqlite": guarded_sqlite,
+    }
+    return [
+        (
+            f"{server}-{role or 'no-token'}",
+            servers[server],
+            {"Authorization": f"Bearer {TOKENS[role]}"} if role else {},
+        )
+        for server, role in MODES
+    ]
 
 
 def _document() -> dict[str, Any]:
@@ -226,10 +238,17 @@ def not_unavailable(ctx: CheckContext, response: Response, case: schemathesis.Ca
 @schema.parametrize()
 @settings(deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 def test_every_answer_is_documented(
-    case: schemathesis.Case[Any], mode: tuple[ServedApi, dict[str, str]]
+    case: schemathesis.Case[Any], modes: list[tuple[str, ServedApi, dict[str, str]]]
 ) -> None:
-    served, headers = mode
-    case.call_and_validate(base_url=served.base_url, headers=headers, additional_checks=[not_unavailable])
+    """Each generated request sent in every mode: the cases are generated once, not once per mode."""
+    for name, served, headers in modes:
+        try:
+            case.call_and_validate(
+                base_url=served.base_url, headers=headers, additional_checks=[not_unavailable]
+            )
+        except BaseException as exc:
+            exc.add_note(f"mode: {name}")
+            raise
 
 
 def test_the_served_document_is_the_fuzzed_one(open_sqlite: ServedApi) -> None:
