@@ -38,7 +38,9 @@ def test_run_says_why_a_side_failed() -> None:
 
 
 def test_summary_gives_ratios_cpu_and_the_emulator(capsys: pytest.CaptureFixture[str]) -> None:
-    result = summary("azure_upload_big", Measured(2.0, 1.0, 100), Measured(4.0, 4.0, 300), rounds=1)
+    tierd = [Measured(2.0, 1.0, 100), Measured(1.0, 0.5, 120), Measured(3.0, 2.0, 90)]
+    result = summary("azure_upload_big", tierd, [Measured(4.0, 4.0, 300)], rounds=3)
     assert json.loads(capsys.readouterr().out) == result
-    assert (result["ratio"], result["cpu_ratio"], result["peak_rss_bytes"]) == (0.5, 0.25, 100)
+    assert (result["ratio"], result["cpu_ratio"], result["peak_rss_bytes"]) == (0.5, 0.25, 120)
+    assert (result["tierd_spread"], result["tierd_cpu_spread"]) == ([1.0, 2.0, 3.0], [0.5, 1.0, 2.0])
     assert "not Azure" in result["emulator"]
