@@ -52,23 +52,38 @@ from tierd.errors import IntegrityError, PermanentBackendError, TransientBackend
 
 __all__ = ["GcsBackend", "GcsReader"]
 
+#: What ``open_reader``'s media GET asks for: a small object whole.
+OPEN_RANGE = 256 * 1024
 #: What ``hash`` and read-back verification read per request.
 READ_CHUNK = 8 * MIB
 LIST_PAGE = 1000
 
 
 class GcsReader:
-    """A RangeReader over one generation of an object: ranged media GETs."""
+    """A RangeReader over one generation of an object: ranged media GETs; ``head``: its first bytes."""
 
-    def __init__(self, client: GcsClient, name: str, size: int, generation: str | None) -> None:
+    def __init__(
+        self, client: GcsClient, name: str, size: int, generation: str | None, head: bytes = b""
+    ) -> None:
         self.client, self.name, self.size = client, name, size
         self.params = {"alt": "media", **({"generation": generation} if generation else {})}
+        self._head = memoryview(head)
 
     async def read_into(self, offset: int, buf: memoryview) -> int:
-        """Fill ``buf`` from ``offset`` with one ranged GET; short only at the end."""
+        """Fill ``buf`` from ``offset``: from the first bytes, then one ranged GET; short only at the end."""
         want = min(len(buf), self.size - offset)
         if want <= 0:
             return 0
+        got = max(0, min(want, len(self._head) - offset))
+        if got:
+            buf[:got] = self._head[offset : offset + got]
+        if got < want:
+            await self._get(offset + got, buf[got:want])
+        return want
+
+    async def _get(self, offset: int, buf: memoryview) -> None:
+        """Fill ``buf`` from ``offset`` with one ranged GET."""
+        want = len(buf)
         where = f"gs://{self.client.bucket}/{self.name}"
         headers = {"Range": f"bytes={offset}-{offset + want - 1}"}
         headers |= await self.client.credentials.headers(self.client.http)
@@ -86,10 +101,10 @@ class GcsReader:
                     filled += take
         if filled != want:
             raise TransientBackendError(f"{where}: body cut at {filled} of {want} bytes from {offset}")
-        return filled
 
     async def close(self) -> None:
-        """Nothing held between reads."""
+        """Forget the first bytes (nothing else is held between reads)."""
+        self._head = memoryview(b"")
 
 
 class GcsBackend(Backend):
@@ -144,10 +159,32 @@ class GcsBackend(Backend):
             params["pageToken"] = token
 
     async def open_reader(self, relpath: str) -> RangeReader:
-        """A reader of the object's current generation. Raises NotFound."""
-        resource = await self._resource(relpath)
-        generation = resource.get("generation")
-        return GcsReader(self.client, self.prefix + relpath, int(resource.get("size", 0)), generation)
+        """A reader of the object's current generation, opened by a media GET of its first bytes.
+
+        Its size comes from the answer's Content-Range and its generation from
+        ``x-goog-generation`` (the ranged reads after it ask for that generation): no
+        metadata GET first. Raises NotFound.
+        """
+        name, where = self.prefix + check_relpath(relpath), self.location(relpath)
+        head = bytearray(OPEN_RANGE)
+        headers = {"Range": f"bytes=0-{OPEN_RANGE - 1}"}
+        headers |= await self.client.credentials.headers(self.client.http)
+        with gcs_errors(where):
+            async with self.client.http.stream(
+                "GET", self.client.object_url(name), params={"alt": "media"}, headers=headers
+            ) as response:
+                if response.status_code == 416:  # an empty object, on some servers
+                    resource = await self._resource(relpath)
+                    return GcsReader(
+                        self.client, name, int(resource.get("size", 0)), resource.get("generation")
+                    )
+                if response.status_code >= 300:
+                    await response.aread()
+                raise_for(response, where)
+                got = await _read_some(response, memoryview(head))
+                size = _total_size(response.headers.get("Content-Range", ""), response.headers, got)
+                generation = response.headers.get("x-goog-generation")
+        return GcsReader(self.client, name, size, generation, bytes(head[:got]))
 
     async def _read_into(self, relpath: str, view: memoryview) -> None:
         """One object of ``read_whole``: one media GET of it whole (no metadata GET: its size is known).
@@ -314,3 +351,23 @@ class GcsBackend(Backend):
             await self.client.close()
         except httpx.HTTPError as exc:
             raise PermanentBackendError(f"{self.name}: closing: {exc}") from exc
+
+
+async def _read_some(response: httpx.Response, view: memoryview) -> int:
+    """Up to ``len(view)`` bytes of the body into ``view``; a longer one (range ignored) is left unread."""
+    got = 0
+    async for piece in response.aiter_raw():
+        take = min(len(piece), len(view) - got)
+        view[got : got + take] = piece[:take]
+        got += take
+        if take < len(piece):
+            break
+    return got
+
+
+def _total_size(content_range: str, headers: httpx.Headers, got: int) -> int:
+    """The object's size: ``bytes a-b/total``'s total, else a whole answer's length."""
+    if "/" in content_range and not content_range.endswith("/*"):
+        return int(content_range.rsplit("/", 1)[1])
+    stored = headers.get("x-goog-stored-content-length") or headers.get("Content-Length")
+    return int(stored) if stored else got
