@@ -17,7 +17,7 @@ session each, chunk after chunk, not as parallel pieces composed: see docs/data-
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -38,13 +38,8 @@ from tierd.daemon.backends.base import (
 from tierd.daemon.backends.budget import MIB, ByteBudget, default_budget
 from tierd.daemon.backends.concurrency import for_each
 from tierd.daemon.backends.gcs.auth import credentials_for
-from tierd.daemon.backends.gcs.client import (
-    GOOGLE_ENDPOINT,
-    GcsClient,
-    emulator_endpoint,
-    gcs_errors,
-    raise_for,
-)
+from tierd.daemon.backends.gcs.client import GOOGLE_ENDPOINT, GcsClient, emulator_endpoint
+from tierd.daemon.backends.gcs.media import MediaSession, read_body
 from tierd.daemon.backends.gcs.objects import encode_crc32c, info_from, object_metadata, stored_checksums
 from tierd.daemon.backends.gcs.writes import ObjectSettings, hash_both, resumable_upload, upload_whole
 from tierd.daemon.backends.hashing import crc64
@@ -63,9 +58,9 @@ class GcsReader:
     """A RangeReader over one generation of an object: ranged media GETs; ``head``: its first bytes."""
 
     def __init__(
-        self, client: GcsClient, name: str, size: int, generation: str | None, head: bytes = b""
+        self, media: MediaSession, name: str, size: int, generation: str | None, head: bytes = b""
     ) -> None:
-        self.client, self.name, self.size = client, name, size
+        self.media, self.client, self.name, self.size = media, media.client, name, size
         self.params = {"alt": "media", **({"generation": generation} if generation else {})}
         self._head = memoryview(head)
 
@@ -86,19 +81,11 @@ class GcsReader:
         want = len(buf)
         where = f"gs://{self.client.bucket}/{self.name}"
         headers = {"Range": f"bytes={offset}-{offset + want - 1}"}
-        headers |= await self.client.credentials.headers(self.client.http)
-        filled = 0
-        with gcs_errors(where):
-            async with self.client.http.stream(
-                "GET", self.client.object_url(self.name), params=self.params, headers=headers
-            ) as response:
-                if response.status_code >= 300:
-                    await response.aread()
-                raise_for(response, where)
-                async for piece in response.aiter_raw():
-                    take = min(len(piece), want - filled)
-                    buf[filled : filled + take] = piece[:take]
-                    filled += take
+        url = self.client.object_url(self.name)
+        async with self.media.send("GET", url, where, params=self.params, headers=headers) as response:
+            filled = await read_body(response, buf, stop=True)
+            if filled == want and await response.content.readany():
+                raise TransientBackendError(f"{where}: the answer runs past {want} bytes from {offset}")
         if filled != want:
             raise TransientBackendError(f"{where}: body cut at {filled} of {want} bytes from {offset}")
 
@@ -123,6 +110,7 @@ class GcsBackend(Backend):
         self.client = GcsClient(
             emulator or GOOGLE_ENDPOINT, tier.bucket, credentials, verify_tls=tier.verify_tls, pool=pool
         )
+        self.media = MediaSession(self.client, connections=pool, verify_tls=tier.verify_tls)
         self.settings = ObjectSettings(tier.storage_class, tier.kms_key_name)
 
     def location(self, relpath: str) -> str:
@@ -168,23 +156,18 @@ class GcsBackend(Backend):
         name, where = self.prefix + check_relpath(relpath), self.location(relpath)
         head = bytearray(OPEN_RANGE)
         headers = {"Range": f"bytes=0-{OPEN_RANGE - 1}"}
-        headers |= await self.client.credentials.headers(self.client.http)
-        with gcs_errors(where):
-            async with self.client.http.stream(
-                "GET", self.client.object_url(name), params={"alt": "media"}, headers=headers
-            ) as response:
-                if response.status_code == 416:  # an empty object, on some servers
-                    resource = await self._resource(relpath)
-                    return GcsReader(
-                        self.client, name, int(resource.get("size", 0)), resource.get("generation")
-                    )
-                if response.status_code >= 300:
-                    await response.aread()
-                raise_for(response, where)
-                got = await _read_some(response, memoryview(head))
-                size = _total_size(response.headers.get("Content-Range", ""), response.headers, got)
-                generation = response.headers.get("x-goog-generation")
-        return GcsReader(self.client, name, size, generation, bytes(head[:got]))
+        url, params = self.client.object_url(name), {"alt": "media"}
+        async with self.media.send(
+            "GET", url, where, params=params, headers=headers, passing=frozenset({416})
+        ) as response:
+            if response.status == 416:  # an empty object, on some servers
+                resource = await self._resource(relpath)
+                size = int(resource.get("size", 0))
+                return GcsReader(self.media, name, size, resource.get("generation"))
+            got = await read_body(response, memoryview(head), stop=True)
+            size = _total_size(response.headers.get("Content-Range", ""), response.headers, got)
+            generation = response.headers.get("x-goog-generation")
+        return GcsReader(self.media, name, size, generation, bytes(head[:got]))
 
     async def _read_into(self, relpath: str, view: memoryview) -> None:
         """One object of ``read_whole``: one media GET of it whole (no metadata GET: its size is known).
@@ -192,19 +175,9 @@ class GcsBackend(Backend):
         Raises NotFound when missing, IntegrityError when it is not ``len(view)`` bytes long.
         """
         name, where = self.prefix + check_relpath(relpath), self.location(relpath)
-        headers = await self.client.credentials.headers(self.client.http)
-        filled = 0
-        with gcs_errors(where):
-            async with self.client.http.stream(
-                "GET", self.client.object_url(name), params={"alt": "media"}, headers=headers
-            ) as response:
-                if response.status_code >= 300:
-                    await response.aread()
-                raise_for(response, where)
-                async for piece in response.aiter_raw():
-                    take = min(len(piece), len(view) - filled)
-                    view[filled : filled + take] = piece[:take]
-                    filled += len(piece)
+        url = self.client.object_url(name)
+        async with self.media.send("GET", url, where, params={"alt": "media"}) as response:
+            filled = await read_body(response, view, stop=False)
         if filled != len(view):
             raise IntegrityError(f"{where}: holds {filled} bytes, expected {len(view)}")
 
@@ -244,7 +217,7 @@ class GcsBackend(Backend):
                 raise mismatch(where, request.expected_checksum, actual, "read")
             metadata = object_metadata(request.expected_checksum, hashed.crc32, request.owner)
             resource = self.settings.resource(name, metadata) | {"crc32c": encode_crc32c(hashed.crc32)}
-            answer = await upload_whole(self.client, name, view, resource, self.settings.params())
+            answer = await upload_whole(self.media, name, view, resource, self.settings.params())
         finally:
             self.budget.release(taken)
         if request.progress is not None:
@@ -348,24 +321,13 @@ class GcsBackend(Backend):
     async def close(self) -> None:
         """Close the connections."""
         try:
+            await self.media.close()
             await self.client.close()
         except httpx.HTTPError as exc:
             raise PermanentBackendError(f"{self.name}: closing: {exc}") from exc
 
 
-async def _read_some(response: httpx.Response, view: memoryview) -> int:
-    """Up to ``len(view)`` bytes of the body into ``view``; a longer one (range ignored) is left unread."""
-    got = 0
-    async for piece in response.aiter_raw():
-        take = min(len(piece), len(view) - got)
-        view[got : got + take] = piece[:take]
-        got += take
-        if take < len(piece):
-            break
-    return got
-
-
-def _total_size(content_range: str, headers: httpx.Headers, got: int) -> int:
+def _total_size(content_range: str, headers: Mapping[str, str], got: int) -> int:
     """The object's size: ``bytes a-b/total``'s total, else a whole answer's length."""
     if "/" in content_range and not content_range.endswith("/*"):
         return int(content_range.rsplit("/", 1)[1])
