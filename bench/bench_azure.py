@@ -31,17 +31,20 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, bench_root, emit, note, vm_hwm_bytes
 from bench.datasets import STEP_DIR, Dataset, make_big, make_small
 from bench.harness import Settings, prepare_cache
+from bench.storecopy import EmulatorCpu, worker_env
 
 __all__ = ["Measured", "main", "rclone_env", "remote", "summary"]
 
-ROUNDS = 1
+ROUNDS = 3
+#: The tier's block size, its default.
+BLOCK_SIZE = 16 * 2**20
 HWM = "vm_hwm="
 EMULATOR = "Azurite (azurite npm 3.37.0, Node 22) on this machine: not Azure"
 
@@ -53,6 +56,7 @@ class Measured:
     seconds: float
     cpu_seconds: float
     peak_rss: int
+    emulator_cpu_seconds: float = 0.0  # Azurite's, over the whole run of the side
 
 
 def rclone_env(url: str, account: str, key: str) -> dict[str, str]:
@@ -129,6 +133,8 @@ def summary(name: str, tierd: list[Measured], rclone: list[Measured], **extra: A
         tierd_cpu_spread=_spread([m.cpu_seconds for m in tierd]),
         rclone_cpu_spread=_spread([m.cpu_seconds for m in rclone]),
         tierd_peak_rss_runs=[m.peak_rss for m in tierd],
+        tierd_emulator_cpu_spread=_spread([m.emulator_cpu_seconds for m in tierd]),
+        rclone_emulator_cpu_spread=_spread([m.emulator_cpu_seconds for m in rclone]),
         emulator=EMULATOR,
         **extra,
     )
@@ -182,14 +188,13 @@ def _compare(kind: str, dataset: Dataset, server: Any, settings: Settings, work:
     files = [(f.relpath, f.size, f.checksum, f.mtime_ns) for f in dataset.files]
     env = rclone_env(server.url, ACCOUNT, ACCOUNT_KEY)
     for direction in ("upload", "download"):
-        tierd_runs: list[Measured] = []
-        rclone_runs: list[Measured] = []
+        runs: dict[str, list[Measured]] = {"tierd": [], "rclone": []}
         load_before = os.getloadavg()
         for round_ in range(settings.rounds):
             container = server.create_container()
             seed = server.create_container()
             tier = server.new_tier("bench", container=container).model_dump(mode="json")
-            tier["account_key"], tier["block_size"] = ACCOUNT_KEY, 16 * 2**20
+            tier["account_key"], tier["block_size"] = ACCOUNT_KEY, BLOCK_SIZE
             src = dataset.tier0
             if direction == "download":  # both sides read what tierd uploaded
                 run(_side_argv({"tier": tier, "posix": str(src), "files": files, "direction": "upload"}))
@@ -202,16 +207,20 @@ def _compare(kind: str, dataset: Dataset, server: Any, settings: Settings, work:
                 if side == "tierd":
                     posix = str(src) if direction == "upload" else str(dest)
                     spec = {"tier": tier, "posix": posix, "files": files, "direction": direction}
-                    tierd_runs.append(_inside(*run(_side_argv(spec))))
-                elif direction == "upload":
-                    rclone_runs.append(run([rclone_binary(), "copy", str(src), remote(seed, "")], env)[0])
+                    argv = _side_argv(spec)
                 else:
-                    rclone_runs.append(run([rclone_binary(), "copy", remote(seed, ""), str(dest)], env)[0])
+                    pair = (
+                        [str(src), remote(seed, "")]
+                        if direction == "upload"
+                        else [remote(seed, ""), str(dest)]
+                    )
+                    argv = [rclone_binary(), "copy", *pair]
+                runs[side].append(_measure(side, argv, env, server.pid))
             shutil.rmtree(target, ignore_errors=True)
         summary(
             f"azure_{direction}_{kind}",
-            tierd_runs,
-            rclone_runs,
+            runs["tierd"],
+            runs["rclone"],
             dataset=dataset.layout,
             rounds=settings.rounds,
             loadavg_1_5_15m_before_after=[
@@ -219,6 +228,15 @@ def _compare(kind: str, dataset: Dataset, server: Any, settings: Settings, work:
                 [round(x, 2) for x in os.getloadavg()],
             ],
         )
+
+
+def _measure(side: str, argv: list[str], env: dict[str, str], emulator: int) -> Measured:
+    """One run of ``side``, with the emulator's CPU seconds over it."""
+    with EmulatorCpu(emulator) as cpu:
+        measured, out = run(argv, env if side == "rclone" else worker_env())
+    if side == "tierd":
+        measured = _inside(measured, out)
+    return replace(measured, emulator_cpu_seconds=cpu.seconds)
 
 
 def _median(runs: list[Measured]) -> Measured:

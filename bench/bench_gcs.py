@@ -34,6 +34,7 @@ from typing import Any
 
 from bench.common import bench_root, emit, env_int, note, quick, vm_hwm_bytes
 from bench.datasets import STEP_DIR, Dataset, make_big, make_small
+from bench.storecopy import EmulatorCpu, worker_env
 from tests.fixtures.gcsemulator import GcsEmulator, start_gcs_emulator
 
 AGAINST = False
@@ -63,7 +64,9 @@ def rclone_flags(emulator: GcsEmulator) -> list[str]:
     ]
 
 
-def _measured(argv: list[str], out: Path | None = None) -> tuple[float, float, int]:
+def _measured(
+    argv: list[str], out: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[float, float, int]:
     """Run ``argv``; (seconds, CPU seconds, peak RSS bytes).
 
     CPU from its own rusage (``wait4``); peak RSS from its ``VmHWM``, read until it exits
@@ -72,7 +75,7 @@ def _measured(argv: list[str], out: Path | None = None) -> tuple[float, float, i
     with tempfile.TemporaryFile() as err:
         started = time.perf_counter()
         with out.open("wb") if out is not None else open(os.devnull, "wb") as sink:
-            proc = subprocess.Popen(argv, stdout=sink, stderr=err)
+            proc = subprocess.Popen(argv, stdout=sink, stderr=err, env=env)
         peak = 0
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -121,11 +124,11 @@ def worker(spec_path: Path) -> None:
     print(json.dumps(result | {"peak_rss_bytes": vm_hwm_bytes()}), flush=True)
 
 
-Sample = tuple[float, float, int]  # seconds, CPU seconds, peak RSS bytes
+Sample = tuple[float, float, int, float]  # seconds, CPU seconds, peak RSS bytes, emulator CPU
 
 
 def _round(
-    emulator: GcsEmulator, dataset: Dataset, base: Path, order: tuple[str, ...]
+    emulator: GcsEmulator, dataset: Dataset, base: Path, order: tuple[str, ...], pid: int
 ) -> dict[str, dict[str, Sample]]:
     """Upload then download ``dataset`` by each side, in ``order``; {direction: {side: sample}}."""
     name = dataset.kind
@@ -146,11 +149,12 @@ def _round(
                 )
                 argv = [rclone_binary(), "copy", *pair, *rclone_flags(emulator)]
             output = base / f"out-{bucket}-{direction}-{side}.json"
-            seconds, cpu, rss = _measured(argv, output)
+            with EmulatorCpu(pid) as served:
+                seconds, cpu, rss = _measured(argv, output, worker_env() if side == "tierd" else None)
             if side == "tierd":  # timed inside the worker, as a running daemon would copy: no start-up
                 inside = json.loads(output.read_text().strip().splitlines()[-1])
                 seconds, cpu = inside["seconds"], inside["cpu_seconds"]
-            results[direction][side] = (seconds, cpu, rss)
+            results[direction][side] = (seconds, cpu, rss, served.seconds)
             note(
                 f"gcs {direction} {name} {side}: {seconds:.2f} s, CPU {cpu:.2f} s, "
                 f"peak RSS {rss / 2**20:.0f} MiB"
@@ -165,13 +169,13 @@ def spread(values: list[float]) -> list[float]:
     return [round(ordered[0], 3), round(ordered[len(ordered) // 2], 3), round(ordered[-1], 3)]
 
 
-def _compare(emulator: GcsEmulator, dataset: Dataset, base: Path, rounds: int) -> None:
+def _compare(emulator: GcsEmulator, dataset: Dataset, base: Path, rounds: int, pid: int) -> None:
     """``rounds`` rounds (the sides' order swapped each round); one result line each way."""
     load_before = os.getloadavg()
     runs: dict[str, dict[str, list[Sample]]] = {d: {"tierd": [], "rclone": []} for d in ("up", "down")}
     for index in range(rounds):
         order = ("tierd", "rclone") if index % 2 == 0 else ("rclone", "tierd")
-        for direction, samples in _round(emulator, dataset, base / f"round-{index}", order).items():
+        for direction, samples in _round(emulator, dataset, base / f"round-{index}", order, pid).items():
             for side, sample in samples.items():
                 runs[direction][side].append(sample)
     for direction, sides in runs.items():
@@ -206,6 +210,8 @@ def _line(tierd: list[Sample], rclone: list[Sample]) -> tuple[tuple[float, str, 
         "baseline_spread": spread([s[0] for s in rclone]),
         "tierd_cpu_spread": spread([s[1] for s in tierd]),
         "baseline_cpu_spread": spread([s[1] for s in rclone]),
+        "tierd_emulator_cpu_spread": spread([s[3] for s in tierd]),
+        "baseline_emulator_cpu_spread": spread([s[3] for s in rclone]),
     }
 
 
@@ -221,7 +227,7 @@ def main() -> None:
     emulator, proc = start_gcs_emulator(scratch)
     try:
         for dataset in (make_big(scratch / "big", big_bytes, 4), make_small(scratch / "small", small_count)):
-            _compare(emulator, dataset, scratch / f"work-{dataset.kind}", rounds)
+            _compare(emulator, dataset, scratch / f"work-{dataset.kind}", rounds, proc.pid)
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -14,6 +14,7 @@ import gc
 import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from tierd.config import AnyTier
@@ -24,7 +25,37 @@ from tierd.daemon.transfer.copyset import copy_checkpoint_files
 from tierd.daemon.transfer.spec import FileSpec
 from tierd.daemon.transfer.throttle import PriorityPool
 
-__all__ = ["copy_files"]
+__all__ = ["EmulatorCpu", "copy_files", "process_cpu", "worker_env"]
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far (0.0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def worker_env() -> dict[str, str]:
+    """This environment with glibc's arenas capped, as the systemd unit and the image cap them."""
+    return {**os.environ, "MALLOC_ARENA_MAX": "2"}
+
+
+class EmulatorCpu:
+    """The emulator's CPU seconds while one side ran: ``with EmulatorCpu(pid) as cpu: ...; cpu.seconds``."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.seconds = pid, 0.0
+
+    def __enter__(self) -> EmulatorCpu:
+        self._start = process_cpu(self.pid)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = round(process_cpu(self.pid) - self._start, 3)
 
 
 async def copy_files(

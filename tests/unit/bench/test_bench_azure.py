@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -44,3 +46,21 @@ def test_summary_gives_ratios_cpu_and_the_emulator(capsys: pytest.CaptureFixture
     assert (result["ratio"], result["cpu_ratio"], result["peak_rss_bytes"]) == (0.5, 0.25, 120)
     assert (result["tierd_spread"], result["tierd_cpu_spread"]) == ([1.0, 2.0, 3.0], [0.5, 1.0, 2.0])
     assert "not Azure" in result["emulator"]
+
+
+def test_the_emulators_cpu_is_read_from_its_own_process() -> None:
+    from bench.storecopy import EmulatorCpu, process_cpu, worker_env
+
+    busy = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sum(range(20_000_000)); sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        with EmulatorCpu(busy.pid) as cpu:
+            deadline = time.monotonic() + 60
+            while process_cpu(busy.pid) < 0.2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert cpu.seconds >= 0.2
+    finally:
+        busy.communicate(b"")
+    assert process_cpu(busy.pid) == 0.0  # gone
+    assert worker_env()["MALLOC_ARENA_MAX"] == "2"
