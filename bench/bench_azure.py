@@ -177,7 +177,11 @@ def _inside(measured: Measured, out: str) -> Measured:
 
 
 def _side_argv(spec: dict[str, Any]) -> list[str]:
-    return [sys.executable, "-m", "bench.bench_azure", "--worker", json.dumps(spec)]
+    """The worker's command line; the spec goes in a file (5,000 files' JSON exceed ARG_MAX)."""
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="azure-spec-", dir=bench_root())
+    with os.fdopen(fd, "w") as out:
+        json.dump(spec, out)
+    return [sys.executable, "-m", "bench.bench_azure", "--worker", path]
 
 
 def _compare(kind: str, dataset: Dataset, server: Any, settings: Settings, work: Path) -> None:
@@ -264,6 +268,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--worker":
-        asyncio.run(_worker(json.loads(sys.argv[2])))
+        spec_file = Path(sys.argv[2])
+        worker_spec = json.loads(spec_file.read_text())
+        spec_file.unlink()
+        asyncio.run(_worker(worker_spec))
     else:
         main()

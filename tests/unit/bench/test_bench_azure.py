@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +65,16 @@ def test_the_emulators_cpu_is_read_from_its_own_process() -> None:
         busy.communicate(b"")
     assert process_cpu(busy.pid) == 0.0  # gone
     assert worker_env()["MALLOC_ARENA_MAX"] == "2"
+
+
+def test_the_workers_spec_goes_in_a_file_not_on_the_command_line() -> None:
+    from bench.bench_azure import _side_argv
+
+    spec = {"files": [[f"job/step_1/d/{i:05d}.bin", 4096, "AAAAAAAAAAA=", 1] for i in range(5000)]}
+    argv = _side_argv(spec)
+    path = Path(argv[-1])
+    try:
+        assert json.loads(path.read_text()) == spec
+        assert sum(len(arg) for arg in argv) < 4096  # 5,000 files' JSON as an argument: E2BIG
+    finally:
+        path.unlink()
