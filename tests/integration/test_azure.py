@@ -9,6 +9,7 @@ reading a byte of it.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -28,10 +29,11 @@ from azure.core.exceptions import HttpResponseError
 
 from tests.conformance.harness import CountingReader, crc, read_back
 from tests.fixtures.azurite import AzuriteServer
-from tierd.daemon.backends import BytesReader, WriteRequest
+from tierd.daemon.backends import ByteBudget, BytesReader, SmallFile, WriteRequest
 from tierd.daemon.backends.azure import AzureBackend
 from tierd.daemon.backends.azure.blocks import azure_crc64
 from tierd.daemon.backends.azure.errors import translate
+from tierd.daemon.backends.base import WriteBatch
 from tierd.errors import IntegrityError, ObjectArchived
 
 MIB = 1024 * 1024
@@ -215,3 +217,21 @@ async def test_the_data_path_signs_and_quotes_as_the_service_checks(
     with azurite_server.container(container) as client:
         stored = {name: client.download_blob(name).readall() for name in client.list_blob_names()}
     assert stored == files
+
+
+async def test_a_group_is_written_while_its_caller_holds_the_whole_budget(
+    azurite_server: AzuriteServer,
+) -> None:
+    """A group's files are held within the budget by the caller (16 lanes of groups can hold
+    all of it): their Put Blobs must not wait for more of it (they waited forever)."""
+    budget = ByteBudget(64 * 1024)
+    backend = AzureBackend(azurite_server.new_tier(), budget=budget)
+    files = [
+        SmallFile(f"g/{i}.bin", data, crc(data)) for i, data in enumerate(os.urandom(3000) for _ in range(3))
+    ]
+    try:
+        async with budget.buffer(budget.limit):
+            written = await asyncio.wait_for(WriteBatch(backend).write_whole(files), timeout=120)
+        assert [getattr(info, "checksum", info) for info in written] == [f.checksum for f in files]
+    finally:
+        await backend.close()

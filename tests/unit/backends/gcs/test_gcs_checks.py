@@ -8,6 +8,7 @@ grant at its token URI.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -24,7 +25,8 @@ from tests.conformance.harness import crc, listed
 from tests.fixtures.faultproxy import FaultProxy
 from tests.fixtures.gcsemulator import GcsEmulator
 from tierd.config import load_config
-from tierd.daemon.backends import BytesReader, WriteRequest
+from tierd.daemon.backends import ByteBudget, BytesReader, SmallFile, WriteRequest
+from tierd.daemon.backends.base import WriteBatch
 from tierd.daemon.backends.gcs import GcsBackend, auth, backend, writes
 from tierd.daemon.backends.gcs.objects import crc32c, encode_crc32c
 from tierd.errors import ConfigError, IntegrityError, NotFound
@@ -178,3 +180,19 @@ def test_an_emulator_takes_no_credentials_and_a_bad_key_file_is_named(tmp_path: 
     bad.write_text(json.dumps({"type": "service_account", "client_email": "x"}))
     with pytest.raises(Exception, match="private_key is missing"):
         auth.credentials_for(bad, emulator=True)
+
+
+async def test_a_group_is_written_while_its_caller_holds_the_whole_budget(gcs_emulator: GcsEmulator) -> None:
+    """A group's files are held within the budget by the caller (16 lanes of groups can hold
+    all of it): their uploads must not wait for more of it (they waited forever)."""
+    budget = ByteBudget(64 * 1024)
+    gcs = GcsBackend(gcs_emulator.new_tier(), budget=budget)
+    files = [
+        SmallFile(f"g/{i}.bin", data, crc(data)) for i, data in enumerate(os.urandom(3000) for _ in range(3))
+    ]
+    try:
+        async with budget.buffer(budget.limit):
+            written = await asyncio.wait_for(WriteBatch(gcs).write_whole(files), timeout=120)
+        assert [getattr(info, "checksum", info) for info in written] == [f.checksum for f in files]
+    finally:
+        await gcs.close()

@@ -206,18 +206,30 @@ class AzureBackend(Backend):
             self._writing[tag] = left
 
     async def _put(self, request: WriteRequest, metadata: dict[str, str]) -> None:
-        """One Put Blob with the bytes' CRC64, checked against the expected one before it is sent."""
-        location, size = self.location(request.relpath), request.reader.size
-        async with self.budget.buffer(size) as view:
-            await read_full(request.reader, 0, view, where=location)
-            crc = await crc64(view)
-            if checksum.encode(crc) != request.expected_checksum:
-                raise mismatch(location, request.expected_checksum, checksum.encode(crc), "source")
-            extra = write_headers(self.tier.storage_class, self.tier.encryption_scope)
-            name = self._name(request.relpath)
-            await put_blob(self.rest, name, location, view, azure_crc64(crc), metadata, extra)
+        """One Put Blob with the bytes' CRC64, checked against the expected one before it is sent.
+
+        A group's file (a ``BytesReader``) is sent from the bytes it holds: the group holds
+        them within the budget already, and waiting for more of it here could wait forever
+        (every lane holding a group's buffer, the whole budget taken).
+        """
+        data = getattr(request.reader, "data", None)
+        if data is not None:
+            await self._put_view(request, memoryview(data).cast("B"), metadata)
+        else:
+            async with self.budget.buffer(request.reader.size) as view:
+                await read_full(request.reader, 0, view, where=self.location(request.relpath))
+                await self._put_view(request, view, metadata)
         if request.progress is not None:
-            request.progress(size)
+            request.progress(request.reader.size)
+
+    async def _put_view(self, request: WriteRequest, view: memoryview, metadata: dict[str, str]) -> None:
+        location = self.location(request.relpath)
+        crc = await crc64(view)
+        if checksum.encode(crc) != request.expected_checksum:
+            raise mismatch(location, request.expected_checksum, checksum.encode(crc), "source")
+        extra = write_headers(self.tier.storage_class, self.tier.encryption_scope)
+        name = self._name(request.relpath)
+        await put_blob(self.rest, name, location, view, azure_crc64(crc), metadata, extra)
 
     async def verify(self, relpath: str, expected_checksum: str) -> ObjectInfo:
         """Compare the recorded CRC64NVME (native), or read every byte back.
