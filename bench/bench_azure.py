@@ -4,15 +4,20 @@ Azurite is not Azure: one Node process on this machine, keeping blobs in local f
 same two cores as both clients. What this measures is each client's own cost (its time
 against the other's on the same emulator, its CPU, its peak RSS), not Azure's throughput.
 
-tierd's side runs in a process of its own (this module with ``--worker``): the Azure
-backend's write path (blocks of the default 16 MiB staged in parallel with their CRC64,
-files up to 1 MiB in one Put Blob), ``copy_object`` from a POSIX tier, as many files at a
-time as a tier's default ``concurrency``, every file verified against its first-sight
-CRC64NVME; the download is ``copy_object`` from the Azure tier into a POSIX tier (ranged
-GETs, hashed, fsynced, renamed). It is the backends' path, not the daemon's hop (no catalog,
-no grouping of small files). The baseline is ``rclone copy`` with its azureblob backend at
-its defaults, pointed at the emulator. CPU and peak RSS of each side are its process's own
-(``wait4``). Sides alternate; ``TIERD_BENCH_QUICK=1`` runs small sizes once.
+tierd's side runs in a process of its own (this module with ``--worker``): the transfer layer
+a hop and a restore run (``bench.storecopy``: a ``FileCopier`` through
+``copy_checkpoint_files``, small files in groups, the tier's default ``concurrency``), from a
+POSIX tier into the Azure tier (blocks of 16 MiB staged in parallel with their CRC64, files
+up to the single-put limit in one Put Blob) and back (ranged GETs into budget buffers,
+hashed, fsynced, renamed), every file verified against its first-sight CRC64NVME. It is
+timed inside the worker, from its first request to its last file verified, as a running
+daemon would copy (its imports, seconds of CPU on a loaded machine, are not the copy's);
+its peak RSS is its process's VmHWM, imports included. The baseline is ``rclone copy`` with
+its azureblob backend at its defaults, pointed at the emulator (a Go binary: its start-up,
+milliseconds, is in its time). CPU of each side is its own (``wait4`` for rclone, the
+worker's ``os.times`` over the copy). Sides alternate each round; every run's figures are in
+the result line (``*_spread``: [min, median, max]). ``TIERD_BENCH_QUICK=1``: 256 MiB and 500
+files, one round (``TIERD_BENCH_ROUNDS`` sets more).
 """
 
 from __future__ import annotations
@@ -26,17 +31,20 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, bench_root, emit, note, vm_hwm_bytes
 from bench.datasets import STEP_DIR, Dataset, make_big, make_small
 from bench.harness import Settings, prepare_cache
+from bench.storecopy import EmulatorCpu, worker_env
 
 __all__ = ["Measured", "main", "rclone_env", "remote", "summary"]
 
-ROUNDS = 1
+ROUNDS = 3
+#: The tier's block size, its default.
+BLOCK_SIZE = 16 * 2**20
 HWM = "vm_hwm="
 EMULATOR = "Azurite (azurite npm 3.37.0, Node 22) on this machine: not Azure"
 
@@ -48,6 +56,7 @@ class Measured:
     seconds: float
     cpu_seconds: float
     peak_rss: int
+    emulator_cpu_seconds: float = 0.0  # Azurite's, over the whole run of the side
 
 
 def rclone_env(url: str, account: str, key: str) -> dict[str, str]:
@@ -103,48 +112,76 @@ def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[Measured, s
     return Measured(seconds, usage.ru_utime + usage.ru_stime, max([peak[0], *reported])), text
 
 
-def summary(name: str, tierd: Measured, rclone: Measured, **extra: Any) -> dict[str, Any]:
-    """One result line: time ratio, CPU of each side and their ratio, tierd's peak RSS."""
+def summary(name: str, tierd: list[Measured], rclone: list[Measured], **extra: Any) -> dict[str, Any]:
+    """One result line: medians' time ratio, CPU of each side and their ratio, tierd's peak RSS.
+
+    Every run's figures go with it: ``*_spread`` is [min, median, max] of the seconds.
+    """
+    t, r = _median(tierd), _median(rclone)
     return emit(
         name,
-        tierd.seconds,
+        t.seconds,
         "rclone copy (azureblob backend, defaults)",
-        rclone.seconds,
-        peak_rss=tierd.peak_rss,
-        tierd_cpu_seconds=round(tierd.cpu_seconds, 3),
-        rclone_cpu_seconds=round(rclone.cpu_seconds, 3),
-        cpu_ratio=round(tierd.cpu_seconds / rclone.cpu_seconds, 4) if rclone.cpu_seconds else None,
-        rclone_peak_rss_bytes=rclone.peak_rss,
+        r.seconds,
+        peak_rss=max(m.peak_rss for m in tierd),
+        tierd_cpu_seconds=round(t.cpu_seconds, 3),
+        rclone_cpu_seconds=round(r.cpu_seconds, 3),
+        cpu_ratio=round(t.cpu_seconds / r.cpu_seconds, 4) if r.cpu_seconds else None,
+        rclone_peak_rss_bytes=max(m.peak_rss for m in rclone),
+        tierd_spread=_spread([m.seconds for m in tierd]),
+        rclone_spread=_spread([m.seconds for m in rclone]),
+        tierd_cpu_spread=_spread([m.cpu_seconds for m in tierd]),
+        rclone_cpu_spread=_spread([m.cpu_seconds for m in rclone]),
+        tierd_peak_rss_runs=[m.peak_rss for m in tierd],
+        tierd_emulator_cpu_spread=_spread([m.emulator_cpu_seconds for m in tierd]),
+        rclone_emulator_cpu_spread=_spread([m.emulator_cpu_seconds for m in rclone]),
         emulator=EMULATOR,
         **extra,
     )
 
 
+def _spread(values: list[float]) -> list[float]:
+    """[min, median, max], rounded to milliseconds."""
+    ordered = sorted(values)
+    return [round(ordered[0], 3), round(ordered[len(ordered) // 2], 3), round(ordered[-1], 3)]
+
+
 async def _worker(spec: dict[str, Any]) -> None:
-    """The tierd side: copy every file of ``spec`` between a POSIX and the Azure tier."""
+    """The tierd side: copy every file of ``spec`` between a POSIX and the Azure tier.
+
+    Prints its own timing (``storecopy.copy_files``: from its first request to its last file
+    verified) as JSON, then its peak RSS.
+    """
+    from bench.storecopy import copy_files
     from tierd.config import AzureTier, PosixTier
-    from tierd.daemon.backends import PosixBackend, copy_object
+    from tierd.daemon.backends import ByteBudget, PosixBackend
     from tierd.daemon.backends.azure import AzureBackend
+    from tierd.daemon.pipeline.options import PipelineOptions
 
-    azure = AzureBackend(AzureTier.model_validate(spec["tier"]))
-    posix = PosixBackend(PosixTier(name="p", kind="posix", path=Path(spec["posix"])))
-    src, dst = (posix, azure) if spec["direction"] == "upload" else (azure, posix)
-    slots = asyncio.Semaphore(16)  # a tier's default concurrency
-
-    async def one(relpath: str, crc: str) -> None:
-        async with slots:
-            await copy_object(src, relpath, dst, relpath, crc)
-
-    try:
-        await asyncio.gather(*(one(relpath, crc) for relpath, crc in spec["files"]))
-    finally:
-        await azure.close()
-        await posix.close()
+    budget = ByteBudget(PipelineOptions().memory_budget)
+    azure_tier = AzureTier.model_validate(spec["tier"])
+    posix_tier = PosixTier(name="p", kind="posix", path=Path(spec["posix"]))
+    azure, posix = AzureBackend(azure_tier, budget=budget), PosixBackend(posix_tier, budget=budget)
+    if spec["direction"] == "upload":
+        result = await copy_files(posix, azure, azure_tier, spec["files"])
+    else:
+        result = await copy_files(azure, posix, posix_tier, spec["files"])
+    print(json.dumps(result), flush=True)
     print(f"{HWM}{vm_hwm_bytes() or 0}", flush=True)
 
 
+def _inside(measured: Measured, out: str) -> Measured:
+    """The worker's own timing of its copy, with the peak RSS of its process."""
+    timing = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    return Measured(timing["seconds"], timing["cpu_seconds"], measured.peak_rss)
+
+
 def _side_argv(spec: dict[str, Any]) -> list[str]:
-    return [sys.executable, "-m", "bench.bench_azure", "--worker", json.dumps(spec)]
+    """The worker's command line; the spec goes in a file (5,000 files' JSON exceed ARG_MAX)."""
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="azure-spec-", dir=bench_root())
+    with os.fdopen(fd, "w") as out:
+        json.dump(spec, out)
+    return [sys.executable, "-m", "bench.bench_azure", "--worker", path]
 
 
 def _compare(kind: str, dataset: Dataset, server: Any, settings: Settings, work: Path) -> None:
@@ -152,15 +189,16 @@ def _compare(kind: str, dataset: Dataset, server: Any, settings: Settings, work:
     from tests.fixtures.azurite import ACCOUNT, ACCOUNT_KEY
     from tests.fixtures.s3servers import rclone_binary
 
-    files = [(f.relpath, f.checksum) for f in dataset.files]
+    files = [(f.relpath, f.size, f.checksum, f.mtime_ns) for f in dataset.files]
     env = rclone_env(server.url, ACCOUNT, ACCOUNT_KEY)
     for direction in ("upload", "download"):
-        tierd_runs, rclone_runs = [], []
+        runs: dict[str, list[Measured]] = {"tierd": [], "rclone": []}
+        load_before = os.getloadavg()
         for round_ in range(settings.rounds):
             container = server.create_container()
             seed = server.create_container()
             tier = server.new_tier("bench", container=container).model_dump(mode="json")
-            tier["account_key"], tier["block_size"] = ACCOUNT_KEY, 16 * 2**20
+            tier["account_key"], tier["block_size"] = ACCOUNT_KEY, BLOCK_SIZE
             src = dataset.tier0
             if direction == "download":  # both sides read what tierd uploaded
                 run(_side_argv({"tier": tier, "posix": str(src), "files": files, "direction": "upload"}))
@@ -173,19 +211,36 @@ def _compare(kind: str, dataset: Dataset, server: Any, settings: Settings, work:
                 if side == "tierd":
                     posix = str(src) if direction == "upload" else str(dest)
                     spec = {"tier": tier, "posix": posix, "files": files, "direction": direction}
-                    tierd_runs.append(run(_side_argv(spec))[0])
-                elif direction == "upload":
-                    rclone_runs.append(run([rclone_binary(), "copy", str(src), remote(seed, "")], env)[0])
+                    argv = _side_argv(spec)
                 else:
-                    rclone_runs.append(run([rclone_binary(), "copy", remote(seed, ""), str(dest)], env)[0])
+                    pair = (
+                        [str(src), remote(seed, "")]
+                        if direction == "upload"
+                        else [remote(seed, ""), str(dest)]
+                    )
+                    argv = [rclone_binary(), "copy", *pair]
+                runs[side].append(_measure(side, argv, env, server.pid))
             shutil.rmtree(target, ignore_errors=True)
         summary(
             f"azure_{direction}_{kind}",
-            _median(tierd_runs),
-            _median(rclone_runs),
+            runs["tierd"],
+            runs["rclone"],
             dataset=dataset.layout,
             rounds=settings.rounds,
+            loadavg_1_5_15m_before_after=[
+                [round(x, 2) for x in load_before],
+                [round(x, 2) for x in os.getloadavg()],
+            ],
         )
+
+
+def _measure(side: str, argv: list[str], env: dict[str, str], emulator: int) -> Measured:
+    """One run of ``side``, with the emulator's CPU seconds over it."""
+    with EmulatorCpu(emulator) as cpu:
+        measured, out = run(argv, env if side == "rclone" else worker_env())
+    if side == "tierd":
+        measured = _inside(measured, out)
+    return replace(measured, emulator_cpu_seconds=cpu.seconds)
 
 
 def _median(runs: list[Measured]) -> Measured:
@@ -213,6 +268,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--worker":
-        asyncio.run(_worker(json.loads(sys.argv[2])))
+        spec_file = Path(sys.argv[2])
+        worker_spec = json.loads(spec_file.read_text())
+        spec_file.unlink()
+        asyncio.run(_worker(worker_spec))
     else:
         main()

@@ -22,7 +22,6 @@ small files, one round.
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import os
 import shutil
@@ -35,11 +34,13 @@ from typing import Any
 
 from bench.common import bench_root, emit, env_int, note, quick, vm_hwm_bytes
 from bench.datasets import STEP_DIR, Dataset, make_big, make_small
+from bench.storecopy import EmulatorCpu, worker_env
 from tests.fixtures.gcsemulator import GcsEmulator, start_gcs_emulator
 
 AGAINST = False
 BIG_BYTES = 4 * 2**30
 SMALL_COUNT = 5_000
+ROUNDS = 3
 POLL = 0.02  # seconds between two reads of a side's VmHWM
 
 
@@ -63,7 +64,9 @@ def rclone_flags(emulator: GcsEmulator) -> list[str]:
     ]
 
 
-def _measured(argv: list[str], out: Path | None = None) -> tuple[float, float, int]:
+def _measured(
+    argv: list[str], out: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[float, float, int]:
     """Run ``argv``; (seconds, CPU seconds, peak RSS bytes).
 
     CPU from its own rusage (``wait4``); peak RSS from its ``VmHWM``, read until it exits
@@ -72,7 +75,7 @@ def _measured(argv: list[str], out: Path | None = None) -> tuple[float, float, i
     with tempfile.TemporaryFile() as err:
         started = time.perf_counter()
         with out.open("wb") if out is not None else open(os.devnull, "wb") as sink:
-            proc = subprocess.Popen(argv, stdout=sink, stderr=err)
+            proc = subprocess.Popen(argv, stdout=sink, stderr=err, env=env)
         peak = 0
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -101,54 +104,18 @@ def _spec(
 
 async def _copy(spec: dict[str, Any]) -> dict[str, Any]:
     """The copy itself (runs in the worker process)."""
+    from bench.storecopy import copy_files
     from tierd.config import GcsTier, PosixTier
-    from tierd.daemon.backends import ByteBudget, ObjectInfo, PosixBackend
+    from tierd.daemon.backends import ByteBudget, PosixBackend
     from tierd.daemon.backends.gcs import GcsBackend
     from tierd.daemon.pipeline.options import PipelineOptions
-    from tierd.daemon.transfer.copier import FileCopier
-    from tierd.daemon.transfer.copyset import copy_checkpoint_files
-    from tierd.daemon.transfer.spec import FileSpec
-    from tierd.daemon.transfer.throttle import PriorityPool
 
-    options = PipelineOptions()
-    budget = ByteBudget(options.memory_budget)
+    budget = ByteBudget(PipelineOptions().memory_budget)
     gcs_tier, posix_tier = GcsTier(**spec["gcs"]), PosixTier(**spec["posix"])
     gcs, posix = GcsBackend(gcs_tier, budget=budget), PosixBackend(posix_tier, budget=budget)
-    src, dst = (posix, gcs) if spec["direction"] == "up" else (gcs, posix)
-    tier = gcs_tier if spec["direction"] == "up" else posix_tier
-    batch = dst.batch()
-    copier = FileCopier(
-        src=src,
-        dst=dst,
-        slots=PriorityPool(tier.concurrency),
-        priority=0,
-        resume=None,
-        bucket=None,
-        readback=tier.verify == "readback",
-        backoff=options.file_backoff,
-        attempts=options.file_attempts,
-        integrity_attempts=options.integrity_attempts,
-        batch=batch,
-    )
-    files = [FileSpec(*entry) for entry in spec["files"]]
-    verified = 0
-
-    def done(file: FileSpec, info: ObjectInfo | None) -> None:
-        nonlocal verified
-        if info is None or info.checksum != file.checksum or info.verified_by is None:
-            raise RuntimeError(f"{file.relpath}: not verified ({info})")
-        verified += 1
-
-    gc.freeze()
-    started, before = time.perf_counter(), os.times()
-    await copy_checkpoint_files(copier, batch, files, concurrency=tier.concurrency, done=done)
-    seconds, after = time.perf_counter() - started, os.times()
-    await src.close()
-    await dst.close()
-    if verified != len(files):
-        raise RuntimeError(f"{verified} of {len(files)} files reported verified")
-    cpu = (after.user - before.user) + (after.system - before.system)
-    return {"files": verified, "seconds": seconds, "cpu_seconds": cpu}
+    if spec["direction"] == "up":
+        return await copy_files(posix, gcs, gcs_tier, spec["files"])
+    return await copy_files(gcs, posix, posix_tier, spec["files"])
 
 
 def worker(spec_path: Path) -> None:
@@ -157,11 +124,16 @@ def worker(spec_path: Path) -> None:
     print(json.dumps(result | {"peak_rss_bytes": vm_hwm_bytes()}), flush=True)
 
 
-def _round(emulator: GcsEmulator, dataset: Dataset, base: Path) -> None:
-    """Upload then download ``dataset`` by each side; one result line each way."""
+Sample = tuple[float, float, int, float]  # seconds, CPU seconds, peak RSS bytes, emulator CPU
+
+
+def _round(
+    emulator: GcsEmulator, dataset: Dataset, base: Path, order: tuple[str, ...], pid: int
+) -> dict[str, dict[str, Sample]]:
+    """Upload then download ``dataset`` by each side, in ``order``; {direction: {side: sample}}."""
     name = dataset.kind
-    results: dict[str, dict[str, tuple[float, float, int]]] = {"up": {}, "down": {}}
-    for side in ("tierd", "rclone"):
+    results: dict[str, dict[str, Sample]] = {"up": {}, "down": {}}
+    for side in order:
         bucket = emulator.create_bucket()
         target = base / f"down-{side}-{bucket}"
         target.mkdir(parents=True)
@@ -177,31 +149,70 @@ def _round(emulator: GcsEmulator, dataset: Dataset, base: Path) -> None:
                 )
                 argv = [rclone_binary(), "copy", *pair, *rclone_flags(emulator)]
             output = base / f"out-{bucket}-{direction}-{side}.json"
-            seconds, cpu, rss = _measured(argv, output)
+            with EmulatorCpu(pid) as served:
+                seconds, cpu, rss = _measured(argv, output, worker_env() if side == "tierd" else None)
             if side == "tierd":  # timed inside the worker, as a running daemon would copy: no start-up
                 inside = json.loads(output.read_text().strip().splitlines()[-1])
                 seconds, cpu = inside["seconds"], inside["cpu_seconds"]
-            results[direction][side] = (seconds, cpu, rss)
+            results[direction][side] = (seconds, cpu, rss, served.seconds)
             note(
                 f"gcs {direction} {name} {side}: {seconds:.2f} s, CPU {cpu:.2f} s, "
                 f"peak RSS {rss / 2**20:.0f} MiB"
             )
         shutil.rmtree(target, ignore_errors=True)
-    for direction, sides in results.items():
-        (t, t_cpu, t_rss), (r, r_cpu, r_rss) = sides["tierd"], sides["rclone"]
+    return results
+
+
+def spread(values: list[float]) -> list[float]:
+    """[min, median, max], rounded to milliseconds."""
+    ordered = sorted(values)
+    return [round(ordered[0], 3), round(ordered[len(ordered) // 2], 3), round(ordered[-1], 3)]
+
+
+def _compare(emulator: GcsEmulator, dataset: Dataset, base: Path, rounds: int, pid: int) -> None:
+    """``rounds`` rounds (the sides' order swapped each round); one result line each way."""
+    load_before = os.getloadavg()
+    runs: dict[str, dict[str, list[Sample]]] = {d: {"tierd": [], "rclone": []} for d in ("up", "down")}
+    for index in range(rounds):
+        order = ("tierd", "rclone") if index % 2 == 0 else ("rclone", "tierd")
+        for direction, samples in _round(emulator, dataset, base / f"round-{index}", order, pid).items():
+            for side, sample in samples.items():
+                runs[direction][side].append(sample)
+    for direction, sides in runs.items():
+        (t, baseline, r), fields = _line(sides["tierd"], sides["rclone"])
         emit(
-            f"gcs_{'upload' if direction == 'up' else 'download'}_{name}",
+            f"gcs_{'upload' if direction == 'up' else 'download'}_{dataset.kind}",
             t,
-            "rclone copy (gcs backend, defaults)",
+            baseline,
             r,
-            peak_rss=t_rss,
-            tierd_cpu_seconds=round(t_cpu, 3),
-            baseline_cpu_seconds=round(r_cpu, 3),
-            cpu_ratio=round(t_cpu / r_cpu, 3) if r_cpu else None,
-            baseline_peak_rss_bytes=r_rss,
+            **fields,
             layout=dataset.layout,
+            rounds=rounds,
+            loadavg_1_5_15m_before_after=[
+                [round(x, 2) for x in load_before],
+                [round(x, 2) for x in os.getloadavg()],
+            ],
             emulator="gcp-storage-emulator (pure Python, one request at a time): the bottleneck",
         )
+
+
+def _line(tierd: list[Sample], rclone: list[Sample]) -> tuple[tuple[float, str, float], dict[str, Any]]:
+    """emit's positional arguments and its per-side fields (medians, spreads, CPU, RSS)."""
+    t, r = spread([s[0] for s in tierd])[1], spread([s[0] for s in rclone])[1]
+    t_cpu, r_cpu = spread([s[1] for s in tierd])[1], spread([s[1] for s in rclone])[1]
+    return (t, "rclone copy (gcs backend, defaults)", r), {
+        "peak_rss": max(s[2] for s in tierd),
+        "tierd_cpu_seconds": round(t_cpu, 3),
+        "baseline_cpu_seconds": round(r_cpu, 3),
+        "cpu_ratio": round(t_cpu / r_cpu, 3) if r_cpu else None,
+        "baseline_peak_rss_bytes": max(s[2] for s in rclone),
+        "tierd_spread": spread([s[0] for s in tierd]),
+        "baseline_spread": spread([s[0] for s in rclone]),
+        "tierd_cpu_spread": spread([s[1] for s in tierd]),
+        "baseline_cpu_spread": spread([s[1] for s in rclone]),
+        "tierd_emulator_cpu_spread": spread([s[3] for s in tierd]),
+        "baseline_emulator_cpu_spread": spread([s[3] for s in rclone]),
+    }
 
 
 def main() -> None:
@@ -209,13 +220,14 @@ def main() -> None:
     short = quick()
     big_bytes = 64 * 2**20 if short else env_int("TIERD_BENCH_GCS_BIG_BYTES", BIG_BYTES)
     small_count = 200 if short else env_int("TIERD_BENCH_GCS_SMALL_COUNT", SMALL_COUNT)
+    rounds = env_int("TIERD_BENCH_ROUNDS", 1 if short else ROUNDS)
     root = bench_root() / "gcs"
     root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="gcs-", dir=root))
     emulator, proc = start_gcs_emulator(scratch)
     try:
         for dataset in (make_big(scratch / "big", big_bytes, 4), make_small(scratch / "small", small_count)):
-            _round(emulator, dataset, scratch / f"work-{dataset.kind}")
+            _compare(emulator, dataset, scratch / f"work-{dataset.kind}", rounds, proc.pid)
     finally:
         proc.terminate()
         proc.wait(timeout=30)

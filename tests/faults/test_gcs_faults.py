@@ -18,6 +18,7 @@ from tests.fixtures.faultproxy import Fault, FaultProxy, Rule
 from tests.fixtures.gcsemulator import TEST_CHUNK, GcsEmulator
 from tierd.daemon.backends import BytesReader, MemoryResumeStore, WriteRequest
 from tierd.daemon.backends.gcs import GcsBackend
+from tierd.daemon.backends.gcs.backend import OPEN_RANGE
 from tierd.errors import IntegrityError, NotFound, TransientBackendError
 
 THROTTLED = [Fault.error(503, "backendError"), Fault.error(429, "rateLimitExceeded")]
@@ -76,9 +77,13 @@ async def test_a_refused_chunk_keeps_the_session_and_the_retry_sends_the_rest(
 async def test_a_read_cut_short_or_throttled_is_transient(
     proxied: tuple[FaultProxy, GcsBackend], fault: Fault
 ) -> None:
+    """At the opening GET (its first ``OPEN_RANGE`` bytes) and at a ranged GET after it."""
     proxy, gcs = proxied
-    data = os.urandom(200_000)
+    data = os.urandom(OPEN_RANGE + 200_000)
     await gcs.write(WriteRequest("r.bin", BytesReader(data), crc(data)))
+    proxy.set_rules([Rule(fault, method="GET", first=1)])
+    with pytest.raises(TransientBackendError):
+        await gcs.open_reader("r.bin")
     reader = await gcs.open_reader("r.bin")
     proxy.set_rules([Rule(fault, method="GET", first=1)])
     buf = memoryview(bytearray(len(data)))
@@ -102,3 +107,17 @@ async def test_an_answer_with_a_wrong_crc32c_fails_the_write_and_leaves_nothing(
     with pytest.raises(NotFound):
         await gcs.stat("c.bin")
     assert "crc32c" in [f for _, f in proxy.fired]
+
+
+@pytest.mark.parametrize("size", [0, 1000, OPEN_RANGE + 5], ids=["empty", "small", "bigger"])
+async def test_a_read_starts_with_the_media_get_no_metadata_get(
+    proxied: tuple[FaultProxy, GcsBackend], size: int
+) -> None:
+    """open_reader's size comes from its first media GET: no JSON metadata GET before the bytes."""
+    proxy, gcs = proxied
+    data = os.urandom(size)
+    await gcs.write(WriteRequest("o.bin", BytesReader(data), crc(data)))
+    proxy.reset_counts()
+    assert await read_back(gcs, "o.bin") == data
+    gets = [r for r in proxy.requests if r.method == "GET"]
+    assert [r.query.get("alt") for r in gets] == [["media"]] * (1 if size <= OPEN_RANGE else 2)

@@ -9,6 +9,7 @@ reading a byte of it.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -18,6 +19,7 @@ import sys
 import textwrap
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +29,11 @@ from azure.core.exceptions import HttpResponseError
 
 from tests.conformance.harness import CountingReader, crc, read_back
 from tests.fixtures.azurite import AzuriteServer
-from tierd.daemon.backends import BytesReader, WriteRequest
+from tierd.daemon.backends import ByteBudget, BytesReader, SmallFile, WriteRequest
 from tierd.daemon.backends.azure import AzureBackend
 from tierd.daemon.backends.azure.blocks import azure_crc64
 from tierd.daemon.backends.azure.errors import translate
+from tierd.daemon.backends.base import WriteBatch
 from tierd.errors import IntegrityError, ObjectArchived
 
 MIB = 1024 * 1024
@@ -179,3 +182,56 @@ async def test_verify_compares_the_recorded_checksum_without_reading(
     with pytest.raises(IntegrityError, match="recorded"):
         await backend.verify("v/x.bin", crc(data))  # the bytes are intact: only the record differs
     assert await backend.hash("v/x.bin") == crc(data)
+
+
+def _container_sas(container: str) -> str:
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+
+    from tests.fixtures.azurite import ACCOUNT, ACCOUNT_KEY
+
+    permission = ContainerSasPermissions(read=True, write=True, delete=True, list=True, add=True, create=True)
+    expiry = datetime.now(UTC) + timedelta(hours=1)
+    return generate_container_sas(ACCOUNT, container, ACCOUNT_KEY, permission=permission, expiry=expiry)
+
+
+@pytest.mark.parametrize("credential", ["account_key", "sas_token"])
+async def test_the_data_path_signs_and_quotes_as_the_service_checks(
+    make: Callable[..., AzureBackend], azurite_server: AzuriteServer, credential: str
+) -> None:
+    """Put Blob, Put Block, ranged and whole GETs go on tierd's own session (``azure.rest``):
+    Azurite checks their Shared Key signature or SAS, over names that need quoting."""
+    container = azurite_server.create_container()
+    fields: dict[str, Any] = {"container": container, "block_size": MIB}
+    if credential == "sas_token":
+        fields |= {"account_key": None, "sas_token": _container_sas(container)}
+    backend = make(**fields)
+    files = {"a dir/ü+x%20;=&.bin": os.urandom(3000), "big/m odel#1.pt": os.urandom(2 * MIB + 7)}
+    for relpath, data in files.items():
+        info = await backend.write(WriteRequest(relpath, BytesReader(data), crc(data)))
+        assert (info.checksum, info.verified_by) == (crc(data), "store")
+        assert await read_back(backend, relpath) == data
+        assert await backend.hash(relpath) == crc(data)
+    views = [memoryview(bytearray(len(data))) for data in files.values()]
+    assert list(await backend.read_whole(list(files), views)) == [None, None]
+    assert [bytes(view) for view in views] == list(files.values())
+    with azurite_server.container(container) as client:
+        stored = {name: client.download_blob(name).readall() for name in client.list_blob_names()}
+    assert stored == files
+
+
+async def test_a_group_is_written_while_its_caller_holds_the_whole_budget(
+    azurite_server: AzuriteServer,
+) -> None:
+    """A group's files are held within the budget by the caller (16 lanes of groups can hold
+    all of it): their Put Blobs must not wait for more of it (they waited forever)."""
+    budget = ByteBudget(64 * 1024)
+    backend = AzureBackend(azurite_server.new_tier(), budget=budget)
+    files = [
+        SmallFile(f"g/{i}.bin", data, crc(data)) for i, data in enumerate(os.urandom(3000) for _ in range(3))
+    ]
+    try:
+        async with budget.buffer(budget.limit):
+            written = await asyncio.wait_for(WriteBatch(backend).write_whole(files), timeout=120)
+        assert [getattr(info, "checksum", info) for info in written] == [f.checksum for f in files]
+    finally:
+        await backend.close()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -38,7 +41,40 @@ def test_run_says_why_a_side_failed() -> None:
 
 
 def test_summary_gives_ratios_cpu_and_the_emulator(capsys: pytest.CaptureFixture[str]) -> None:
-    result = summary("azure_upload_big", Measured(2.0, 1.0, 100), Measured(4.0, 4.0, 300), rounds=1)
+    tierd = [Measured(2.0, 1.0, 100), Measured(1.0, 0.5, 120), Measured(3.0, 2.0, 90)]
+    result = summary("azure_upload_big", tierd, [Measured(4.0, 4.0, 300)], rounds=3)
     assert json.loads(capsys.readouterr().out) == result
-    assert (result["ratio"], result["cpu_ratio"], result["peak_rss_bytes"]) == (0.5, 0.25, 100)
+    assert (result["ratio"], result["cpu_ratio"], result["peak_rss_bytes"]) == (0.5, 0.25, 120)
+    assert (result["tierd_spread"], result["tierd_cpu_spread"]) == ([1.0, 2.0, 3.0], [0.5, 1.0, 2.0])
     assert "not Azure" in result["emulator"]
+
+
+def test_the_emulators_cpu_is_read_from_its_own_process() -> None:
+    from bench.storecopy import EmulatorCpu, process_cpu, worker_env
+
+    busy = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sum(range(20_000_000)); sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        with EmulatorCpu(busy.pid) as cpu:
+            deadline = time.monotonic() + 60
+            while process_cpu(busy.pid) < 0.2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert cpu.seconds >= 0.2
+    finally:
+        busy.communicate(b"")
+    assert process_cpu(busy.pid) == 0.0  # gone
+    assert worker_env()["MALLOC_ARENA_MAX"] == "2"
+
+
+def test_the_workers_spec_goes_in_a_file_not_on_the_command_line() -> None:
+    from bench.bench_azure import _side_argv
+
+    spec = {"files": [[f"job/step_1/d/{i:05d}.bin", 4096, "AAAAAAAAAAA=", 1] for i in range(5000)]}
+    argv = _side_argv(spec)
+    path = Path(argv[-1])
+    try:
+        assert json.loads(path.read_text()) == spec
+        assert sum(len(arg) for arg in argv) < 4096  # 5,000 files' JSON as an argument: E2BIG
+    finally:
+        path.unlink()

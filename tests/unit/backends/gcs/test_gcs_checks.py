@@ -8,6 +8,7 @@ grant at its token URI.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -21,9 +22,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from tests.conformance.harness import crc, listed
+from tests.fixtures.faultproxy import FaultProxy
 from tests.fixtures.gcsemulator import GcsEmulator
 from tierd.config import load_config
-from tierd.daemon.backends import BytesReader, WriteRequest
+from tierd.daemon.backends import ByteBudget, BytesReader, SmallFile, WriteRequest
+from tierd.daemon.backends.base import WriteBatch
 from tierd.daemon.backends.gcs import GcsBackend, auth, backend, writes
 from tierd.daemon.backends.gcs.objects import crc32c, encode_crc32c
 from tierd.errors import ConfigError, IntegrityError, NotFound
@@ -37,7 +40,7 @@ async def test_the_emulator_refuses_a_wrong_declared_crc32c(gcs_emulator: GcsEmu
         data = os.urandom(1000)
         resource = {"name": "x.bin", "crc32c": encode_crc32c(crc32c(b"other bytes"))}
         with pytest.raises(IntegrityError, match="CRC32C"):
-            await writes.upload_whole(gcs.client, "x.bin", memoryview(data), resource, {})
+            await writes.upload_whole(gcs.media, "x.bin", memoryview(data), resource, {})
         assert await listed(gcs) == []
     finally:
         await gcs.close()
@@ -63,24 +66,23 @@ async def test_a_wrong_crc32c_of_tierds_fails_the_write_and_leaves_nothing(
 
 @pytest.mark.parametrize("size", [1000, 12 * MIB], ids=["multipart", "resumable"])
 async def test_storage_class_and_kms_key_go_with_every_write(gcs_emulator: GcsEmulator, size: int) -> None:
+    """Seen on the wire (a proxy in between): the multipart upload and the resumable session's start."""
     key = "projects/p/locations/global/keyRings/r/cryptoKeys/k"
-    gcs = GcsBackend(gcs_emulator.new_tier(storage_class="NEARLINE", kms_key_name=key))
-    sent: list[httpx.Request] = []
-
-    async def record(request: httpx.Request) -> None:
-        sent.append(request)
-
-    gcs.client.http.event_hooks["request"].append(record)
-    try:
-        data = os.urandom(size)
-        info = await gcs.write(WriteRequest("c.bin", BytesReader(data), crc(data)))
-        assert info.verified_by == "store"
-        [stored] = gcs_emulator.objects(gcs.bucket)
-        assert stored["storageClass"] == "NEARLINE"
-        uploads = [r for r in sent if r.method == "POST" and "/upload/" in r.url.path]
-        assert [r.url.params["kmsKeyName"] for r in uploads] == [key]
-    finally:
-        await gcs.close()
+    with FaultProxy(gcs_emulator.endpoint_url) as proxy:
+        tier = gcs_emulator.new_tier(
+            storage_class="NEARLINE", kms_key_name=key, endpoint_url=proxy.endpoint_url
+        )
+        gcs = GcsBackend(tier)
+        try:
+            data = os.urandom(size)
+            info = await gcs.write(WriteRequest("c.bin", BytesReader(data), crc(data)))
+            assert info.verified_by == "store"
+            [stored] = gcs_emulator.objects(gcs.bucket)
+            assert stored["storageClass"] == "NEARLINE"
+            uploads = [r for r in proxy.requests if r.method == "POST" and "/upload/" in r.path]
+            assert [r.query["kmsKeyName"] for r in uploads] == [[key]]
+        finally:
+            await gcs.close()
 
 
 async def test_verify_needs_no_byte_and_catches_a_changed_record(gcs_emulator: GcsEmulator) -> None:
@@ -178,3 +180,19 @@ def test_an_emulator_takes_no_credentials_and_a_bad_key_file_is_named(tmp_path: 
     bad.write_text(json.dumps({"type": "service_account", "client_email": "x"}))
     with pytest.raises(Exception, match="private_key is missing"):
         auth.credentials_for(bad, emulator=True)
+
+
+async def test_a_group_is_written_while_its_caller_holds_the_whole_budget(gcs_emulator: GcsEmulator) -> None:
+    """A group's files are held within the budget by the caller (16 lanes of groups can hold
+    all of it): their uploads must not wait for more of it (they waited forever)."""
+    budget = ByteBudget(64 * 1024)
+    gcs = GcsBackend(gcs_emulator.new_tier(), budget=budget)
+    files = [
+        SmallFile(f"g/{i}.bin", data, crc(data)) for i, data in enumerate(os.urandom(3000) for _ in range(3))
+    ]
+    try:
+        async with budget.buffer(budget.limit):
+            written = await asyncio.wait_for(WriteBatch(gcs).write_whole(files), timeout=120)
+        assert [getattr(info, "checksum", info) for info in written] == [f.checksum for f in files]
+    finally:
+        await gcs.close()

@@ -1,13 +1,16 @@
-"""An Azure Blob Storage tier: block blobs through ``azure-storage-blob``'s async client.
+"""An Azure Blob Storage tier: block blobs, the data path on tierd's own session, the rest on the SDK.
 
 ``backend`` (the tier: stat, list, reads, writes, verification, leftovers), ``blocks``
 (big files as blocks staged in parallel with their CRC64, resumed from the service's
-uncommitted block list, then committed), ``reads`` (ranged GETs pinned to an ETag,
-read-back hashing), ``bodies`` (a block's buffer as the request body, sent without a
-copy), ``leftovers`` (blobs holding only staged blocks, found and dropped),
+uncommitted block list, then committed), ``reads`` (ranged GETs pinned to an ETag, small
+blobs read whole in one GET, read-back hashing), ``rest`` (the data path's requests signed
+and sent on tierd's own aiohttp session, bodies straight into and out of budget buffers),
+``puts`` (Put Blob and Put Block on it), ``bodies`` (a buffer as the request body, sent
+without a copy), ``leftovers`` (blobs holding only staged blocks, found and dropped),
 ``metadata`` (the CRC64NVME, owner and mode kept as blob metadata), ``client`` (the
-container client: URL, credential, retries), ``errors`` (the one boundary where azure-core
-and aiohttp errors become tierd errors).
+``azure-storage-blob`` async container client for the rest: URL, credential, retries),
+``errors`` (the one boundary where azure-core and aiohttp errors and the service's answers
+become tierd errors).
 """
 
 from tierd.daemon.backends.azure.backend import AzureBackend

@@ -29,11 +29,19 @@ from tierd.config.stores import AZURE_MAX_NAME_CHARS
 from tierd.daemon import checksum
 from tierd.daemon.backends.azure.blocks import BlockUpload, WriteOptions, azure_crc64, upload_tag
 from tierd.daemon.backends.azure.bodies import PUT_LIMIT
-from tierd.daemon.backends.azure.client import container_client
+from tierd.daemon.backends.azure.client import account_url, container_client, credential
 from tierd.daemon.backends.azure.errors import azure_errors
 from tierd.daemon.backends.azure.leftovers import StagedBlob, drop_unless_kept, staged_blobs
 from tierd.daemon.backends.azure.metadata import blob_metadata, checksum_from_metadata
-from tierd.daemon.backends.azure.reads import OPEN_RANGE, AzureReader, hash_blob
+from tierd.daemon.backends.azure.puts import put_blob, write_headers
+from tierd.daemon.backends.azure.reads import (
+    AzureReader,
+    Blob,
+    hash_blob,
+    open_blob,
+    read_whole_blob,
+)
+from tierd.daemon.backends.azure.rest import AzureRest, Signer
 from tierd.daemon.backends.base import (
     Backend,
     Features,
@@ -55,6 +63,8 @@ __all__ = ["REQUESTS_PER_FILE", "AzureBackend"]
 
 #: Blocks and read-back ranges of one blob in flight.
 REQUESTS_PER_FILE = 16
+#: The data path's connections to the service, at least.
+CONNECTIONS = 64
 
 
 class AzureBackend(Backend):
@@ -69,15 +79,38 @@ class AzureBackend(Backend):
         self.concurrency = min(tier.concurrency, REQUESTS_PER_FILE)
         self.options = WriteOptions(tier.storage_class, tier.encryption_scope, self.concurrency, self.budget)
         self._container: ContainerClient | None = None
+        self._rest: AzureRest | None = None
         self._writing: dict[str, int] = {}  # upload tags being written now, with how many writes
 
     @property
     def container(self) -> ContainerClient:
-        """The container's client, made on first use (no request is sent to make it)."""
+        """The SDK's container client, made on first use (no request is sent to make it)."""
         if self._container is None:
-            with azure_errors("configure", f"tier {self.name}"):
-                self._container = container_client(self.tier, single_put_limit=PUT_LIMIT)
+            self._connect()
+        assert self._container is not None
         return self._container
+
+    @property
+    def rest(self) -> AzureRest:
+        """The data path's session (``azure.rest``), made on first use with the same credential."""
+        if self._rest is None:
+            self._connect()
+        assert self._rest is not None
+        return self._rest
+
+    def _connect(self) -> None:
+        with azure_errors("configure", f"tier {self.name}"):
+            found = credential(self.tier)
+            self._container = container_client(self.tier, found, single_put_limit=PUT_LIMIT)
+            signer = Signer(self.tier.account, found)
+            connections = max(CONNECTIONS, self.tier.concurrency * 4)
+            self._rest = AzureRest(
+                account_url(self.tier), self.tier.container, signer, connections=connections
+            )
+
+    def _data(self, relpath: str) -> Blob:
+        """The blob of ``relpath`` on the data path."""
+        return Blob(self.rest, self._name(relpath), self.location(relpath))
 
     def _name(self, relpath: str) -> str:
         """The blob name of ``relpath``; PermanentBackendError past Azure's 1,024 characters."""
@@ -125,19 +158,18 @@ class AzureBackend(Backend):
 
         Raises NotFound when missing, ObjectArchived for a blob in the Archive tier.
         """
-        blob, location = self._blob(relpath), self.location(relpath)
+        blob = self._data(relpath)
         try:
-            with azure_errors("open", location):
-                downloader = await blob.download_blob(offset=0, length=OPEN_RANGE)
-                head = await downloader.readall()
+            return await open_blob(blob)
         except PermanentBackendError as exc:
-            if not str(exc).startswith(f"open {location}: 416"):
+            if not str(exc).startswith(f"open {blob.location}: 416"):
                 raise
-            properties = await self._properties(relpath)  # an empty blob: no range of it exists
-            return AzureReader(blob, int(properties.size), properties.etag, b"", location)
-        return AzureReader(
-            blob, _total_size(downloader.properties), downloader.properties.etag, head, location
-        )
+        properties = await self._properties(relpath)  # an empty blob: no range of it exists
+        return AzureReader(blob, int(properties.size), properties.etag, b"")
+
+    async def _read_into(self, relpath: str, view: memoryview) -> None:
+        """One small blob of ``read_whole``: one GET, no range, no reader (its size is known)."""
+        await read_whole_blob(self._data(relpath), view)
 
     async def write(self, request: WriteRequest) -> ObjectInfo:
         """Put Blob (small) or staged blocks (big), each carrying its CRC64; then verified.
@@ -155,6 +187,7 @@ class AzureBackend(Backend):
             try:
                 upload = BlockUpload(
                     self.container.get_blob_client(name),
+                    self.rest,
                     self.options,
                     self.location(request.relpath),
                     self.block_size,
@@ -173,24 +206,30 @@ class AzureBackend(Backend):
             self._writing[tag] = left
 
     async def _put(self, request: WriteRequest, metadata: dict[str, str]) -> None:
-        """One Put Blob with the bytes' CRC64, checked against the expected one before it is sent."""
-        location, size = self.location(request.relpath), request.reader.size
-        async with self.budget.buffer(size) as view:
-            await read_full(request.reader, 0, view, where=location)
-            crc = await crc64(view)
-            if checksum.encode(crc) != request.expected_checksum:
-                raise mismatch(location, request.expected_checksum, checksum.encode(crc), "source")
-            with azure_errors("write", location):
-                await self._blob(request.relpath).upload_blob(
-                    bytes(view),  # the SDK's single put takes bytes only
-                    length=size,
-                    overwrite=True,
-                    metadata=metadata,
-                    headers={"x-ms-content-crc64": azure_crc64(crc)},
-                    **self.options.kwargs(),
-                )
+        """One Put Blob with the bytes' CRC64, checked against the expected one before it is sent.
+
+        A group's file (a ``BytesReader``) is sent from the bytes it holds: the group holds
+        them within the budget already, and waiting for more of it here could wait forever
+        (every lane holding a group's buffer, the whole budget taken).
+        """
+        data = getattr(request.reader, "data", None)
+        if data is not None:
+            await self._put_view(request, memoryview(data).cast("B"), metadata)
+        else:
+            async with self.budget.buffer(request.reader.size) as view:
+                await read_full(request.reader, 0, view, where=self.location(request.relpath))
+                await self._put_view(request, view, metadata)
         if request.progress is not None:
-            request.progress(size)
+            request.progress(request.reader.size)
+
+    async def _put_view(self, request: WriteRequest, view: memoryview, metadata: dict[str, str]) -> None:
+        location = self.location(request.relpath)
+        crc = await crc64(view)
+        if checksum.encode(crc) != request.expected_checksum:
+            raise mismatch(location, request.expected_checksum, checksum.encode(crc), "source")
+        extra = write_headers(self.tier.storage_class, self.tier.encryption_scope)
+        name = self._name(request.relpath)
+        await put_blob(self.rest, name, location, view, azure_crc64(crc), metadata, extra)
 
     async def verify(self, relpath: str, expected_checksum: str) -> ObjectInfo:
         """Compare the recorded CRC64NVME (native), or read every byte back.
@@ -215,12 +254,11 @@ class AzureBackend(Backend):
 
     async def _hash(self, relpath: str, properties: Any) -> str:
         return await hash_blob(
-            self._blob(relpath),
+            self._data(relpath),
             int(properties.size),
             properties.etag,
             concurrency=self.concurrency,
             budget=self.budget,
-            location=self.location(relpath),
         )
 
     async def delete(self, relpath: str) -> None:
@@ -262,8 +300,11 @@ class AzureBackend(Backend):
         return await drop_unless_kept(self.container, mine, keep=keep, active=active, where=where)
 
     async def close(self) -> None:
-        """Close the client's connections."""
+        """Close the clients' connections."""
         container, self._container = self._container, None
+        rest, self._rest = self._rest, None
+        if rest is not None:
+            await rest.close()
         if container is not None:
             await container.close()
 

@@ -33,8 +33,9 @@ from azure.storage.blob import BlobBlock, StandardBlobTier
 from azure.storage.blob.aio import BlobClient
 
 from tierd.daemon import checksum
-from tierd.daemon.backends.azure.bodies import BlockBody
 from tierd.daemon.backends.azure.errors import azure_errors
+from tierd.daemon.backends.azure.puts import put_block
+from tierd.daemon.backends.azure.rest import AzureRest
 from tierd.daemon.backends.base import RangeReader, WriteRequest, mismatch, read_full
 from tierd.daemon.backends.budget import MIB, ByteBudget
 from tierd.daemon.backends.concurrency import for_each
@@ -100,10 +101,6 @@ class WriteOptions:
     concurrency: int
     budget: ByteBudget
 
-    def scope(self) -> dict[str, Any]:
-        """The SDK keyword for a Put Block: the encryption scope, if any."""
-        return {} if self.encryption_scope is None else {"encryption_scope": self.encryption_scope}
-
     def kwargs(self) -> dict[str, Any]:
         """The SDK keywords for a Put Blob or a Put Block List."""
         found: dict[str, Any] = {}
@@ -117,8 +114,10 @@ class WriteOptions:
 class BlockUpload:
     """One block blob written from a reader, resumable from the service's uncommitted blocks."""
 
-    def __init__(self, blob: BlobClient, options: WriteOptions, location: str, block_size: int) -> None:
-        self.blob, self.options, self.location = blob, options, location
+    def __init__(
+        self, blob: BlobClient, rest: AzureRest, options: WriteOptions, location: str, block_size: int
+    ) -> None:
+        self.blob, self.rest, self.options, self.location = blob, rest, options, location
         self.configured_block_size = block_size
         self.sent_bytes = 0  # bytes staged by this write (not those resumed)
 
@@ -234,15 +233,15 @@ class BlockUpload:
         async with self.options.budget.buffer(length) as view:
             await read_full(reader, offset, view, where=where)
             crc = await crc64(view)
-            with azure_errors("stage block of", where):
-                body: Any = BlockBody(view)
-                await self.blob.stage_block(
-                    block_id(tag, index, crc),
-                    body,
-                    length=length,
-                    headers={"x-ms-content-crc64": azure_crc64(crc)},
-                    **self.options.scope(),
-                )
+            await put_block(
+                self.rest,
+                self.blob.blob_name,
+                where,
+                block_id(tag, index, crc),
+                view,
+                azure_crc64(crc),
+                self.options.encryption_scope,
+            )
         self.sent_bytes += length
         return crc
 

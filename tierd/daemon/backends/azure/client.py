@@ -59,12 +59,12 @@ def credential(tier: AzureTier) -> Any:
     return identity.DefaultAzureCredential()
 
 
-def container_client(tier: AzureTier, *, single_put_limit: int) -> ContainerClient:
-    """A ContainerClient for the tier (no request is sent until it is used)."""
+def container_client(tier: AzureTier, found: Any, *, single_put_limit: int) -> ContainerClient:
+    """A ContainerClient for the tier with credential ``found`` (no request is sent until it is used)."""
     return ContainerClient(
         account_url(tier),
         tier.container,
-        credential=credential(tier),
+        credential=found,
         retry_total=REQUEST_ATTEMPTS - 1,
         retry_backoff_factor=0.5,
         connection_timeout=CONNECT_TIMEOUT,

@@ -18,6 +18,7 @@ every other 4xx, missing credentials, anything else
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -33,12 +34,13 @@ from tierd.errors import (
     TransientBackendError,
 )
 
-__all__ = ["azure_errors", "error_code", "translate"]
+__all__ = ["answer_error", "azure_errors", "error_code", "translate"]
 
 _INTEGRITY = frozenset({"Crc64Mismatch", "Md5Mismatch", "InvalidMd5", "BothCrc64AndMd5HeaderPresent"})
 _ARCHIVED = frozenset({"BlobArchived", "BlobBeingRehydrated"})
 _TRANSIENT = frozenset({"ServerBusy", "OperationTimedOut", "InternalError", "ServiceUnavailable"})
 _TRANSIENT_STATUS = frozenset({408, 429})
+_MESSAGE = re.compile(r"<Message>([^<]*)</Message>", re.DOTALL)
 
 
 def error_code(exc: az.HttpResponseError) -> str:
@@ -72,9 +74,18 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _response_error(exc: az.HttpResponseError, where: str) -> TierdError:
-    code, status = error_code(exc), int(exc.status_code or 0)
+    return answer_error(int(exc.status_code or 0), error_code(exc), _first_line(exc), where)
+
+
+def answer_error(status: int, code: str, text: str, where: str) -> TierdError:
+    """The tierd error for an answer of ``status`` with ``x-ms-error-code`` ``code``.
+
+    ``text`` is the SDK's message or the answer's body (its XML ``<Message>`` is shown).
+    """
+    found = _MESSAGE.search(text)
+    detail = (found.group(1) if found else text).strip().splitlines()[0][:300] if text.strip() else ""
     answer = " ".join(part for part in (str(status) if status else "", code) if part)
-    message = f"{where}: {answer} {_first_line(exc)}".rstrip()
+    message = f"{where}: {answer} {detail}".rstrip()
     if code in _INTEGRITY:
         return IntegrityError(message)
     if code in _ARCHIVED:

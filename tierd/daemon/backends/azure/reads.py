@@ -1,9 +1,12 @@
 """Reading blobs: ranged GETs pinned to the ETag seen at open, and parallel read-back hashing.
 
-Every ranged read after the opening one carries ``If-Match`` with the ETag the opening GET
-saw, so all of a reader's bytes come from one version of the blob (a 412 means it changed:
-the next try opens it again). A read-back hashes ``READBACK_RANGE`` ranges in parallel and
-combines their CRCs; each range's bytes are charged to the buffer budget while held.
+Every GET goes on the data path's own session (``azure.rest``), its body copied straight
+into the caller's buffer. Every ranged read after the opening one carries ``If-Match`` with
+the ETag the opening GET saw, so all of a reader's bytes come from one version of the blob
+(a 412 means it changed: the next try opens it again). A small object read whole
+(``read_whole``) is one GET with no range: its Content-Length must be the size recorded. A
+read-back hashes ``READBACK_RANGE`` ranges in parallel and combines their CRCs; each range's
+bytes are charged to the buffer budget while held.
 
 A blob in the Archive access tier answers every read with 409 ``BlobArchived``, which
 ``azure.errors`` turns into ``ObjectArchived``: a restore from it is refused with that
@@ -12,47 +15,97 @@ reason at once, never left waiting for the hours a rehydration takes.
 
 from __future__ import annotations
 
-from azure.core import MatchConditions
-from azure.storage.blob.aio import BlobClient
+from dataclasses import dataclass
 
 from tierd.daemon import checksum
-from tierd.daemon.backends.azure.errors import azure_errors
+from tierd.daemon.backends.azure.rest import AzureRest, read_body
 from tierd.daemon.backends.budget import MIB, ByteBudget
 from tierd.daemon.backends.concurrency import for_each
 from tierd.daemon.backends.hashing import combine_all, crc64
-from tierd.errors import TransientBackendError
+from tierd.errors import IntegrityError, TransientBackendError
 
-__all__ = ["OPEN_RANGE", "READBACK_RANGE", "AzureReader", "fill", "hash_blob"]
+__all__ = [
+    "OPEN_RANGE",
+    "READBACK_RANGE",
+    "AzureReader",
+    "Blob",
+    "fill",
+    "hash_blob",
+    "open_blob",
+    "read_whole_blob",
+]
 
 #: What ``open_reader``'s GET asks for: a small blob whole.
 OPEN_RANGE = 256 * 1024
 READBACK_RANGE = 8 * MIB
 
 
-async def fill(blob: BlobClient, offset: int, view: memoryview, etag: str | None, location: str) -> None:
+@dataclass(frozen=True)
+class Blob:
+    """One blob on the data path: the session it is read over, its name, and where it is."""
+
+    rest: AzureRest
+    name: str
+    location: str
+
+
+async def fill(blob: Blob, offset: int, view: memoryview, etag: str | None) -> None:
     """Fill ``view`` with the blob's bytes from ``offset`` (one GET, ``If-Match`` ``etag``).
 
     Raises TransientBackendError when the body ends early or the blob changed (412).
     """
-    got = 0
-    with azure_errors("read", location):
-        condition = MatchConditions.IfNotModified if etag else None
-        downloader = await blob.download_blob(
-            offset=offset, length=len(view), etag=etag, match_condition=condition
-        )
-        async for chunk in downloader.chunks():
-            n = min(len(chunk), len(view) - got)
-            view[got : got + n] = chunk[:n]
-            got += n
+    headers = {"x-ms-range": f"bytes={offset}-{offset + len(view) - 1}"}
+    if etag:
+        headers["If-Match"] = etag
+    async with blob.rest.send("GET", blob.name, "read", blob.location, headers=headers) as response:
+        got = await read_body(response, view, f"read {blob.location}")
     if got != len(view):
-        raise TransientBackendError(f"read {location}: got {got} of {len(view)} bytes at {offset}")
+        raise TransientBackendError(f"read {blob.location}: got {got} of {len(view)} bytes at {offset}")
+
+
+async def open_blob(blob: Blob) -> AzureReader:
+    """A reader of the blob's current version, opened by a GET of its first ``OPEN_RANGE`` bytes.
+
+    Raises NotFound when missing, ObjectArchived for a blob in the Archive tier, and
+    PermanentBackendError ``... 416 ...`` for an empty blob (no range of it exists).
+    """
+    head = bytearray(OPEN_RANGE)
+    headers = {"x-ms-range": f"bytes=0-{OPEN_RANGE - 1}"}
+    async with blob.rest.send("GET", blob.name, "open", blob.location, headers=headers) as response:
+        got = await read_body(response, memoryview(head), f"open {blob.location}")
+        size = _total_size(response.headers.get("Content-Range", ""), got)
+        etag = response.headers.get("ETag")
+    del head[got:]
+    return AzureReader(blob, size, etag, bytes(head))
+
+
+async def read_whole_blob(blob: Blob, view: memoryview) -> None:
+    """The whole blob into ``view`` (one GET, no range).
+
+    Raises IntegrityError when it is not ``len(view)`` bytes long, NotFound when missing.
+    """
+    async with blob.rest.send("GET", blob.name, "read", blob.location) as response:
+        if response.content_length is not None and response.content_length != len(view):
+            raise IntegrityError(
+                f"{blob.location}: holds {response.content_length} bytes, expected {len(view)}"
+            )
+        got = await read_body(response, view, f"read {blob.location}")
+    if got != len(view):
+        raise IntegrityError(f"{blob.location}: holds {got} bytes, expected {len(view)}")
+
+
+def _total_size(content_range: str, got: int) -> int:
+    """The blob's size from ``bytes a-b/total`` (a whole answer without one: what came)."""
+    if "/" in content_range and not content_range.endswith("/*"):
+        return int(content_range.rsplit("/", 1)[1])
+    return got
 
 
 class AzureReader:
     """A RangeReader over one version of a blob; ``head`` holds its first bytes (a small one whole)."""
 
-    def __init__(self, blob: BlobClient, size: int, etag: str | None, head: bytes, location: str) -> None:
-        self._blob, self.size, self._etag, self._location = blob, size, etag, location
+    def __init__(self, blob: Blob, size: int, etag: str | None, head: bytes) -> None:
+        self._blob, self.size, self._etag = blob, size, etag
         self._head = memoryview(head)
 
     async def read_into(self, offset: int, buf: memoryview) -> int:
@@ -67,17 +120,15 @@ class AzureReader:
         if got:
             buf[:got] = self._head[offset : offset + got]
         if got < want:
-            await fill(self._blob, offset + got, buf[got:want], self._etag, self._location)
+            await fill(self._blob, offset + got, buf[got:want], self._etag)
         return want
 
     async def close(self) -> None:
-        """Forget the first bytes (connections belong to the client)."""
+        """Forget the first bytes (connections belong to the session)."""
         self._head = memoryview(b"")
 
 
-async def hash_blob(
-    blob: BlobClient, size: int, etag: str | None, *, concurrency: int, budget: ByteBudget, location: str
-) -> str:
+async def hash_blob(blob: Blob, size: int, etag: str | None, *, concurrency: int, budget: ByteBudget) -> str:
     """CRC64NVME of the whole blob (``size`` bytes), ranges read back in parallel."""
     starts = list(range(0, size, READBACK_RANGE))
     pieces = [(0, min(READBACK_RANGE, size - start)) for start in starts]
@@ -85,7 +136,7 @@ async def hash_blob(
     async def one(index: int) -> None:
         length = pieces[index][1]
         async with budget.buffer(length) as view:
-            await fill(blob, starts[index], view, etag, location)
+            await fill(blob, starts[index], view, etag)
             pieces[index] = (await crc64(view), length)
 
     await for_each(range(len(starts)), one, min(concurrency, len(starts)) or 1)

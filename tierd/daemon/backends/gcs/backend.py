@@ -17,7 +17,7 @@ session each, chunk after chunk, not as parallel pieces composed: see docs/data-
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -38,13 +38,8 @@ from tierd.daemon.backends.base import (
 from tierd.daemon.backends.budget import MIB, ByteBudget, default_budget
 from tierd.daemon.backends.concurrency import for_each
 from tierd.daemon.backends.gcs.auth import credentials_for
-from tierd.daemon.backends.gcs.client import (
-    GOOGLE_ENDPOINT,
-    GcsClient,
-    emulator_endpoint,
-    gcs_errors,
-    raise_for,
-)
+from tierd.daemon.backends.gcs.client import GOOGLE_ENDPOINT, GcsClient, emulator_endpoint
+from tierd.daemon.backends.gcs.media import MediaSession, read_body
 from tierd.daemon.backends.gcs.objects import encode_crc32c, info_from, object_metadata, stored_checksums
 from tierd.daemon.backends.gcs.writes import ObjectSettings, hash_both, resumable_upload, upload_whole
 from tierd.daemon.backends.hashing import crc64
@@ -52,44 +47,51 @@ from tierd.errors import IntegrityError, PermanentBackendError, TransientBackend
 
 __all__ = ["GcsBackend", "GcsReader"]
 
+#: What ``open_reader``'s media GET asks for: a small object whole.
+OPEN_RANGE = 256 * 1024
 #: What ``hash`` and read-back verification read per request.
 READ_CHUNK = 8 * MIB
 LIST_PAGE = 1000
 
 
 class GcsReader:
-    """A RangeReader over one generation of an object: ranged media GETs."""
+    """A RangeReader over one generation of an object: ranged media GETs; ``head``: its first bytes."""
 
-    def __init__(self, client: GcsClient, name: str, size: int, generation: str | None) -> None:
-        self.client, self.name, self.size = client, name, size
+    def __init__(
+        self, media: MediaSession, name: str, size: int, generation: str | None, head: bytes = b""
+    ) -> None:
+        self.media, self.client, self.name, self.size = media, media.client, name, size
         self.params = {"alt": "media", **({"generation": generation} if generation else {})}
+        self._head = memoryview(head)
 
     async def read_into(self, offset: int, buf: memoryview) -> int:
-        """Fill ``buf`` from ``offset`` with one ranged GET; short only at the end."""
+        """Fill ``buf`` from ``offset``: from the first bytes, then one ranged GET; short only at the end."""
         want = min(len(buf), self.size - offset)
         if want <= 0:
             return 0
+        got = max(0, min(want, len(self._head) - offset))
+        if got:
+            buf[:got] = self._head[offset : offset + got]
+        if got < want:
+            await self._get(offset + got, buf[got:want])
+        return want
+
+    async def _get(self, offset: int, buf: memoryview) -> None:
+        """Fill ``buf`` from ``offset`` with one ranged GET."""
+        want = len(buf)
         where = f"gs://{self.client.bucket}/{self.name}"
         headers = {"Range": f"bytes={offset}-{offset + want - 1}"}
-        headers |= await self.client.credentials.headers(self.client.http)
-        filled = 0
-        with gcs_errors(where):
-            async with self.client.http.stream(
-                "GET", self.client.object_url(self.name), params=self.params, headers=headers
-            ) as response:
-                if response.status_code >= 300:
-                    await response.aread()
-                raise_for(response, where)
-                async for piece in response.aiter_raw():
-                    take = min(len(piece), want - filled)
-                    buf[filled : filled + take] = piece[:take]
-                    filled += take
+        url = self.client.object_url(self.name)
+        async with self.media.send("GET", url, where, params=self.params, headers=headers) as response:
+            filled = await read_body(response, buf, stop=True)
+            if filled == want and await response.content.readany():
+                raise TransientBackendError(f"{where}: the answer runs past {want} bytes from {offset}")
         if filled != want:
             raise TransientBackendError(f"{where}: body cut at {filled} of {want} bytes from {offset}")
-        return filled
 
     async def close(self) -> None:
-        """Nothing held between reads."""
+        """Forget the first bytes (nothing else is held between reads)."""
+        self._head = memoryview(b"")
 
 
 class GcsBackend(Backend):
@@ -108,6 +110,7 @@ class GcsBackend(Backend):
         self.client = GcsClient(
             emulator or GOOGLE_ENDPOINT, tier.bucket, credentials, verify_tls=tier.verify_tls, pool=pool
         )
+        self.media = MediaSession(self.client, connections=pool, verify_tls=tier.verify_tls)
         self.settings = ObjectSettings(tier.storage_class, tier.kms_key_name)
 
     def location(self, relpath: str) -> str:
@@ -144,10 +147,27 @@ class GcsBackend(Backend):
             params["pageToken"] = token
 
     async def open_reader(self, relpath: str) -> RangeReader:
-        """A reader of the object's current generation. Raises NotFound."""
-        resource = await self._resource(relpath)
-        generation = resource.get("generation")
-        return GcsReader(self.client, self.prefix + relpath, int(resource.get("size", 0)), generation)
+        """A reader of the object's current generation, opened by a media GET of its first bytes.
+
+        Its size comes from the answer's Content-Range and its generation from
+        ``x-goog-generation`` (the ranged reads after it ask for that generation): no
+        metadata GET first. Raises NotFound.
+        """
+        name, where = self.prefix + check_relpath(relpath), self.location(relpath)
+        head = bytearray(OPEN_RANGE)
+        headers = {"Range": f"bytes=0-{OPEN_RANGE - 1}"}
+        url, params = self.client.object_url(name), {"alt": "media"}
+        async with self.media.send(
+            "GET", url, where, params=params, headers=headers, passing=frozenset({416})
+        ) as response:
+            if response.status == 416:  # an empty object, on some servers
+                resource = await self._resource(relpath)
+                size = int(resource.get("size", 0))
+                return GcsReader(self.media, name, size, resource.get("generation"))
+            got = await read_body(response, memoryview(head), stop=True)
+            size = _total_size(response.headers.get("Content-Range", ""), response.headers, got)
+            generation = response.headers.get("x-goog-generation")
+        return GcsReader(self.media, name, size, generation, bytes(head[:got]))
 
     async def _read_into(self, relpath: str, view: memoryview) -> None:
         """One object of ``read_whole``: one media GET of it whole (no metadata GET: its size is known).
@@ -155,19 +175,9 @@ class GcsBackend(Backend):
         Raises NotFound when missing, IntegrityError when it is not ``len(view)`` bytes long.
         """
         name, where = self.prefix + check_relpath(relpath), self.location(relpath)
-        headers = await self.client.credentials.headers(self.client.http)
-        filled = 0
-        with gcs_errors(where):
-            async with self.client.http.stream(
-                "GET", self.client.object_url(name), params={"alt": "media"}, headers=headers
-            ) as response:
-                if response.status_code >= 300:
-                    await response.aread()
-                raise_for(response, where)
-                async for piece in response.aiter_raw():
-                    take = min(len(piece), len(view) - filled)
-                    view[filled : filled + take] = piece[:take]
-                    filled += len(piece)
+        url = self.client.object_url(name)
+        async with self.media.send("GET", url, where, params={"alt": "media"}) as response:
+            filled = await read_body(response, view, stop=False)
         if filled != len(view):
             raise IntegrityError(f"{where}: holds {filled} bytes, expected {len(view)}")
 
@@ -195,9 +205,11 @@ class GcsBackend(Backend):
 
     async def _write_small(self, request: WriteRequest, name: str, where: str) -> tuple[dict[str, Any], int]:
         size = request.reader.size
-        taken = await self.budget.acquire(size)
+        data = getattr(request.reader, "data", None)
+        # A group's file is sent from the bytes the group holds within the budget: waiting for
+        # more of it here could wait forever (every lane holding a group's buffer).
+        taken = 0 if data is not None else await self.budget.acquire(size)
         try:
-            data = getattr(request.reader, "data", None)
             view = memoryview(data).cast("B") if data is not None else memoryview(bytearray(size))
             if data is None:
                 await read_full(request.reader, 0, view, where=where)
@@ -207,7 +219,7 @@ class GcsBackend(Backend):
                 raise mismatch(where, request.expected_checksum, actual, "read")
             metadata = object_metadata(request.expected_checksum, hashed.crc32, request.owner)
             resource = self.settings.resource(name, metadata) | {"crc32c": encode_crc32c(hashed.crc32)}
-            answer = await upload_whole(self.client, name, view, resource, self.settings.params())
+            answer = await upload_whole(self.media, name, view, resource, self.settings.params())
         finally:
             self.budget.release(taken)
         if request.progress is not None:
@@ -311,6 +323,15 @@ class GcsBackend(Backend):
     async def close(self) -> None:
         """Close the connections."""
         try:
+            await self.media.close()
             await self.client.close()
         except httpx.HTTPError as exc:
             raise PermanentBackendError(f"{self.name}: closing: {exc}") from exc
+
+
+def _total_size(content_range: str, headers: Mapping[str, str], got: int) -> int:
+    """The object's size: ``bytes a-b/total``'s total, else a whole answer's length."""
+    if "/" in content_range and not content_range.endswith("/*"):
+        return int(content_range.rsplit("/", 1)[1])
+    stored = headers.get("x-goog-stored-content-length") or headers.get("Content-Length")
+    return int(stored) if stored else got

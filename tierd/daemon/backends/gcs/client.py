@@ -29,7 +29,7 @@ import httpx
 from tierd.daemon.backends.gcs.auth import Credentials
 from tierd.errors import IntegrityError, NotFound, PermanentBackendError, TransientBackendError
 
-__all__ = ["GOOGLE_ENDPOINT", "GcsClient", "emulator_endpoint", "gcs_errors", "raise_for"]
+__all__ = ["GOOGLE_ENDPOINT", "GcsClient", "emulator_endpoint", "gcs_errors", "raise_for", "raise_status"]
 
 GOOGLE_ENDPOINT = "https://storage.googleapis.com"
 CONNECT_TIMEOUT = 10.0
@@ -65,7 +65,25 @@ def raise_for(response: httpx.Response, where: str) -> None:
     status = response.status_code
     if status < 300 or status == 308:
         return
-    text = _message(response)
+    _raise(status, _message(response), where)
+
+
+def raise_status(status: int, body: str, where: str) -> None:
+    """``raise_for`` for an answer of ``status`` whose body (JSON error or text) is ``body``."""
+    if status < 300 or status == 308:
+        return
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+        text = str(parsed["error"].get("message", ""))[:BODY_SHOWN]
+    else:
+        text = body[:BODY_SHOWN]
+    _raise(status, text, where)
+
+
+def _raise(status: int, text: str, where: str) -> None:
     if status in (404, 410):
         raise NotFound(f"{where}: not found ({status})")
     if status == 400 and _CHECKSUM_REFUSED.search(text):

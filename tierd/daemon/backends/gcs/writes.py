@@ -39,6 +39,7 @@ from tierd.logs import get_logger
 if TYPE_CHECKING:
     from tierd.daemon.backends.budget import ByteBudget
     from tierd.daemon.backends.gcs.client import GcsClient
+    from tierd.daemon.backends.gcs.media import MediaSession
 
 __all__ = ["Hashed", "ObjectSettings", "hash_both", "resumable_upload", "session_status", "upload_whole"]
 
@@ -94,7 +95,7 @@ async def hash_both(view: memoryview, crc32_before: int = 0) -> Hashed:
 
 
 async def upload_whole(
-    client: GcsClient, name: str, data: memoryview, resource: dict[str, Any], params: dict[str, str]
+    media: MediaSession, name: str, data: memoryview, resource: dict[str, Any], params: dict[str, str]
 ) -> dict[str, Any]:
     """One multipart upload (metadata + bytes); the resource must declare the ``crc32c``."""
     boundary = f"tierd-{secrets.token_hex(12)}"
@@ -103,18 +104,19 @@ async def upload_whole(
         f"{json.dumps(resource)}\r\n--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n"
     ).encode()
     tail = f"\r\n--{boundary}--\r\n".encode()
-    response = await client.request(
+    where = f"gs://{media.client.bucket}/{name}"
+    async with media.send(
         "POST",
-        client.upload_url,
-        f"gs://{client.bucket}/{name}",
+        media.client.upload_url,
+        where,
         params={"uploadType": "multipart", **params},
-        content=_slices(head, data, tail),
+        data=_slices(head, data, tail),
         headers={
             "Content-Type": f"multipart/related; boundary={boundary}",
             "Content-Length": str(len(head) + len(data) + len(tail)),
         },
-    )
-    answer: dict[str, Any] = response.json()
+    ) as response:
+        answer: dict[str, Any] = json.loads(await response.read())
     return answer
 
 
