@@ -37,7 +37,7 @@ from tests.integration.daemon_helpers import write_files
 from tests.integration.fleet_jobs import dcp_metadata, dcp_save, shard_name
 from tierd.daemon.backends.peer.choose import PeerNode, ring_order
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("peer_fleet")]
 NODES = 4
 WAIT = 60.0
 

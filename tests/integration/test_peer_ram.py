@@ -23,7 +23,7 @@ from tests.fixtures.tmpfs import small_disk
 from tests.integration.daemon_helpers import write_files
 from tests.integration.fleet_jobs import dcp_metadata, shard_name
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("peer_ram")]
 WAIT = 60.0
 SHARD = 1024 * 1024
 FAST_FLEET = {"heartbeat_interval": 0.5, "lease": 1, "node_timeout": 2}

@@ -33,7 +33,7 @@ from tests.fixtures.pgserver import PostgresServer
 from tests.integration.fleet_jobs import SHARD_FLOATS, dcp_save, shard_name
 from tierd.client import Client
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("peer_restore")]  # one fleet, tests in order
 
 OPS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 STEP = 1

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from tierd.config import Config
 from tierd.daemon.beneath import Root
+from tierd.daemon.catalog.db import Session
 from tierd.daemon.catalog.peer_reads import node_files
 from tierd.daemon.restore.paths import anchored, local_names
 from tierd.daemon.restore.select import select_names

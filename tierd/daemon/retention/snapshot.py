@@ -7,10 +7,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
 
-from sqlalchemy.orm import Session
-
 from tierd.daemon.catalog import retention as catalog_retention
-from tierd.daemon.catalog.db import Database
+from tierd.daemon.catalog.db import Database, Session
 from tierd.daemon.catalog.models import CheckpointState as StoredState
 from tierd.daemon.catalog.peer_copies import safe_since
 from tierd.daemon.catalog.retention import CheckpointRow
