@@ -200,7 +200,11 @@ def test_kill_9_while_small_files_are_staged(tmp_path: Path) -> None:
     cid = record_checkpoint(db, config, "demo", 9, "demo/step9")
     try:
         daemon.start()
-        wait_for(partial(_some_done, db), 60, "a committed batch to be recorded done")
+        try:
+            wait_for(partial(_some_done, db), 60, "a committed batch to be recorded done")
+        except AssertionError as exc:  # timed out once under load: say what the daemon did
+            jobs = [(job.id, job.state, len(done_files(db, job.id))) for job in all_jobs(db)]
+            raise AssertionError(f"{exc}; jobs (id, state, files done): {jobs}\n{daemon.tail()}") from None
         daemon.kill()
         assert states(db, cid)["pfs"] == "copying"
         shown = _posix_files(tmp_path / "pfs")[0]
