@@ -181,8 +181,10 @@ def test_tierd_restore_by_node_name_puts_back_exactly_that_nodes_part_on_its_tie
     done = subprocess.run([*argv, "--wait", "--json"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     restore = json.loads(done.stdout)
-    # node 0's copy failed in the test before: node 2's is the one left
-    assert (restore["state"], restore["node"], restore["source_tier"]) == ("done", "node1", "peer:node2")
+    # from a holder of node 1's part: node 0 (same rack), or node 2 once node 0's copy was
+    # found tampered by the test before (when both ran on one fleet)
+    assert (restore["state"], restore["node"]) == ("done", "node1")
+    assert restore["source_tier"] in {"peer:node0", "peer:node2"}
     assert {p.name: p.read_bytes() for p in step.iterdir()} == {
         shard_name(LOST): world.saved[shard_name(LOST)]
     }
