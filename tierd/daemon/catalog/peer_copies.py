@@ -182,14 +182,7 @@ def parts_to_send(
         .limit(limit)
     )
     if keep_last is not None:
-        newer = Checkpoint.__table__.alias("newer")
-        ahead = (
-            select(func.count())
-            .where(newer.c.run_id == Checkpoint.run_id, newer.c.state == complete)
-            .where(newer.c.step > Checkpoint.step)
-            .scalar_subquery()
-        )
-        query = query.where(ahead < keep_last)
+        query = query.where(_newer_complete_steps() < keep_last)
     rows = session.execute(query).all()
     ids = [r[0] for r in rows]
     holders = _holders(session, ids, node, ReplicaState.VERIFIED)
@@ -198,6 +191,17 @@ def parts_to_send(
         PartToSend(r[0], r[1], r[2], r[3], tuple(holders.get(r[0], ())), tuple(passed.get(r[0], ())))
         for r in rows
     ]
+
+
+def _newer_complete_steps() -> ColumnElement[int]:
+    """How many complete steps of the outer query's run are newer than its checkpoint."""
+    newer = Checkpoint.__table__.alias("newer")
+    return (
+        select(func.count())
+        .where(newer.c.run_id == Checkpoint.run_id, newer.c.state == CheckpointState.COMPLETE.value)
+        .where(newer.c.step > Checkpoint.step)
+        .scalar_subquery()
+    )
 
 
 def _on_shared(shared_tiers: Collection[str]) -> ColumnElement[bool]:
@@ -282,15 +286,8 @@ def copies_to_drop(
     ]
     gone = Checkpoint.state != complete
     if keep_last is not None:
-        newer = Checkpoint.__table__.alias("newer")
-        ahead = (
-            select(func.count())
-            .where(newer.c.run_id == Checkpoint.run_id, newer.c.state == complete)
-            .where(newer.c.step > Checkpoint.step)
-            .scalar_subquery()
-        )
         kept = Checkpoint.pinned | exists().where(Hold.checkpoint_id == Checkpoint.id)
-        gone = gone | ((ahead >= keep_last) & ~kept)
+        gone = gone | ((_newer_complete_steps() >= keep_last) & ~kept)
     reasons.append(("retention", (PeerCopy.state == verified) & gone))
     found: dict[tuple[int, str], CopyToDrop] = {}
     for reason, condition in reasons:
