@@ -1,7 +1,7 @@
 """The tierd trees a benchmark measures: this checkout, and with ``--against REV`` another.
 
 ``python -m bench --against REV`` checks REV out in a scratch worktree
-(``git worktree add --detach /tmp/tierd-bench-<commit>``, removed when the run ends) and
+(``git worktree add --detach /tmp/tierd-bench-<commit>-<random>``, removed when the run ends) and
 hands its path to the benchmarks in ``$TIERD_BENCH_AGAINST`` (set it yourself to measure
 against a tree that is already checked out). Each side's daemons run on this interpreter and
 venv with ``PYTHONPATH=<tree>`` (the dependencies are the same) and ``cwd=<tree>``, and each
@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -127,17 +128,13 @@ def resolve(rev: str) -> str:
 
 @contextmanager
 def scratch_worktree(rev: str, parent: Path = Path("/tmp")) -> Iterator[Path]:
-    """``rev`` checked out (detached) as ``<parent>/tierd-bench-<commit>``; removed afterwards.
+    """``rev`` checked out (detached) as ``<parent>/tierd-bench-<commit>-<random>``; removed afterwards.
 
-    A worktree already there at that commit (a run that was killed) is used and left in place.
+    One per run, so two runs against the same commit never remove each other's tree; one left by
+    a killed run goes with ``git worktree prune`` once its directory is deleted.
     """
     commit = resolve(rev)
-    path = parent / f"tierd-bench-{commit[:12]}"
-    if path.exists():
-        if _git("rev-parse", "HEAD", cwd=path) != commit:
-            raise ValueError(f"{path} exists and holds another commit: remove it first")
-        yield path
-        return
+    path = Path(tempfile.mkdtemp(prefix=f"tierd-bench-{commit[:12]}-", dir=parent))
     _git("worktree", "add", "--detach", str(path), commit)
     try:
         yield path

@@ -84,3 +84,13 @@ def test_against_runs_with_the_scratch_tree_named_and_removes_it(
     assert cli.main(["--against", "HEAD", "copy"]) == 0
     assert len(seen) == 1
     assert not os.path.exists(seen[0])
+
+
+def test_two_runs_against_one_commit_keep_their_own_trees(tmp_path: Path) -> None:
+    """A run that ends removes its tree only, never the one a concurrent run still uses."""
+    with scratch_worktree("HEAD", parent=tmp_path) as first:
+        with scratch_worktree("HEAD", parent=tmp_path) as second:
+            assert first != second
+        assert not second.exists()
+        assert (first / "pyproject.toml").exists()
+    assert not first.exists()
