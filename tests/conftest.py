@@ -24,6 +24,7 @@ pytest_plugins = [
     "tests.fixtures.azurite",
     "tests.fixtures.fleet",
     "tests.fixtures.docker",
+    "tests.fixtures.loadgroup",
 ]
 
 
