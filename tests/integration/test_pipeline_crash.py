@@ -178,9 +178,11 @@ def _mid_hop(db: Database, cid: int, tier: str) -> bool:
     return any(parts for t, _, _, parts in uploads(db) if t == tier)
 
 
-# More files than one batch holds (1,024), so one batch is committed before the kill.
-SMALL = {f"d{n % 4}/f{n:04d}.bin": 1024 + n % 512 for n in range(1500)} | {".metadata": 512}
-SMALL_CAP = 400_000  # bytes/s: the ~1.9 MB hop takes ~5 s, its first batch committed after ~3 s
+# Over two batches' worth (a batch holds 1,024 files): the first is committed ~3 s in, and the
+# last ~5 s after it, a window a poll and a kill hit even at a load of 16 (1,500 files left 1.5 s,
+# and once the whole hop was placed before the kill landed).
+SMALL = {f"d{n % 4}/f{n:04d}.bin": 1024 + n % 512 for n in range(2600)} | {".metadata": 512}
+SMALL_CAP = 400_000  # bytes/s: the ~3.3 MB hop takes ~8 s
 
 
 @pytest.mark.slow
