@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from tests.unit.detect.fleet import dcp_across, reconcile, step_row
 from tests.unit.retention.parts_fleet import node_context
@@ -29,7 +29,7 @@ from tierd.daemon.catalog import restores
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.fleet import register_node
 from tierd.daemon.catalog.jobs import owner_id
-from tierd.daemon.catalog.models import AuditEvent, File, Part, ReplicaState, utcnow
+from tierd.daemon.catalog.models import AuditEvent, File, Part, Replica, ReplicaState, utcnow
 from tierd.daemon.catalog.peer_copies import mark_peer_copy, peer_copies_of
 from tierd.daemon.catalog.peer_reads import PeerHolding, verified_peer_copies
 from tierd.daemon.context import Context
@@ -38,7 +38,7 @@ from tierd.daemon.restore.requests import RestoreRequest, request_restore
 from tierd.daemon.restore.runner import RestoreOptions, RestoreRunner
 from tierd.daemon.restore.source import Rebased
 from tierd.daemon.transfer.retry import Backoff
-from tierd.errors import RestoreRefused
+from tierd.errors import Conflict, RestoreRefused
 
 FAST = RestoreOptions(poll_interval=0.05, progress_interval=0.02, file_backoff=Backoff(0.0, 0.0))
 DOMAINS = {"n0": "rackA", "n1": "rackA", "n2": "rackB"}
@@ -264,3 +264,18 @@ async def test_a_restore_by_node_name_takes_exactly_that_nodes_part(
     assert restore.job.detail["part_of"] == "n2"
     with pytest.raises(RestoreRefused, match="node: 'n9' recorded no part of checkpoint"):
         await _restore(nodes[1], peers, tmp_path / "restores" / "n9", node="n9")
+
+
+async def test_the_latest_restorable_step_counts_a_step_only_peers_hold(
+    fleet: tuple[list[Context], int], tmp_path: Path
+) -> None:
+    """A node that comes back empty before any shared tier has the step still restores it by ``latest``."""
+    nodes, checkpoint_id = fleet
+    with nodes[1].db.session() as session:
+        session.execute(update(Replica).where(Replica.checkpoint_id == checkpoint_id).values(state="deleted"))
+        found = restores.resolve_checkpoint(session, checkpoint_id=None, run="demo", step=None, latest=True)
+        assert found.id == checkpoint_id
+        for holding in verified_peer_copies(session, checkpoint_id):
+            mark_peer_copy(session, holding.part_id, holding.holder, ReplicaState.FAILED)
+        with pytest.raises(Conflict, match="no complete checkpoint with a verified replica or peer copy"):
+            restores.resolve_checkpoint(session, checkpoint_id=None, run="demo", step=None, latest=True)

@@ -11,14 +11,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import Select, select, update
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.audit import append_event
 from tierd.daemon.catalog.fleet import database_now
 from tierd.daemon.catalog.models import Checkpoint, File, Node, Part, PeerCopy, ReplicaState, utcnow
 
-__all__ = ["PeerHolding", "fail_peer_copy", "has_peer_copies", "node_files", "verified_peer_copies"]
+__all__ = [
+    "PeerHolding",
+    "fail_peer_copy",
+    "has_peer_copies",
+    "node_files",
+    "peer_copied_checkpoints",
+    "verified_peer_copies",
+]
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,15 @@ def verified_peer_copies(session: Session, checkpoint_id: int) -> list[PeerHoldi
         )
         for row in rows
     ]
+
+
+def peer_copied_checkpoints() -> Select[int]:
+    """The ids of checkpoints some part of which has a verified copy on a node other than its own."""
+    return (
+        select(Part.checkpoint_id)
+        .join(PeerCopy, PeerCopy.part_id == Part.id)
+        .where(PeerCopy.state == ReplicaState.VERIFIED.value, PeerCopy.holder != Part.node)
+    )
 
 
 def has_peer_copies(session: Session, checkpoint_id: int) -> bool:

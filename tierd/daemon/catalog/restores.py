@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.audit import append_event
@@ -42,7 +42,7 @@ from tierd.daemon.catalog.models import (
 from tierd.daemon.catalog.ownership import RecordedDirectory, directories_of
 from tierd.daemon.catalog.part_replicas import set_part_copies
 from tierd.daemon.catalog.parts import find_part
-from tierd.daemon.catalog.peer_reads import has_peer_copies
+from tierd.daemon.catalog.peer_reads import has_peer_copies, peer_copied_checkpoints
 from tierd.daemon.catalog.progress import files_done, record_files_done
 from tierd.daemon.catalog.replicas import first_tier_replica, mark_replica_verified
 from tierd.errors import Conflict, NotFound
@@ -131,7 +131,8 @@ def resolve_checkpoint(
 ) -> Checkpoint:
     """The checkpoint a restore names: by id, by run and step, or the run's newest restorable step.
 
-    The newest restorable step is the newest complete one with a verified replica somewhere.
+    The newest restorable step is the newest complete one with a verified replica somewhere, or a
+    verified copy of one of its parts on a peer (what ``create_restore`` accepts).
     Raises NotFound (no such checkpoint or run), Conflict (the run has no such step).
     """
     if checkpoint_id is not None:
@@ -149,13 +150,14 @@ def resolve_checkpoint(
             raise NotFound(f"run {run!r} has no checkpoint at step {step}")
         return row
     verified = select(Replica.checkpoint_id).where(Replica.state == ReplicaState.VERIFIED.value)
+    restorable = or_(Checkpoint.id.in_(verified), Checkpoint.id.in_(peer_copied_checkpoints()))
     row = session.scalars(
-        query.where(Checkpoint.state == CheckpointState.COMPLETE.value, Checkpoint.id.in_(verified))
+        query.where(Checkpoint.state == CheckpointState.COMPLETE.value, restorable)
         .order_by(Checkpoint.step.desc())
         .limit(1)
     ).first()
     if row is None:
-        raise Conflict(f"run {run!r} has no complete checkpoint with a verified replica")
+        raise Conflict(f"run {run!r} has no complete checkpoint with a verified replica or peer copy")
     return row
 
 
