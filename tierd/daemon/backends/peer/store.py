@@ -102,8 +102,10 @@ class PeerStore:
     async def delete(self, where: str) -> int:
         """Remove a held file, or every file of a part (``where`` without a relpath); how many.
 
-        Emptied directories go too; a missing file is fine.
+        Emptied directories go too; a missing file is fine, and so is a peer directory never
+        made (nothing was held yet: a sender dropping what a copy it gave up on took).
         """
+        await self._made()
         try:
             await self.backend.stat(where)
             files = [where]
