@@ -19,6 +19,8 @@ from tests.fixtures.world import World, posix_tier
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
 from tierd.daemon.backends.budget import ByteBudget
+from tierd.daemon.backends.peer.choose import PeerNode
+from tierd.daemon.backends.peer.client import PeerClient
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.fleet import register_node
 from tierd.daemon.catalog.models import File, Part, ReplicaState
@@ -36,6 +38,7 @@ DEADLINE = 30.0
 class Receiver:
     name: str
     peer_dir: Path
+    url: str
 
     def holds(self) -> dict[str, bytes]:
         return {
@@ -43,29 +46,36 @@ class Receiver:
         }
 
 
+async def _serve(
+    tmp_path: Path, db: Database, name: str, index: int, **peer: object
+) -> tuple[Receiver, ApiService | None]:
+    """``name`` registered on 127.0.0.``index + 2`` with a peer tier; served unless it is node-d (dead)."""
+    root = tmp_path / name
+    host = f"127.0.0.{index + 2}"
+    url = f"http://{host}:{free_port()}"
+    api = None
+    if name != "node-d":
+        tier = {"name": "peers", "kind": "peer", "path": str(root / "peer"), **peer}
+        world = World.make(root, db, [posix_tier(root, "nvme"), tier], api={"tokens": TOKENS})
+        api = ApiService(create_app(world.service.ctx), host, 0)
+        await api.start()
+        url = f"http://{host}:{api.port}"
+    with db.session() as s:
+        register_node(s, name, version="t", pid=1, api=url, advertise_url=url, failure_domain=f"rack{index}")
+    return Receiver(name, root / "peer", url), api
+
+
 @pytest.fixture
 async def receivers(tmp_path: Path, sqlite_db: Database) -> AsyncIterator[list[Receiver]]:
     """node-b (full: its free_space mark is above the disk) and node-c (fine), served; node-d dead."""
     started: list[ApiService] = []
     found: list[Receiver] = []
+    full = {"free_space": {"evict_below": "1000000TB", "evict_to": "1000001TB"}}
     for index, name in enumerate(("node-b", "node-c", "node-d")):
-        root = tmp_path / name
-        peer: dict[str, object] = {"name": "peers", "kind": "peer", "path": str(root / "peer")}
-        if name == "node-b":
-            peer["free_space"] = {"evict_below": "1000000TB", "evict_to": "1000001TB"}
-        host = f"127.0.0.{index + 2}"
-        url = f"http://{host}:{free_port()}"
-        if name != "node-d":
-            world = World.make(root, sqlite_db, [posix_tier(root, "nvme"), peer], api={"tokens": TOKENS})
-            api = ApiService(create_app(world.service.ctx), host, 0)
-            await api.start()
+        receiver, api = await _serve(tmp_path, sqlite_db, name, index, **(full if name == "node-b" else {}))
+        found.append(receiver)
+        if api is not None:
             started.append(api)
-            url = f"http://{host}:{api.port}"
-        with sqlite_db.session() as s:
-            register_node(
-                s, name, version="t", pid=1, api=url, advertise_url=url, failure_domain=f"rack{index}"
-            )
-        found.append(Receiver(name, root / "peer"))
     yield found
     for api in started:
         await api.stop(5)
@@ -156,6 +166,46 @@ async def test_a_copy_cut_by_a_restart_is_made_again_whole(
         await service.stop(5)
     assert ("node-a", "node-c", "verified") in copies
     assert set(fine.holds()) >= {f"node-a/{checkpoint_id}/{r}" for r in files}
+
+
+async def test_a_holder_that_never_held_anything_drops_nothing(receivers: list[Receiver]) -> None:
+    """Its peer directory is made at the first file: before that a DELETE removes nothing (was 503)."""
+    fine = receivers[1]
+    client = PeerClient("p-token", ByteBudget(1 << 20))
+    try:
+        assert await client.drop(PeerNode(fine.name, fine.url), "node-a", 7) == 0
+    finally:
+        await client.close()
+
+
+async def test_a_holder_slow_to_drop_its_failed_copy_holds_up_no_sending(
+    tmp_path: Path, sqlite_db: Database, receivers: list[Receiver]
+) -> None:
+    """node-e, live in the catalog, takes connections and never answers: its failed copy's drop
+    waits for its answer while the part goes to the others (the drop held the part back before)."""
+    sockets: list[asyncio.StreamWriter] = []
+
+    async def silent(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sockets.append(writer)
+
+    server = await asyncio.start_server(silent, "127.0.0.5", 0)
+    url = f"http://127.0.0.5:{server.sockets[0].getsockname()[1]}"
+    with sqlite_db.session() as s:
+        register_node(s, "node-e", version="t", pid=1, api=url, advertise_url=url, failure_domain="rack3")
+    world, service = _sender(tmp_path / "node-a", sqlite_db)
+    checkpoint_id, part_id, _ = await _part(world, 4)
+    with sqlite_db.session() as s:
+        mark_peer_copy(s, part_id, "node-e", ReplicaState.FAILED, "cut")
+    async with server:
+        await service.start()
+        try:
+            copies = await _until_verified(world, checkpoint_id)
+        finally:
+            await service.stop(5)
+            for writer in sockets:
+                writer.close()
+    assert ("node-a", "node-c", "verified") in copies
+    assert ("node-a", "node-e", "failed") in copies
 
 
 async def test_without_a_token_file_the_node_only_receives(tmp_path: Path, sqlite_db: Database) -> None:

@@ -86,7 +86,7 @@ class ReplicationService:
             own = [backends[first.name], *(backends[t.name] for t in rest if not t.shared)]
             self.sender = PartSender(ctx.db, self.me, own, self.client, self.tier.replicas, slots)
         self.tasks = InFlight(self.name)
-        self._sending: set[int] = set()  # parts a task sends or drops copies of
+        self._sending: set[int] = set()  # parts a task sends
         self.lifecycle = None
         if self.client is not None:
             self.lifecycle = Lifecycle(ctx.db, ctx.config, self.client, self._sending, self.tasks.spawn)
@@ -164,7 +164,8 @@ class ReplicationService:
             if part.part_id in self._sending or not_before > now:
                 continue
             self._sending.add(part.part_id)
-            self.tasks.spawn(self._send(part, nodes, tries), f"part {part.part_id}")
+            skip = self.lifecycle.dropping_from(part.part_id)
+            self.tasks.spawn(self._send(part, nodes, tries, skip), f"part {part.part_id}")
 
     async def _relieve(self) -> None:
         """Evict held copies under disk pressure; a directory that cannot be read stops no sending."""
@@ -195,10 +196,10 @@ class ReplicationService:
             if r.advertise_url and r.age_seconds < timeout and r.name != self.ctx.config.node
         ]
 
-    async def _send(self, part: PartToSend, nodes: list[PeerNode], tries: int) -> None:
+    async def _send(self, part: PartToSend, nodes: list[PeerNode], tries: int, skip: frozenset[str]) -> None:
         assert self.sender is not None
         try:
-            outcome = await self.sender.send(part, nodes)
+            outcome = await self.sender.send(part, [n for n in nodes if n.name not in skip])
             short = len(outcome.holders) < self.sender.replicas
         except TierdError as exc:
             log.warning("peer_send_failed", checkpoint=part.checkpoint_id, error=str(exc))
