@@ -24,8 +24,10 @@ from tierd.daemon.backends.peer.client import PeerClient
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.fleet import register_node
 from tierd.daemon.catalog.models import File, Part, ReplicaState
-from tierd.daemon.catalog.peer_copies import mark_peer_copy, peer_copies_of
+from tierd.daemon.catalog.peer_copies import mark_peer_copy, peer_copies_of, reopen_copies, settle_copy
 from tierd.daemon.context import Context
+from tierd.daemon.detect.detector import FileStat, Verdict
+from tierd.daemon.detect.record import Outcome, record_checkpoint
 from tierd.daemon.replication import ReplicationService
 from tierd.daemon.transfer.retry import Backoff
 from tierd.errors import ConfigError
@@ -81,7 +83,9 @@ async def receivers(tmp_path: Path, sqlite_db: Database) -> AsyncIterator[list[R
         await api.stop(5)
 
 
-def _sender(tmp_path: Path, db: Database, token: str | None = "p-token") -> tuple[World, ReplicationService]:
+def _sender(
+    tmp_path: Path, db: Database, token: str | None = "p-token", poll: float = 0.1
+) -> tuple[World, ReplicationService]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     peer: dict[str, object] = {"name": "peers", "kind": "peer", "path": str(tmp_path / "a-peer")}
     if token is not None:
@@ -95,7 +99,7 @@ def _sender(tmp_path: Path, db: Database, token: str | None = "p-token") -> tupl
         world.backends,
         ByteBudget(4 * 1024 * 1024),
         backoff=Backoff(0.01, 0.05),
-        poll=0.1,
+        poll=poll,
     )
     return world, service
 
@@ -206,6 +210,87 @@ async def test_a_holder_slow_to_drop_its_failed_copy_holds_up_no_sending(
                 writer.close()
     assert ("node-a", "node-c", "verified") in copies
     assert ("node-a", "node-e", "failed") in copies
+
+
+async def _record(service: ReplicationService, step: int, names: dict[str, bytes], *, whole: bool) -> Outcome:
+    """Write ``names`` on node-a's tier 0 and record them as its part of the step, as detection does."""
+    ctx = service.ctx
+    relpath = f"demo/step_{step}"
+    stats = []
+    for name, data in names.items():
+        path = ctx.config.tier0.path / relpath / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        stats.append(FileStat(path, len(data), path.stat().st_mtime_ns))
+    verdict = Verdict(whole, "test", tuple(stats), partial=not whole)
+    outcome, _ = await record_checkpoint(
+        ctx, verdict, run="demo", step=step, fmt="dcp", relpath=relpath, actor="test", action="detected"
+    )
+    return outcome
+
+
+async def test_a_part_recorded_is_sent_at_once_before_its_step_completes(
+    tmp_path: Path, sqlite_db: Database, receivers: list[Receiver]
+) -> None:
+    """With an hour between passes, recording node-a's part wakes one, and the part of a step
+    still waiting for other nodes' parts goes; the marker landing beside it later is sent alone
+    to the same holder (it keeps the shard it took), and the copy is verified again."""
+    fine = receivers[1]
+    world, service = _sender(tmp_path / "node-a", sqlite_db, poll=3600)
+    shard = {"__0_0.distcp": os.urandom(3 * 1024 * 1024)}
+    with capture_logs() as logs:
+        await service.start()
+        try:
+            await service.loop.pass_done(0)
+            assert await _record(service, 7, shard, whole=False) is Outcome.PART
+            copies = await _until_verified(world, 1)
+            assert ("node-a", "node-c", "verified") in copies
+            assert await _record(service, 7, {**shard, ".metadata": b"meta"}, whole=True) is Outcome.COMPLETED
+            async with asyncio.timeout(DEADLINE):
+                while "node-a/1/demo/step_7/.metadata" not in fine.holds() or (
+                    "node-a",
+                    "node-c",
+                    "verified",
+                ) not in await asyncio.to_thread(_copies, sqlite_db, 1):
+                    await asyncio.sleep(0.05)
+        finally:
+            await service.stop(5)
+    assert fine.holds() == {
+        f"node-a/1/demo/step_7/{name}": data for name, data in {**shard, ".metadata": b"meta"}.items()
+    }
+    sent = [
+        (e["holder"], e["files"])
+        for e in logs
+        if e["event"] == "peer_copy_sending" and e["holder"] == "node-c"
+    ]
+    assert sent == [("node-c", 1), ("node-c", 1)]  # the shard, then the marker alone
+
+
+def _copies(db: Database, checkpoint_id: int) -> list[tuple[str, str, str]]:
+    with db.read_session() as s:
+        return peer_copies_of(s, checkpoint_id)
+
+
+async def test_a_copy_of_a_part_that_grew_while_sent_is_not_verified(
+    tmp_path: Path, sqlite_db: Database
+) -> None:
+    """``settle_copy`` with fewer files than the part holds now leaves the copy pending."""
+    world = World.make(tmp_path, sqlite_db, [posix_tier(tmp_path, "nvme")], node="node-a")
+    _, part_id, files = await _part(world, 2)
+    with sqlite_db.session() as s:
+        mark_peer_copy(s, part_id, "node-c", ReplicaState.COPYING)
+    with sqlite_db.session() as s:
+        assert not settle_copy(s, part_id, "node-c", len(files) - 1)
+    with sqlite_db.session() as s:
+        mark_peer_copy(s, part_id, "node-b", ReplicaState.COPYING)
+        reopen_copies(s, part_id)  # the part grew after node-b's send began
+    with sqlite_db.session() as s:
+        assert not settle_copy(s, part_id, "node-b", len(files))
+    with sqlite_db.read_session() as s:
+        assert {(h, st) for _, h, st in peer_copies_of(s, 1)} == {
+            ("node-b", "pending"),
+            ("node-c", "pending"),
+        }
 
 
 async def test_without_a_token_file_the_node_only_receives(tmp_path: Path, sqlite_db: Database) -> None:

@@ -203,9 +203,12 @@ class ReplicationService:
             short = len(outcome.holders) < self.sender.replicas
         except TierdError as exc:
             log.warning("peer_send_failed", checkpoint=part.checkpoint_id, error=str(exc))
-            short = True
+            outcome, short = None, True
         finally:
             self._sending.discard(part.part_id)
+        if outcome is not None and outcome.grew:
+            self.loop.wake()  # its new files go now, to the holders of the others
+            return
         if not short:
             self._retry.pop(part.part_id, None)
             return

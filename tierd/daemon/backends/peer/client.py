@@ -137,6 +137,15 @@ class PeerClient:
             finally:
                 await reader.close()
 
+    async def held_size(self, peer: PeerNode, file: PeerFile) -> int | None:
+        """The size of ``file`` as ``peer`` holds it (HEAD); None when it does not, or did not say."""
+        try:
+            answer = await self._http.head(peer.url + file.path())
+        except httpx.HTTPError:
+            return None
+        length = answer.headers.get("content-length", "")
+        return int(length) if answer.status_code == 200 and length.isdigit() else None
+
     async def drop(self, peer: PeerNode, node: str, checkpoint_id: int) -> int:
         """Remove ``node``'s part of the checkpoint from ``peer``; how many files it removed.
 
