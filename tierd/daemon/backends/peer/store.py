@@ -19,17 +19,20 @@ from collections.abc import AsyncIterator
 from tierd.config import PeerTier, PosixTier
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends.base import ObjectInfo, RangeReader, WriteRequest, check_relpath
-from tierd.daemon.backends.budget import ByteBudget
+from tierd.daemon.backends.budget import MIB, ByteBudget
 from tierd.daemon.backends.peer.stream import StreamReader
 from tierd.daemon.backends.posix import PosixBackend
 from tierd.errors import NoSpace, NotFound
 
-__all__ = ["CHECKSUM_HEADER", "CHECKSUM_SHAPE", "NODE_NAME", "PeerStore"]
+__all__ = ["CHECKSUM_HEADER", "CHECKSUM_SHAPE", "CHUNKS_IN_FLIGHT", "NODE_NAME", "RECEIVE_CHUNK", "PeerStore"]
 
 #: The header a sender puts the file's CRC64NVME in (base64, as S3 spells it).
 CHECKSUM_HEADER = "x-tierd-crc64nvme"
 #: A CRC64NVME in base64: 8 bytes, 12 characters, one ``=`` of padding.
 CHECKSUM_SHAPE = re.compile(r"^[A-Za-z0-9+/]{10}[AEIMQUYcgkosw048]=$")
+#: Bytes of a received file hashed and written at once, and how many such chunks are in flight.
+RECEIVE_CHUNK = 4 * MIB
+CHUNKS_IN_FLIGHT = 2
 #: A node's name as a directory of the peer tier: one path component, no control character.
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
 
@@ -40,9 +43,12 @@ class PeerStore:
     def __init__(self, tier: PeerTier, *, budget: ByteBudget | None = None) -> None:
         """Over ``tier.path``; nothing is opened until a request comes."""
         self.tier = tier
-        # One chunk at a time: a streamed body is read in order (StreamReader).
-        posix = PosixTier(name=tier.name, kind="posix", path=tier.path, concurrency=1, verify=tier.verify)
-        self.backend = PosixBackend(posix, budget=budget)
+        # Two chunks of a file at a time: one hashed and written while the next arrives (the
+        # stream hands them out in order: StreamReader).
+        posix = PosixTier(
+            name=tier.name, kind="posix", path=tier.path, concurrency=CHUNKS_IN_FLIGHT, verify=tier.verify
+        )
+        self.backend = PosixBackend(posix, budget=budget, chunk_size=RECEIVE_CHUNK)
         #: Files moving at once (the tier's ``concurrency``): the routes answer 503 past it.
         self.slots = asyncio.Semaphore(tier.concurrency)
         self._exists = False
