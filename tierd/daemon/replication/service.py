@@ -106,7 +106,10 @@ class ReplicationService:
             bucket = TokenBucket(float(tier.bandwidth_limit))
             pace = bucket.take
         verify: bool | str = True if tier.ca_file is None else str(tier.ca_file)
-        return PeerClient(token, budget, verify=verify, pace=pace)
+        refused = self.ctx.metrics.peer_refusals
+        return PeerClient(
+            token, budget, verify=verify, pace=pace, on_refusal=lambda r: refused.labels(r).inc()
+        )
 
     @property
     def me(self) -> PeerNode:
