@@ -16,7 +16,9 @@ last file written, polled every 50 ms in the catalog:
   and copies it to ``pfs``, so this is the whole daemon's cost per GiB, not the peer
   transfer's alone; ``idle_cpu_seconds``: the four daemons' CPU over ``IDLE`` seconds once
   every copy is settled (what the peer tier costs an idle fleet, beside its pipeline);
-- ``peak_rss_bytes``: the largest of the daemons' own peaks (``VmHWM``; goal: under 150 MB).
+- ``peak_rss_bytes``: the largest of the daemons' own peaks (``VmHWM``; goal: under 150 MB);
+  ``ready_rss_bytes``: the largest peak once every daemon is up, before any step (what the
+  imports and start-up take, beside what moving the bytes adds).
 
 ``TIERD_BENCH_PEER_ROUNDS`` (5; quick: 2) rounds.
 """
@@ -116,6 +118,7 @@ def _run(root: Any, url: str) -> None:
     via_peers = 0
     try:
         fleet.start(timeout=300)
+        ready = max(vm_hwm_bytes(node.pid) or 0 for node in fleet.nodes)
         with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as conn:
             cpu_before = _cpu(fleet)
             for step in range(1, rounds + 1):
@@ -141,6 +144,7 @@ def _run(root: Any, url: str) -> None:
         "pfs: seconds from the last shard written to the step verified on the parallel-FS tier",
         percentile(pfs, 50),
         peak_rss=peak,
+        ready_rss_bytes=ready,
         nodes=NODES,
         rounds=rounds,
         part_bytes=part_bytes,
