@@ -266,6 +266,27 @@ async def test_a_part_recorded_is_sent_at_once_before_its_step_completes(
     assert sent == [("node-c", 1), ("node-c", 1)]  # the shard, then the marker alone
 
 
+async def test_a_part_whose_holder_is_written_off_goes_to_another_at_once(
+    tmp_path: Path, sqlite_db: Database, receivers: list[Receiver]
+) -> None:
+    """With an hour between passes: the pass sends first, then writes off node-z's copy (no
+    heartbeat) and wakes the next, which sends the part to node-c."""
+    world, service = _sender(tmp_path / "node-a", sqlite_db, poll=3600)
+    checkpoint_id, part_id, _ = await _part(world, 6)
+    with sqlite_db.session() as s:
+        mark_peer_copy(s, part_id, "node-z", ReplicaState.VERIFIED)
+    await service.start()
+    try:
+        async with asyncio.timeout(DEADLINE):
+            while ("node-a", "node-c", "verified") not in await asyncio.to_thread(
+                _copies, sqlite_db, checkpoint_id
+            ):
+                await asyncio.sleep(0.05)
+    finally:
+        await service.stop(5)
+    assert ("node-a", "node-z", "failed") in await asyncio.to_thread(_copies, sqlite_db, checkpoint_id)
+
+
 def _copies(db: Database, checkpoint_id: int) -> list[tuple[str, str, str]]:
     with db.read_session() as s:
         return peer_copies_of(s, checkpoint_id)

@@ -58,9 +58,13 @@ class Lifecycle:
         """The holders being asked to drop their copy of the part (not to be sent it meanwhile)."""
         return frozenset(holder for part, holder in self.dropping if part == part_id)
 
-    async def tend(self, live: Sequence[PeerNode]) -> None:
-        """Write off dead holders' copies, and start dropping what live holders should not keep."""
-        for checkpoint_id, holder in await blocking(self._write_off, [n.name for n in live]):
+    async def tend(self, live: Sequence[PeerNode]) -> bool:
+        """Write off dead holders' copies, and start dropping what live holders should not keep.
+
+        Returns whether a copy was written off (its part is to be sent again).
+        """
+        written_off = await blocking(self._write_off, [n.name for n in live])
+        for checkpoint_id, holder in written_off:
             log.warning("peer_copy_written_off", checkpoint=checkpoint_id, holder=holder)
         by_name = {n.name: n for n in live}
         by_part: dict[int, list[tuple[CopyToDrop, PeerNode]]] = {}
@@ -72,6 +76,7 @@ class Lifecycle:
         for part_id, drops in by_part.items():
             self.dropping.update((part_id, drop.holder) for drop, _ in drops)
             self.spawn(self._drop_all(drops), f"drop part {part_id}")
+        return bool(written_off)
 
     def _write_off(self, live: list[str]) -> list[tuple[int, str]]:
         with self.db.session() as session:

@@ -148,19 +148,29 @@ class ReplicationService:
             log.info("peer_leftovers_removed", tier=store.tier.name, files=removed)
 
     async def _pass(self) -> None:
-        """Relieve disk pressure; send every part that lacks copies, not being sent nor backing off."""
+        """Relieve disk pressure, send the parts that lack copies, then tend the copies made.
+
+        Sending comes before tending (``lifecycle``): a part just recorded does not wait for
+        the write-offs and drops of older ones; a part whose holder was written off goes at
+        the next pass, at once.
+        """
         if self.ctx.draining:
             return
         await self._relieve()
         if self.sender is None or self.lifecycle is None:
             return
         nodes = await blocking(self._live_nodes)
-        await self.lifecycle.tend(nodes)
+        await self._send_all(nodes)
+        if await self.lifecycle.tend(nodes):
+            self.loop.wake()
+
+    async def _send_all(self, nodes: list[PeerNode]) -> None:
+        """Start a task for each part that lacks copies, not being sent nor backing off."""
+        assert self.sender is not None
+        assert self.lifecycle is not None
         todo = await blocking(self._todo, self.sender.replicas)
         wanted = {part.part_id for part in todo}
         self._retry = {k: v for k, v in self._retry.items() if k in wanted}
-        if not todo:
-            return
         now = time.monotonic()
         for part in todo:
             tries, not_before = self._retry.get(part.part_id, (0, 0.0))
