@@ -1,15 +1,20 @@
-"""A streamed request body read as a RangeReader: chunks asked for at once are served in order."""
+"""A streamed request body read as a RangeReader: chunks asked for at once are served in order;
+the buffers a peer store receives into."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
+from tierd.config import PeerTier
 from tierd.daemon.backends.base import read_full
-from tierd.daemon.backends.peer import StreamReader
+from tierd.daemon.backends.budget import ByteBudget, default_budget
+from tierd.daemon.backends.peer import PeerStore, StreamReader
+from tierd.daemon.backends.peer.store import RECEIVE_BUDGET
 from tierd.errors import IntegrityError
 
 DATA = os.urandom(1024 * 1024)
@@ -45,3 +50,13 @@ async def test_bytes_read_already_are_not_read_again() -> None:
     await read_full(reader, 0, memoryview(bytearray(HALF)), where="f")
     with pytest.raises(IntegrityError, match="read once, in order"):
         await reader.read_into(0, memoryview(bytearray(10)))
+
+
+def test_receiving_takes_its_buffers_from_a_budget_of_its_own(tmp_path: Path) -> None:
+    """Not the process-wide default (64 MiB), which came on top of the daemon's own budget."""
+    tier = PeerTier(name="peers", kind="peer", path=tmp_path / "peer")
+    store = PeerStore(tier)
+    assert store.backend.budget is not default_budget()
+    assert store.backend.budget.limit == RECEIVE_BUDGET == 16 * 1024 * 1024
+    mine = ByteBudget(1 << 20)
+    assert PeerStore(tier, budget=mine).backend.budget is mine
