@@ -18,6 +18,8 @@ from tests.fixtures.tmpfs import small_disk
 from tests.fixtures.world import World, posix_tier
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
+from tierd.config import Config
+from tierd.config.changes import config_changes
 from tierd.daemon.backends.budget import ByteBudget
 from tierd.daemon.backends.peer.choose import PeerNode
 from tierd.daemon.backends.peer.client import PeerClient
@@ -285,6 +287,42 @@ async def test_a_part_whose_holder_is_written_off_goes_to_another_at_once(
     finally:
         await service.stop(5)
     assert ("node-a", "node-z", "failed") in await asyncio.to_thread(_copies, sqlite_db, checkpoint_id)
+
+
+async def test_the_peer_tiers_bandwidth_limit_is_reloaded(
+    tmp_path: Path, sqlite_db: Database, receivers: list[Receiver]
+) -> None:
+    """A reload (``config_changes``, as SIGHUP runs it) sets, changes and lifts the cap the
+    sends pay; the new ``retention.keep_last`` reaches the drops too."""
+    world, service = _sender(tmp_path / "node-a", sqlite_db)
+    assert service.bucket is None
+
+    def reloaded(**peer: object) -> Config:
+        data = world.config.model_dump(mode="json", exclude_unset=True)
+        data["tiers"].insert(1, {**data.pop("peer"), **peer})  # where the file has it
+        changes = config_changes(service.ctx.config, Config(**data))
+        assert changes.need_restart == ()
+        service.ctx.config = changes.config
+        service.reconfigure(changes.config)
+        return changes.config
+
+    reloaded(bandwidth_limit="2MB")
+    bucket = service.bucket
+    assert bucket is not None
+    assert bucket.rate == 2_000_000
+    config = reloaded(bandwidth_limit="8MB", retention={"keep_last": 3})
+    assert service.bucket is bucket
+    assert bucket.rate == 8_000_000
+    assert service.lifecycle is not None
+    assert service.lifecycle.config is config
+    checkpoint_id, _, _ = await _part(world, 8)
+    await service.start()
+    try:
+        await _until_verified(world, checkpoint_id)  # 9 MiB at 8 MB/s: paced, and sent
+    finally:
+        await service.stop(5)
+    reloaded(bandwidth_limit=None)
+    assert service.bucket is None
 
 
 def _copies(db: Database, checkpoint_id: int) -> list[tuple[str, str, str]]:

@@ -76,6 +76,8 @@ class ReplicationService:
         self.tier = ctx.config.peer
         check_marks(ctx.config)
         self.backoff = backoff
+        #: The peer tier's bandwidth limit, shared by every send (None: none).
+        self.bucket: TokenBucket | None = None
         token = peer_token(self.tier)
         self.client: PeerClient | None = None
         self.sender: PartSender | None = None
@@ -101,15 +103,35 @@ class ReplicationService:
         )
 
     def _client(self, tier: PeerTier, token: str, budget: ByteBudget) -> PeerClient:
-        pace = None
-        if tier.bandwidth_limit is not None:
-            bucket = TokenBucket(float(tier.bandwidth_limit))
-            pace = bucket.take
+        self._retune(tier)
         verify: bool | str = True if tier.ca_file is None else str(tier.ca_file)
         refused = self.ctx.metrics.peer_refusals
         return PeerClient(
-            token, budget, verify=verify, pace=pace, on_refusal=lambda r: refused.labels(r).inc()
+            token, budget, verify=verify, pace=self._pace, on_refusal=lambda r: refused.labels(r).inc()
         )
+
+    async def _pace(self, nbytes: int) -> None:
+        """Wait until ``nbytes`` more may be sent under the peer tier's ``bandwidth_limit`` (if any)."""
+        if self.bucket is not None:
+            await self.bucket.take(nbytes)
+
+    def _retune(self, tier: PeerTier) -> None:
+        """Take the tier's ``bandwidth_limit``: the sends under way pay it from their next chunk."""
+        limit = tier.bandwidth_limit
+        if not limit:
+            self.bucket = None
+        elif self.bucket is None:
+            self.bucket = TokenBucket(float(limit))
+        elif self.bucket.rate != float(limit):
+            self.bucket.set_rate(float(limit))
+
+    def reconfigure(self, config: Config) -> None:
+        """A reload: the peer tier's ``bandwidth_limit`` and ``retention`` (its reloadable keys)."""
+        self.tier = config.peer
+        if self.tier is not None and self.client is not None:
+            self._retune(self.tier)
+        if self.lifecycle is not None:
+            self.lifecycle.config = config
 
     @property
     def me(self) -> PeerNode:
