@@ -10,9 +10,8 @@ checked against the room the directory has before a byte is read (NoSpace: the p
 
 What receiving holds in memory is bounded by a budget of its own (``RECEIVE_BUDGET``): the
 API builds its store without the daemon's budget, and the process-wide default one (64 MiB)
-let the files arriving at once fill it, on top of the daemon's own 32 MiB (bench_peer's
-peak RSS was the daemon at start plus 64 MiB). Four files at once move at full pace; more
-wait for a buffer, in order.
+let the files arriving at once take up to 64 MiB on top of the daemon's own 32 MiB. Four
+files at once move at full pace; more wait for a buffer, in order.
 """
 
 from __future__ import annotations
