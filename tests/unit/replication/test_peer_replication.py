@@ -25,8 +25,15 @@ from tierd.daemon.backends.peer.choose import PeerNode
 from tierd.daemon.backends.peer.client import PeerClient
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.fleet import register_node
-from tierd.daemon.catalog.models import File, Part, ReplicaState
-from tierd.daemon.catalog.peer_copies import mark_peer_copy, peer_copies_of, reopen_copies, settle_copy
+from tierd.daemon.catalog.models import Checkpoint, File, Part, ReplicaState
+from tierd.daemon.catalog.peer_copies import (
+    copies_to_drop,
+    mark_peer_copy,
+    parts_to_send,
+    peer_copies_of,
+    reopen_copies,
+    settle_copy,
+)
 from tierd.daemon.context import Context
 from tierd.daemon.detect.detector import FileStat, Verdict
 from tierd.daemon.detect.record import Outcome, record_checkpoint
@@ -323,6 +330,26 @@ async def test_the_peer_tiers_bandwidth_limit_is_reloaded(
         await service.stop(5)
     reloaded(bandwidth_limit=None)
     assert service.bucket is None
+
+
+async def test_a_waiting_steps_part_is_sent_and_its_copy_kept_until_newer_steps_complete(
+    tmp_path: Path, sqlite_db: Database
+) -> None:
+    """``parts_to_send`` offers a part of a step still waiting for other nodes' parts, and
+    ``copies_to_drop`` keeps its copy, until ``keep_last`` newer steps are complete."""
+    world = World.make(tmp_path, sqlite_db, [posix_tier(tmp_path, "nvme")], node="node-a")
+    _, part_id, _ = await _part(world, 2)
+    with sqlite_db.session() as s:
+        s.execute(update(Checkpoint).where(Checkpoint.step == 2).values(state="waiting"))
+    with sqlite_db.read_session() as s:
+        assert [p.part_id for p in parts_to_send(s, "node-a", 1, [], 1)] == [part_id]
+    with sqlite_db.session() as s:
+        mark_peer_copy(s, part_id, "node-c", ReplicaState.VERIFIED)
+    with sqlite_db.read_session() as s:
+        assert copies_to_drop(s, "node-a", [], 1) == []
+    await world.add(3, on={"nvme": "verified"})  # a newer step, complete: the waiting one is abandoned
+    with sqlite_db.read_session() as s:
+        assert [(d.part_id, d.reason) for d in copies_to_drop(s, "node-a", [], 1)] == [(part_id, "retention")]
 
 
 def _copies(db: Database, checkpoint_id: int) -> list[tuple[str, str, str]]:
