@@ -196,21 +196,11 @@ def parts_to_send(
         query = query.where(_newer_complete_steps() < keep_last)
     rows = session.execute(query).all()
     ids = [r[0] for r in rows]
-    holders = _holders(session, ids, node, ReplicaState.VERIFIED)
-    passed = _holders(session, ids, node, ReplicaState.DELETED)
-    earlier = _holders(session, ids, node, ReplicaState.PENDING)
-    return [
-        PartToSend(
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            tuple(holders.get(r[0], ())),
-            tuple(passed.get(r[0], ())),
-            tuple(earlier.get(r[0], ())),
-        )
-        for r in rows
-    ]
+    held, passed, earlier = (
+        _holders(session, ids, node, state)
+        for state in (ReplicaState.VERIFIED, ReplicaState.DELETED, ReplicaState.PENDING)
+    )
+    return [PartToSend(*r, *(tuple(by.get(r[0], ())) for by in (held, passed, earlier))) for r in rows]
 
 
 def _newer_complete_steps() -> ColumnElement[int]:
