@@ -15,10 +15,18 @@ last file written, polled every 50 ms in the catalog:
   GiB written: every node both sends and receives, and also hashes its part at first sight
   and copies it to ``pfs``, so this is the whole daemon's cost per GiB, not the peer
   transfer's alone; ``idle_cpu_seconds``: the four daemons' CPU over ``IDLE`` seconds once
-  every copy is settled (what the peer tier costs an idle fleet, beside its pipeline);
-- ``peak_rss_bytes``: the largest of the daemons' own peaks (``VmHWM``; goal: under 150 MB).
+  every copy is settled (what the peer tier costs an idle fleet, beside its pipeline), and
+  ``idle_catalog_transactions_per_node_minute`` the catalog transactions meanwhile
+  (``pg_stat_database``, per node and minute: a backend reports its counts up to 10 s late,
+  hence the minute);
+- ``peak_rss_bytes``: the largest of the daemons' own peaks (``VmHWM``; goal: under 150 MB);
+  ``ready_rss_bytes``: the largest peak once every daemon is up, before any step (what the
+  imports and start-up take, beside what moving the bytes adds).
 
-``TIERD_BENCH_PEER_ROUNDS`` (5; quick: 2) rounds.
+``TIERD_BENCH_PEER_ROUNDS`` (5; quick: 2) rounds. After each, the step is deleted on every tier
+(``DELETE /v1/checkpoints/{id}``, the POSIX tiers' ``delete_delay`` 0) and the next round waits
+until its files are gone: the disk holds one round's data at a time (1 GiB per node is 12 GiB:
+tier 0, the PFS and the peer copies).
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ import shutil
 import time
 from typing import Any
 
+import httpx
 import psycopg
+import yaml
 
 from bench.common import bench_root, emit, env_int, note, percentile, quick, vm_hwm_bytes
 from bench.harness import tierd_source
@@ -40,7 +50,7 @@ from tests.integration.fleet_jobs import dcp_metadata, shard_name
 
 NODES = 4
 POLL = 0.05
-IDLE = 20.0
+IDLE = 60.0
 LIMIT = 900.0
 GIB = 1024**3
 
@@ -94,6 +104,47 @@ def follow(conn: Any, step: int, written: float) -> tuple[float, float, bool]:
     return safe, pfs, peers_first
 
 
+def deletable_at_once(fleet: Fleet) -> None:
+    """Give every node's POSIX tiers ``delete_delay: 0`` (before the fleet starts)."""
+    for node in fleet.nodes:
+        path = node.root / "tierd.yaml"
+        data = yaml.safe_load(path.read_text())
+        for tier in data["tiers"]:
+            if tier["kind"] == "posix":
+                tier["delete_delay"] = 0
+        path.write_text(yaml.safe_dump(data))
+
+
+def drop_step(fleet: Fleet, conn: Any, step: int) -> None:
+    """Delete the step on every tier through the API; return once no file of it is left.
+
+    The other nodes' retention is woken by an unpin (a no-op on a step never pinned), so each
+    removes its own tier-0 part now rather than at its next pass.
+    """
+    checkpoint_id = conn.execute(STEP, (step,)).fetchone()[0]
+    reason = {"reason": "bench: room for the next round"}
+    for index, node in enumerate(fleet.nodes):
+        path = f"{node.url}/v1/checkpoints/{checkpoint_id}" + ("" if index == 0 else "/pin")
+        httpx.delete(path, params=reason, headers=node.headers, timeout=30).raise_for_status()
+    places = [n.watch_dir / f"step_{step}" for n in fleet.nodes]
+    deadline = time.monotonic() + LIMIT
+    while any(p.exists() and any(f.is_file() for f in p.rglob("*")) for p in places) or any(
+        fleet.pfs.rglob(f"step_{step}/*")
+    ):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"step {step}: not deleted within {LIMIT:.0f} s")
+        time.sleep(0.5)
+
+
+def _transactions(conn: Any) -> int:
+    """Transactions the catalog database committed or rolled back so far (``pg_stat_database``)."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+    ).fetchone()
+    return int(row[0])
+
+
 def _cpu(fleet: Fleet) -> float:
     return sum(sum(daemon_cpu(node.pid)) for node in fleet.nodes)
 
@@ -110,26 +161,31 @@ def _run(root: Any, url: str) -> None:
         exec=True,
     )
     fleet = build_fleet(root / "fleet", url, spec)
+    deletable_at_once(fleet)
     load = OtherLoad()
     safe: list[float] = []
     pfs: list[float] = []
     via_peers = 0
     try:
         fleet.start(timeout=300)
+        ready = max(vm_hwm_bytes(node.pid) or 0 for node in fleet.nodes)
         with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as conn:
-            cpu_before = _cpu(fleet)
+            busy_cpu = 0.0
             for step in range(1, rounds + 1):
+                cpu_before = _cpu(fleet)
                 written = write_step(fleet, step, part_bytes)
                 seconds_safe, seconds_pfs, peers_first = follow(conn, step, written)
+                busy_cpu += _cpu(fleet) - cpu_before
+                note(f"peer: step {step} safe in {seconds_safe:.2f}s, on pfs in {seconds_pfs:.2f}s")
+                drop_step(fleet, conn, step)
                 safe.append(seconds_safe)
                 pfs.append(seconds_pfs)
                 via_peers += peers_first
-                note(f"peer: step {step} safe in {seconds_safe:.2f}s, on pfs in {seconds_pfs:.2f}s")
-            busy_cpu = _cpu(fleet) - cpu_before
-        time.sleep(IDLE / 2)  # the last drops and deletes settle
-        idle_before = _cpu(fleet)
-        time.sleep(IDLE)
-        idle_cpu = _cpu(fleet) - idle_before
+            time.sleep(IDLE / 2)  # the last drops and deletes settle
+            idle_before, transactions_before = _cpu(fleet), _transactions(conn)
+            time.sleep(IDLE)
+            idle_cpu = _cpu(fleet) - idle_before
+            idle_transactions = _transactions(conn) - transactions_before - 1  # less the reading one
         peak = max(vm_hwm_bytes(node.pid) or 0 for node in fleet.nodes)
         problems = {n.name: n.problems()[-3:] for n in fleet.nodes if n.problems()}
     finally:
@@ -141,6 +197,7 @@ def _run(root: Any, url: str) -> None:
         "pfs: seconds from the last shard written to the step verified on the parallel-FS tier",
         percentile(pfs, 50),
         peak_rss=peak,
+        ready_rss_bytes=ready,
         nodes=NODES,
         rounds=rounds,
         part_bytes=part_bytes,
@@ -151,6 +208,7 @@ def _run(root: Any, url: str) -> None:
         via_peers=via_peers,
         daemon_cpu_seconds_per_gib=round(busy_cpu / gib, 3),
         idle_cpu_seconds=round(idle_cpu, 3),
+        idle_catalog_transactions_per_node_minute=round(idle_transactions / NODES * 60 / IDLE, 1),
         idle_seconds=IDLE,
         daemon_problems=problems,
         loadavg_1m_after=round(os.getloadavg()[0], 2),

@@ -10,6 +10,9 @@ rack1), the parallel-FS hop held back (its directory missing). One fleet for the
 - a peer killed (kill -9) while it takes a part: another takes it, and once it is back nothing
   of that part is left in its peer directory.
 
+Each refusal is counted on its sender's ``/metrics``: ``tierd_peer_refusals_total{reason}``
+(full, mismatch, forbidden, dead).
+
 Slow (about 40 s here): four daemons and a spawned 4-rank gloo save; every case shares them.
 """
 
@@ -25,9 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fixtures.faultproxy import Fault, FaultProxy, Rule
 from tests.fixtures.fleet import ADMIN_TOKEN, RUN, Fleet, FleetSpec, Node, build_fleet
@@ -78,6 +83,15 @@ class PeerFleet:
             return found[0] if found else None
 
         return self.fleet.wait_for(holder, WAIT, f"{node}'s part of step {step} verified on a peer")
+
+    def refused(self, sender: Node, reason: str) -> float:
+        """``tierd_peer_refusals_total{reason}`` on the sender's ``/metrics``."""
+        text = httpx.get(f"{sender.url}/metrics", timeout=10).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "tierd_peer_refusals_total" and sample.labels == {"reason": reason}:
+                    return sample.value
+        raise AssertionError(f"{sender.name}: no tierd_peer_refusals_total{{reason={reason!r}}}")
 
     def refusals(self, sender: Node, status: int) -> list[str]:
         return [
@@ -164,6 +178,7 @@ def test_a_full_peer_refuses_visibly_and_another_takes_the_part(peers: PeerFleet
     _whole_step(peers.nodes[0], step, 3 * 1024 * 1024)  # more than node3's 2 MiB tmpfs holds
     assert peers.verified_at(step, "node0") == "node2"
     assert "node3" in peers.refusals(peers.nodes[0], 507)
+    assert peers.refused(peers.nodes[0], "full") >= 1
     failed = [c for c in peers.copies(step) if c["holder"] == "node3"]
     assert [c["state"] for c in failed] in (["failed"], ["deleted"])
 
@@ -177,6 +192,7 @@ def test_a_byte_changed_in_flight_is_refused_and_sent_again(peers: PeerFleet) ->
     finally:
         peers.proxy.set_rules([])
     assert "node1" in peers.refusals(peers.nodes[2], 422)
+    assert peers.refused(peers.nodes[2], "mismatch") >= 1
 
 
 def test_a_peer_refusing_the_token_is_passed_over(peers: PeerFleet) -> None:
@@ -188,6 +204,7 @@ def test_a_peer_refusing_the_token_is_passed_over(peers: PeerFleet) -> None:
     finally:
         _set_peer_role(peers.nodes[2], "peer")
     assert "node2" in peers.refusals(peers.nodes[0], 403)
+    assert peers.refused(peers.nodes[0], "forbidden") >= 1
 
 
 def test_a_peer_killed_mid_transfer_leaves_nothing_and_another_takes_the_part(peers: PeerFleet) -> None:
@@ -199,8 +216,10 @@ def test_a_peer_killed_mid_transfer_leaves_nothing_and_another_takes_the_part(pe
         return any(c["holder"] == "node0" and c["state"] == "copying" for c in peers.copies(step))
 
     fleet.wait_for(copying, WAIT, "node3's part on its way to node0", 0.05)
+    dead_before = peers.refused(sender, "dead")
     victim.kill()
     assert peers.verified_at(step, "node3") == "node1"
+    assert peers.refused(sender, "dead") > dead_before
     fleet.restart(victim)
     checkpoint_id = peers.checkpoint(step)["id"]
     part = victim.root / "peer" / "node3" / str(checkpoint_id)

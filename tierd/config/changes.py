@@ -8,24 +8,30 @@ restart, and a reload keeps its old value (and says so):
 - ``retention.dry_run``, and per tier ``tiers.N.retention`` (its rules), ``tiers.N.delete_delay``
   and ``tiers.N.bandwidth_limit``: read by the next pass, plan or copy.
 
-A tier's reloadable keys are applied only while the list of tiers (their names and kinds) is the
-same: a tier added, removed, renamed or reordered is a restart (``tiers``).
+The ``kind: peer`` tier, kept apart from the chain (``Config.peer``), takes the same keys
+(``peer.retention``, ``peer.delete_delay``, ``peer.bandwidth_limit``).
+
+A tier's reloadable keys are applied only while the list of tiers (their names and kinds, the
+peer tier's among them) is the same: a tier added, removed, renamed or reordered is a restart
+(``tiers``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from tierd.config.model import Config
 from tierd.config.stores import AnyTier
+from tierd.config.tiers import PeerTier
 
 __all__ = ["RELOADABLE_TIER_KEYS", "ConfigChanges", "config_changes"]
 
 #: A tier's keys a reload applies (under ``tiers.N.``).
 RELOADABLE_TIER_KEYS = ("retention", "delete_delay", "bandwidth_limit")
 _RELOADABLE = ("api.tokens", "log.level", "retention.dry_run")
+T = TypeVar("T", AnyTier, PeerTier)
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,9 @@ def _reloadable(key: str, same_tiers: bool) -> bool:
     if any(key == k or key.startswith(k + ".") for k in _RELOADABLE):
         return True
     parts = key.split(".")
-    return same_tiers and len(parts) >= 3 and parts[0] == "tiers" and parts[2] in RELOADABLE_TIER_KEYS
+    in_chain = len(parts) >= 3 and parts[0] == "tiers" and parts[2] in RELOADABLE_TIER_KEYS
+    peer = len(parts) >= 2 and parts[0] == "peer" and parts[1] in RELOADABLE_TIER_KEYS
+    return same_tiers and (in_chain or peer)
 
 
 def _add(keys: list[str], key: str) -> None:
@@ -73,7 +81,10 @@ def _add(keys: list[str], key: str) -> None:
 
 
 def _tier_kinds(config: Config) -> list[tuple[str, str]]:
-    return [(t.name, t.kind) for t in config.tiers]
+    kinds: list[tuple[str, str]] = [(t.name, t.kind) for t in config.tiers]
+    if config.peer is not None:
+        kinds.append((config.peer.name, config.peer.kind))
+    return kinds
 
 
 def _merged(old: Config, new: Config, same_tiers: bool) -> Config:
@@ -85,10 +96,12 @@ def _merged(old: Config, new: Config, same_tiers: bool) -> Config:
     }
     if same_tiers:
         update["tiers"] = [_tier_merged(a, b) for a, b in zip(old.tiers, new.tiers, strict=True)]
+        if old.peer is not None and new.peer is not None:
+            update["peer"] = _tier_merged(old.peer, new.peer)
     return old.model_copy(update=update)
 
 
-def _tier_merged(old: AnyTier, new: AnyTier) -> AnyTier:
+def _tier_merged(old: T, new: T) -> T:
     return old.model_copy(update={key: getattr(new, key) for key in RELOADABLE_TIER_KEYS})
 
 

@@ -46,6 +46,7 @@ from tierd.daemon.catalog.models import (
     utcnow,
 )
 from tierd.daemon.catalog.part_replicas import part_replica
+from tierd.daemon.catalog.peer_copies import reopen_copies
 from tierd.daemon.catalog.replicas import add_first_replicas
 
 __all__ = [
@@ -195,8 +196,9 @@ def extend_part(
     Either the format's completion marker landed beside shards the node had recorded (it
     cannot know it is the coordinator until then: ``marked``, and the part becomes marked), or
     a file the step expects appeared on the node after its part was recorded (a rank that
-    wrote late). The tier-0 replica counts the new bytes. Nothing is copied before the step
-    completes, so no other tier holds the part yet. Returns how many files were added.
+    wrote late). The tier-0 replica counts the new bytes. No tier's hop copies a part before
+    its step completes; the part's peer copies (made as soon as it was recorded) are reopened
+    for the new files (``reopen_copies``). Returns how many files were added.
     """
     kept = unheld_files(session, row, files)
     part.file_count += len(kept)
@@ -205,6 +207,8 @@ def extend_part(
     part.marked = part.marked or marked
     if (local := part_replica(session, part.id, tier0)) is not None:
         local.bytes_done = part.total_bytes
+    if kept:
+        reopen_copies(session, part.id)
     return len(kept)
 
 

@@ -8,6 +8,10 @@ earliest such times.
 The sending side asks ``parts_to_send`` which of its node's parts still lack copies, and
 ``interrupt_copies`` at start-up turns the copies it was making when it stopped into
 ``failed`` (they are made again: a copy is ``verified`` only once every file reached its holder).
+A part is sent once recorded, its step waiting or complete; a part that grows afterwards (the
+format's marker, or a late rank's file, landed beside it) has its copies ``reopen``ed to
+``pending``: its holders hold its earlier files and get the new ones (``settle_copy`` verifies
+a copy only when it took every file the part has at that moment).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from tierd.daemon.catalog.dialect import insert_or_update
 from tierd.daemon.catalog.models import (
     Checkpoint,
     CheckpointState,
+    File,
     Hold,
     Part,
     PartReplica,
@@ -46,7 +51,9 @@ __all__ = [
     "newest_safe_created_at",
     "parts_to_send",
     "peer_copies_of",
+    "reopen_copies",
     "safe_since",
+    "settle_copy",
 ]
 
 #: How many of the newest complete steps ``newest_safe_created_at`` looks at (a scrape's bound).
@@ -149,6 +156,8 @@ class PartToSend:
     holders: tuple[str, ...]
     #: Nodes whose copy of the part was dropped or evicted: tried after the others.
     passed: tuple[str, ...] = ()
+    #: Nodes holding the part's files as they were before it grew (``pending``): tried first.
+    earlier: tuple[str, ...] = ()
 
 
 def parts_to_send(
@@ -159,13 +168,15 @@ def parts_to_send(
     keep_last: int | None,
     limit: int = 64,
 ) -> list[PartToSend]:
-    """``node``'s parts of complete steps with fewer than ``replicas`` verified copies on other nodes.
+    """``node``'s recorded parts with fewer than ``replicas`` verified copies on other nodes.
 
+    A part goes once recorded, its step complete or still waiting for other nodes' parts:
+    a node's part is at risk from the moment it lands, not from the step's last part.
     Newest step first, at most ``limit``. Left out: a part verified on a shared tier (or
     whose whole step is), and, with ``keep_last``, a step not among its run's newest
     ``keep_last`` complete steps (the peer tier's retention would drop it at once).
     """
-    complete = CheckpointState.COMPLETE.value
+    live = [CheckpointState.COMPLETE.value, CheckpointState.WAITING.value]
     copies = (
         select(func.count())
         .where(PeerCopy.part_id == Part.id, PeerCopy.holder != node)
@@ -176,7 +187,7 @@ def parts_to_send(
         select(Part.id, Part.checkpoint_id, Run.name, Checkpoint.step)
         .join(Checkpoint, Checkpoint.id == Part.checkpoint_id)
         .join(Run, Run.id == Checkpoint.run_id)
-        .where(Part.node == node, Checkpoint.state == complete, copies < replicas)
+        .where(Part.node == node, Checkpoint.state.in_(live), copies < replicas)
         .where(~_on_shared(shared_tiers))
         .order_by(Checkpoint.created_at.desc(), Part.id.desc())
         .limit(limit)
@@ -185,12 +196,11 @@ def parts_to_send(
         query = query.where(_newer_complete_steps() < keep_last)
     rows = session.execute(query).all()
     ids = [r[0] for r in rows]
-    holders = _holders(session, ids, node, ReplicaState.VERIFIED)
-    passed = _holders(session, ids, node, ReplicaState.DELETED)
-    return [
-        PartToSend(r[0], r[1], r[2], r[3], tuple(holders.get(r[0], ())), tuple(passed.get(r[0], ())))
-        for r in rows
-    ]
+    held, passed, earlier = (
+        _holders(session, ids, node, state)
+        for state in (ReplicaState.VERIFIED, ReplicaState.DELETED, ReplicaState.PENDING)
+    )
+    return [PartToSend(*r, *(tuple(by.get(r[0], ())) for by in (held, passed, earlier))) for r in rows]
 
 
 def _newer_complete_steps() -> ColumnElement[int]:
@@ -253,6 +263,52 @@ def interrupt_copies(session: Session, node: str) -> int:
     return int(getattr(result, "rowcount", 0) or 0)
 
 
+def reopen_copies(session: Session, part_id: int) -> int:
+    """Turn the part's ``verified`` and ``copying`` copies into ``pending``: it grew; how many.
+
+    Their holders keep the files they took, and get the part's new ones from its sender.
+    """
+    result = session.execute(
+        update(PeerCopy)
+        .where(
+            PeerCopy.part_id == part_id,
+            PeerCopy.state.in_([ReplicaState.VERIFIED.value, ReplicaState.COPYING.value]),
+        )
+        .values(
+            state=ReplicaState.PENDING.value,
+            verified_at=None,
+            error="the part grew: its new files are to be sent",
+            updated_at=utcnow(),
+        )
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def settle_copy(session: Session, part_id: int, holder: str, files: int) -> bool:
+    """Record ``holder``'s copy ``verified`` now, if it took all ``files`` the part has; whether it did.
+
+    A part that grew while it was being sent (more files than ``files`` now, or its copy
+    reopened meanwhile) leaves the copy ``pending``: the new files are sent next.
+    """
+    now = utcnow()
+    count = session.scalar(select(func.count()).select_from(File).where(File.part_id == part_id))
+    mine = (PeerCopy.part_id == part_id) & (PeerCopy.holder == holder)
+    if count != files:
+        reopened = {"state": ReplicaState.PENDING.value, "verified_at": None, "updated_at": now}
+        session.execute(
+            update(PeerCopy).where(mine).values(**reopened).execution_options(synchronize_session=False)
+        )
+        return False
+    result = session.execute(
+        update(PeerCopy)
+        .where(mine, PeerCopy.state == ReplicaState.COPYING.value)
+        .values(state=ReplicaState.VERIFIED.value, verified_at=now, error=None, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(result, "rowcount", 0) or 0) == 1
+
+
 @dataclass(frozen=True)
 class CopyToDrop:
     """A copy of this node's part that its holder should no longer keep, and why."""
@@ -276,15 +332,17 @@ def copies_to_drop(
     - ``durable``: verified, and the part (or its whole step) is verified on a durable shared
       tier, pinned or held or not: that copy protects the step from now on;
     - ``retention``: verified, the step is not among its run's newest ``keep_last`` complete
-      steps, nor pinned, nor held; or the step is gone (``deleted``) or changed.
+      steps, nor pinned, nor held; or the step is gone (``deleted``) or changed. A step still
+      waiting for other nodes' parts is kept (an abandoned one goes once ``keep_last`` newer
+      steps are complete).
     """
     verified, failed = ReplicaState.VERIFIED.value, ReplicaState.FAILED.value
-    complete = CheckpointState.COMPLETE.value
+    live = [CheckpointState.COMPLETE.value, CheckpointState.WAITING.value]
     reasons: list[tuple[str, ColumnElement[bool]]] = [
         ("failed", PeerCopy.state == failed),
         ("durable", (PeerCopy.state == verified) & _on_shared(durable_shared)),
     ]
-    gone = Checkpoint.state != complete
+    gone: ColumnElement[bool] = Checkpoint.state.not_in(live)
     if keep_last is not None:
         kept = Checkpoint.pinned | exists().where(Hold.checkpoint_id == Checkpoint.id)
         gone = gone | ((_newer_complete_steps() >= keep_last) & ~kept)

@@ -382,7 +382,11 @@ async def record_checkpoint(
 async def _write(
     ctx: Context, det: Detection, verdict: Verdict, expect: Expectation | None
 ) -> tuple[Outcome, int]:
-    """Record the hashed detection (``write_complete``); a new checkpoint wakes the pipeline."""
+    """Record the hashed detection (``write_complete``); a new checkpoint wakes the pipeline.
+
+    A part of a step still waiting for others wakes peer replication only: it is sent to its
+    peers at once, while no tier's hop copies it before the step completes.
+    """
     write = functools.partial(
         write_complete,
         ctx.db,
@@ -396,6 +400,8 @@ async def _write(
     if outcome not in (Outcome.EXISTING, Outcome.PART):
         ctx.metrics.detected.labels(det.format).inc()
         ctx.wake_pipeline(checkpoint_id)
+    elif outcome is Outcome.PART:
+        ctx.peer_wakeup.set()
     return outcome, checkpoint_id
 
 

@@ -30,6 +30,7 @@ from prometheus_client import (
 )
 
 from tierd.config import Config
+from tierd.daemon.backends.peer.client import REFUSAL_REASONS
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.replica_deletions import Origin
 from tierd.daemon.metrics.build import build_info
@@ -85,6 +86,14 @@ class Metrics:
         self._transfer_metrics(tiers)
         self._deletion_metrics(tiers)
         self._scrub_metrics(tiers)
+        self.peer_refusals = Counter(
+            "tierd_peer_refusals_total",
+            "Files a peer did not take from this node (full, busy, forbidden, dead, mismatch, other)",
+            ["reason"],
+            registry=self.registry,
+        )
+        for refusal in REFUSAL_REASONS:
+            self.peer_refusals.labels(refusal)
         self.fleet_leader = Gauge(
             "tierd_fleet_leader",
             "1 while this daemon leads the fleet's shared tiers (deletes, evicts, scrubs on them)",

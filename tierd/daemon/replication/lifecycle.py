@@ -10,11 +10,17 @@ Each pass (before any part is sent):
   steps too: that copy protects them now); a verified one of a step the peer tier's
   ``retention.keep_last`` no longer keeps (pinned and held steps are kept), or that is gone.
   A holder that is not live is asked again at a later pass, once it is back.
+
+A drop does not hold up the part's sending: while a holder is asked to drop its copy, the
+part may go to the other nodes (``dropping``: never to that holder), and a holder that keeps
+refusing the drop (its answer logged ``peer_drop_failed``) is asked again at each pass. No
+drop starts while the part is being sent (``sending``): the copy being made might be the one
+dropped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence, Set
 from typing import Any
 
 from tierd.config import Config
@@ -37,28 +43,40 @@ class Lifecycle:
     """Writes off and drops the copies of ``config.node``'s parts (see the module docstring)."""
 
     def __init__(
-        self, db: Database, config: Config, client: PeerClient, busy: set[int], spawn: Spawn
+        self, db: Database, config: Config, client: PeerClient, sending: Set[int], spawn: Spawn
     ) -> None:
-        """``busy``: the part ids a task works on (shared with the sending); ``spawn`` runs a task."""
+        """``sending``: the part ids being sent (the sending's own set); ``spawn`` runs a task."""
         self.db = db
         self.config = config
         self.client = client
-        self.busy = busy
+        self.sending = sending
         self.spawn = spawn
+        #: (part id, holder) of each drop under way.
+        self.dropping: set[tuple[int, str]] = set()
 
-    async def tend(self, live: Sequence[PeerNode]) -> None:
-        """Write off dead holders' copies, and start dropping what live holders should not keep."""
-        for checkpoint_id, holder in await blocking(self._write_off, [n.name for n in live]):
+    def dropping_from(self, part_id: int) -> frozenset[str]:
+        """The holders being asked to drop their copy of the part (not to be sent it meanwhile)."""
+        return frozenset(holder for part, holder in self.dropping if part == part_id)
+
+    async def tend(self, live: Sequence[PeerNode]) -> bool:
+        """Write off dead holders' copies, and start dropping what live holders should not keep.
+
+        Returns whether a copy was written off (its part is to be sent again).
+        """
+        written_off = await blocking(self._write_off, [n.name for n in live])
+        for checkpoint_id, holder in written_off:
             log.warning("peer_copy_written_off", checkpoint=checkpoint_id, holder=holder)
         by_name = {n.name: n for n in live}
         by_part: dict[int, list[tuple[CopyToDrop, PeerNode]]] = {}
         for drop in await blocking(self._drops):
             peer = by_name.get(drop.holder)
-            if peer is not None and drop.part_id not in self.busy:
+            key = (drop.part_id, drop.holder)
+            if peer is not None and drop.part_id not in self.sending and key not in self.dropping:
                 by_part.setdefault(drop.part_id, []).append((drop, peer))
         for part_id, drops in by_part.items():
-            self.busy.add(part_id)
-            self.spawn(self._drop_all(part_id, drops), f"drop part {part_id}")
+            self.dropping.update((part_id, drop.holder) for drop, _ in drops)
+            self.spawn(self._drop_all(drops), f"drop part {part_id}")
+        return bool(written_off)
 
     def _write_off(self, live: list[str]) -> list[tuple[int, str]]:
         with self.db.session() as session:
@@ -70,12 +88,12 @@ class Lifecycle:
         with self.db.read_session() as session:
             return copies_to_drop(session, self.config.node, durable, keep_last)
 
-    async def _drop_all(self, part_id: int, drops: list[tuple[CopyToDrop, PeerNode]]) -> None:
-        try:
-            for drop, peer in drops:
+    async def _drop_all(self, drops: list[tuple[CopyToDrop, PeerNode]]) -> None:
+        for drop, peer in drops:
+            try:
                 await self._drop(drop, peer)
-        finally:
-            self.busy.discard(part_id)
+            finally:
+                self.dropping.discard((drop.part_id, drop.holder))
 
     async def _drop(self, drop: CopyToDrop, peer: PeerNode) -> None:
         try:

@@ -12,6 +12,13 @@ Files move ``concurrency`` at a time for the whole service (``slots``), each str
 the buffer budget and the tier's bandwidth limit (``PeerClient``) from the first of this node's
 own tiers that has it: tier 0, else the node-local tiers after it (a RAM tier 0 released the
 step once its copies allowed; a copy written off later is made again from the NVMe tier).
+
+A part is sent once recorded, before its step is complete. When it grows meanwhile (the
+format's marker landed beside it), its copies are reopened (``pending``): their holders are
+tried first and sent only the files they do not hold yet (a ``HEAD`` each: a file at its final
+name on a holder was checked there against its first-sight checksum). A copy is ``verified``
+only if it took every file the part has by then (``settle_copy``); else the send ends with
+``grew`` and the part is sent again at once.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from tierd.daemon.backends.peer.client import PeerClient, PeerFile, PeerRefused
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import ReplicaState
 from tierd.daemon.catalog.part_replicas import files_of_part
-from tierd.daemon.catalog.peer_copies import PartToSend, mark_peer_copy
+from tierd.daemon.catalog.peer_copies import PartToSend, mark_peer_copy, settle_copy
 from tierd.daemon.transfer.spec import FileSpec
 from tierd.errors import IntegrityError, NotFound, TierdError
 from tierd.logs import get_logger
@@ -46,6 +53,8 @@ class SendOutcome:
 
     holders: tuple[str, ...]
     refused: tuple[str, ...]
+    #: The part grew while it was sent: send it again now (its holders keep what they took).
+    grew: bool = False
 
 
 class PartSender:
@@ -75,16 +84,23 @@ class PartSender:
         holders = list(part.holders)
         refused: list[str] = []
         ring = [n for n in ring_order(f"{part.run}/{part.step}", self.me, nodes) if n.name not in holders]
-        # a node that dropped or evicted its copy goes last (no ping-pong under disk pressure)
-        order = [n for n in ring if n.name not in part.passed] + [n for n in ring if n.name in part.passed]
+        # a holder of the part's earlier files first; one that dropped or evicted its copy
+        # last (no ping-pong under disk pressure)
+        earlier = [n for n in ring if n.name in part.earlier]
+        rest = [n for n in ring if n.name not in part.earlier]
+        order = (
+            earlier
+            + [n for n in rest if n.name not in part.passed]
+            + [n for n in rest if n.name in part.passed]
+        )
         specs = await blocking(self._specs, part.part_id)
         for peer in order:
             if len(holders) >= self.replicas:
                 break
-            if await self._send_to(peer, part, specs):
-                holders.append(peer.name)
-            else:
-                refused.append(peer.name)
+            taken = await self._send_to(peer, part, specs)
+            if taken is None:
+                return SendOutcome(tuple(holders), tuple(refused), grew=True)
+            (holders if taken else refused).append(peer.name)
         return SendOutcome(tuple(holders), tuple(refused))
 
     def _specs(self, part_id: int) -> list[FileSpec]:
@@ -100,17 +116,19 @@ class PartSender:
 
         await blocking(write)
 
-    async def _send_to(self, peer: PeerNode, part: PartToSend, specs: Sequence[FileSpec]) -> bool:
-        """Whether ``peer`` took every file of the part (its copy recorded either way).
+    async def _send_to(self, peer: PeerNode, part: PartToSend, specs: Sequence[FileSpec]) -> bool | None:
+        """Whether ``peer`` took every file of the part (its copy recorded either way); None: it grew.
 
         Raises the reading side's TierdError (a file changed or gone since it was recorded:
         no other peer would fare better), the copy recorded ``failed`` first.
         """
         await self._mark(part, peer.name, ReplicaState.COPYING)
+        todo = await self._not_held(peer, part, specs) if peer.name in part.earlier else specs
+        log.info("peer_copy_sending", checkpoint=part.checkpoint_id, holder=peer.name, files=len(todo))
         source: TierdError | None = None
         try:
             async with asyncio.TaskGroup() as group:
-                for spec in specs:
+                for spec in todo:
                     group.create_task(self._send_file(peer, part, spec))
         except* PeerRefused as refusals:
             error = str(refusals.exceptions[0])
@@ -118,7 +136,9 @@ class PartSender:
             source = cast(TierdError, broken.exceptions[0])
             error = f"this node's copy: {source}"
         else:
-            await self._mark(part, peer.name, ReplicaState.VERIFIED)
+            if not await blocking(self._settle, part.part_id, peer.name, len(specs)):
+                log.info("peer_copy_grew", checkpoint=part.checkpoint_id, holder=peer.name, files=len(specs))
+                return None
             log.info("peer_copy_verified", checkpoint=part.checkpoint_id, holder=peer.name, files=len(specs))
             return True
         await self._mark(part, peer.name, ReplicaState.FAILED, error)
@@ -128,6 +148,19 @@ class PartSender:
         if source is not None:
             raise source
         return False
+
+    def _settle(self, part_id: int, holder: str, files: int) -> bool:
+        with self.db.session() as session:
+            return settle_copy(session, part_id, holder, files)
+
+    async def _not_held(self, peer: PeerNode, part: PartToSend, specs: Sequence[FileSpec]) -> list[FileSpec]:
+        """The files of ``specs`` that ``peer`` does not hold at their size (one HEAD each)."""
+        todo = []
+        for spec in specs:
+            file = PeerFile(self.me.name, part.checkpoint_id, spec.relpath, spec.checksum)
+            if await self.client.held_size(peer, file) != spec.size:
+                todo.append(spec)
+        return todo
 
     async def _send_file(self, peer: PeerNode, part: PartToSend, spec: FileSpec) -> None:
         file = PeerFile(self.me.name, part.checkpoint_id, spec.relpath, spec.checksum)

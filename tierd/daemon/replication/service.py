@@ -76,6 +76,8 @@ class ReplicationService:
         self.tier = ctx.config.peer
         check_marks(ctx.config)
         self.backoff = backoff
+        #: The peer tier's bandwidth limit, shared by every send (None: none).
+        self.bucket: TokenBucket | None = None
         token = peer_token(self.tier)
         self.client: PeerClient | None = None
         self.sender: PartSender | None = None
@@ -86,7 +88,7 @@ class ReplicationService:
             own = [backends[first.name], *(backends[t.name] for t in rest if not t.shared)]
             self.sender = PartSender(ctx.db, self.me, own, self.client, self.tier.replicas, slots)
         self.tasks = InFlight(self.name)
-        self._sending: set[int] = set()  # parts a task sends or drops copies of
+        self._sending: set[int] = set()  # parts a task sends
         self.lifecycle = None
         if self.client is not None:
             self.lifecycle = Lifecycle(ctx.db, ctx.config, self.client, self._sending, self.tasks.spawn)
@@ -101,12 +103,35 @@ class ReplicationService:
         )
 
     def _client(self, tier: PeerTier, token: str, budget: ByteBudget) -> PeerClient:
-        pace = None
-        if tier.bandwidth_limit is not None:
-            bucket = TokenBucket(float(tier.bandwidth_limit))
-            pace = bucket.take
+        self._retune(tier)
         verify: bool | str = True if tier.ca_file is None else str(tier.ca_file)
-        return PeerClient(token, budget, verify=verify, pace=pace)
+        refused = self.ctx.metrics.peer_refusals
+        return PeerClient(
+            token, budget, verify=verify, pace=self._pace, on_refusal=lambda r: refused.labels(r).inc()
+        )
+
+    async def _pace(self, nbytes: int) -> None:
+        """Wait until ``nbytes`` more may be sent under the peer tier's ``bandwidth_limit`` (if any)."""
+        if self.bucket is not None:
+            await self.bucket.take(nbytes)
+
+    def _retune(self, tier: PeerTier) -> None:
+        """Take the tier's ``bandwidth_limit``: the sends under way pay it from their next chunk."""
+        limit = tier.bandwidth_limit
+        if not limit:
+            self.bucket = None
+        elif self.bucket is None:
+            self.bucket = TokenBucket(float(limit))
+        elif self.bucket.rate != float(limit):
+            self.bucket.set_rate(float(limit))
+
+    def reconfigure(self, config: Config) -> None:
+        """A reload: the peer tier's ``bandwidth_limit`` and ``retention`` (its reloadable keys)."""
+        self.tier = config.peer
+        if self.tier is not None and self.client is not None:
+            self._retune(self.tier)
+        if self.lifecycle is not None:
+            self.lifecycle.config = config
 
     @property
     def me(self) -> PeerNode:
@@ -145,26 +170,37 @@ class ReplicationService:
             log.info("peer_leftovers_removed", tier=store.tier.name, files=removed)
 
     async def _pass(self) -> None:
-        """Relieve disk pressure; send every part that lacks copies, not being sent nor backing off."""
+        """Relieve disk pressure, send the parts that lack copies, then tend the copies made.
+
+        Sending comes before tending (``lifecycle``): a part just recorded does not wait for
+        the write-offs and drops of older ones; a part whose holder was written off goes at
+        the next pass, at once.
+        """
         if self.ctx.draining:
             return
         await self._relieve()
         if self.sender is None or self.lifecycle is None:
             return
         nodes = await blocking(self._live_nodes)
-        await self.lifecycle.tend(nodes)
+        await self._send_all(nodes)
+        if await self.lifecycle.tend(nodes):
+            self.loop.wake()
+
+    async def _send_all(self, nodes: list[PeerNode]) -> None:
+        """Start a task for each part that lacks copies, not being sent nor backing off."""
+        assert self.sender is not None
+        assert self.lifecycle is not None
         todo = await blocking(self._todo, self.sender.replicas)
         wanted = {part.part_id for part in todo}
         self._retry = {k: v for k, v in self._retry.items() if k in wanted}
-        if not todo:
-            return
         now = time.monotonic()
         for part in todo:
             tries, not_before = self._retry.get(part.part_id, (0, 0.0))
             if part.part_id in self._sending or not_before > now:
                 continue
             self._sending.add(part.part_id)
-            self.tasks.spawn(self._send(part, nodes, tries), f"part {part.part_id}")
+            skip = self.lifecycle.dropping_from(part.part_id)
+            self.tasks.spawn(self._send(part, nodes, tries, skip), f"part {part.part_id}")
 
     async def _relieve(self) -> None:
         """Evict held copies under disk pressure; a directory that cannot be read stops no sending."""
@@ -195,16 +231,19 @@ class ReplicationService:
             if r.advertise_url and r.age_seconds < timeout and r.name != self.ctx.config.node
         ]
 
-    async def _send(self, part: PartToSend, nodes: list[PeerNode], tries: int) -> None:
+    async def _send(self, part: PartToSend, nodes: list[PeerNode], tries: int, skip: frozenset[str]) -> None:
         assert self.sender is not None
         try:
-            outcome = await self.sender.send(part, nodes)
+            outcome = await self.sender.send(part, [n for n in nodes if n.name not in skip])
             short = len(outcome.holders) < self.sender.replicas
         except TierdError as exc:
             log.warning("peer_send_failed", checkpoint=part.checkpoint_id, error=str(exc))
-            short = True
+            outcome, short = None, True
         finally:
             self._sending.discard(part.part_id)
+        if outcome is not None and outcome.grew:
+            self.loop.wake()  # its new files go now, to the holders of the others
+            return
         if not short:
             self._retry.pop(part.part_id, None)
             return

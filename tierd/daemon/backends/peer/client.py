@@ -9,13 +9,15 @@ is full (507) or busy, is passed over for the next; a body the peer refused as n
 to its checksum (422: a byte changed in flight) is sent to it again, up to ``RESENDS`` times.
 
 Errors (``PeerRefused``): what a peer answered, or that it could not be reached; the
-``status`` says which (0: not reached).
+``status`` says which (0: not reached). Each refusal of a file is also told to ``on_refusal``
+by its reason (``refusal_reason``: the daemon counts them in ``tierd_peer_refusals_total``).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 from urllib.parse import quote
 
 import httpx
@@ -27,7 +29,16 @@ from tierd.daemon.backends.peer.store import CHECKSUM_HEADER
 from tierd.errors import TransientBackendError
 from tierd.logs import get_logger
 
-__all__ = ["RESENDS", "SEND_CHUNK", "PeerClient", "PeerFile", "PeerRefused", "Pace"]
+__all__ = [
+    "REFUSAL_REASONS",
+    "RESENDS",
+    "SEND_CHUNK",
+    "Pace",
+    "PeerClient",
+    "PeerFile",
+    "PeerRefused",
+    "refusal_reason",
+]
 
 log = get_logger(__name__)
 SEND_CHUNK = 1 * MIB
@@ -35,6 +46,15 @@ SEND_CHUNK = 1 * MIB
 RESENDS = 2
 Pace = Callable[[int], Awaitable[None]]
 Opener = Callable[[], Awaitable[RangeReader]]
+#: Why a peer did not take a file: full (507), busy (503), forbidden (401, 403: the token),
+#: dead (not reached), mismatch (422: the bytes did not hash to their checksum), other.
+REFUSAL_REASONS = ("full", "busy", "forbidden", "dead", "mismatch", "other")
+_REASONS = {507: "full", 503: "busy", 401: "forbidden", 403: "forbidden", 0: "dead", 422: "mismatch"}
+
+
+def refusal_reason(status: int) -> str:
+    """The reason (one of ``REFUSAL_REASONS``) of a ``PeerRefused`` with this ``status``."""
+    return _REASONS.get(status, "other")
 
 
 class PeerRefused(TransientBackendError):
@@ -71,10 +91,16 @@ class PeerClient:
         verify: bool | str = True,
         timeout: float = 60.0,
         pace: Pace | None = None,
+        on_refusal: Callable[[str], None] | None = None,
     ) -> None:
-        """``verify``: the CA file for https peers (True: the system's); ``pace``: awaited per chunk."""
+        """Over ``budget``'s buffers, with ``token``.
+
+        ``verify``: the CA file for https peers (True: the system's); ``pace``: awaited per
+        chunk; ``on_refusal``: called with the reason of each file a peer did not take.
+        """
         self.budget = budget
         self.pace = pace
+        self.on_refusal = on_refusal
         self._http = httpx.AsyncClient(
             headers={"Authorization": f"Bearer {token}"}, verify=verify, timeout=timeout
         )
@@ -132,10 +158,21 @@ class PeerClient:
                 log.warning(
                     "peer_refused", peer=peer.name, path=file.relpath, status=exc.status, error=str(exc)
                 )
+                if self.on_refusal is not None:
+                    self.on_refusal(refusal_reason(exc.status))
                 if exc.status != 422 or attempt == RESENDS:
                     raise
             finally:
                 await reader.close()
+
+    async def held_size(self, peer: PeerNode, file: PeerFile) -> int | None:
+        """The size of ``file`` as ``peer`` holds it (HEAD); None when it does not, or did not say."""
+        try:
+            answer = await self._http.head(peer.url + file.path())
+        except httpx.HTTPError:
+            return None
+        length = answer.headers.get("content-length", "")
+        return int(length) if answer.status_code == 200 and length.isdigit() else None
 
     async def drop(self, peer: PeerNode, node: str, checkpoint_id: int) -> int:
         """Remove ``node``'s part of the checkpoint from ``peer``; how many files it removed.
@@ -152,16 +189,22 @@ class PeerClient:
         return int(answer.json().get("removed", 0))
 
     async def _chunks(self, reader: RangeReader, where: str) -> AsyncIterator[bytes]:
+        """The file's bytes, each chunk lent from a reused budget buffer while it is sent.
+
+        No copy of its own: the HTTP layer (h11) copies a chunk into the bytes it writes before
+        it asks for the next one, when the buffer goes back (reused: no page faults refilling
+        a fresh one).
+        """
         offset = 0
         while offset < reader.size:
             length = min(SEND_CHUNK, reader.size - offset)
-            async with self.budget.buffer(length) as view:
-                await read_full(reader, offset, view, where=where)
-                chunk = bytes(view)
             if self.pace is not None:
                 await self.pace(length)
-            offset += length
-            yield chunk
+            async with self.budget.aligned(SEND_CHUNK) as whole:
+                with whole[:length] as view:
+                    await read_full(reader, offset, view, where=where)
+                    offset += length
+                    yield cast(bytes, view)
 
     async def close(self) -> None:
         """Close the connections."""

@@ -7,6 +7,11 @@ written, fsynced, renamed; a body that does not hash to the CRC64NVME the sender
 first sight is refused (IntegrityError) and leaves nothing. The size the sender declares is
 checked against the room the directory has before a byte is read (NoSpace: the peer tier's
 ``free_space.evict_below`` stays free).
+
+What receiving holds in memory is bounded by a budget of its own (``RECEIVE_BUDGET``): the
+API builds its store without the daemon's budget, and the process-wide default one (64 MiB)
+let the files arriving at once take up to 64 MiB on top of the daemon's own 32 MiB. Four
+files at once move at full pace; more wait for a buffer, in order.
 """
 
 from __future__ import annotations
@@ -19,17 +24,30 @@ from collections.abc import AsyncIterator
 from tierd.config import PeerTier, PosixTier
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends.base import ObjectInfo, RangeReader, WriteRequest, check_relpath
-from tierd.daemon.backends.budget import ByteBudget
+from tierd.daemon.backends.budget import MIB, ByteBudget
 from tierd.daemon.backends.peer.stream import StreamReader
 from tierd.daemon.backends.posix import PosixBackend
 from tierd.errors import NoSpace, NotFound
 
-__all__ = ["CHECKSUM_HEADER", "CHECKSUM_SHAPE", "NODE_NAME", "PeerStore"]
+__all__ = [
+    "CHECKSUM_HEADER",
+    "CHECKSUM_SHAPE",
+    "CHUNKS_IN_FLIGHT",
+    "NODE_NAME",
+    "RECEIVE_BUDGET",
+    "RECEIVE_CHUNK",
+    "PeerStore",
+]
 
 #: The header a sender puts the file's CRC64NVME in (base64, as S3 spells it).
 CHECKSUM_HEADER = "x-tierd-crc64nvme"
 #: A CRC64NVME in base64: 8 bytes, 12 characters, one ``=`` of padding.
 CHECKSUM_SHAPE = re.compile(r"^[A-Za-z0-9+/]{10}[AEIMQUYcgkosw048]=$")
+#: Bytes of a received file hashed and written at once, and how many such chunks are in flight.
+RECEIVE_CHUNK = 2 * MIB
+CHUNKS_IN_FLIGHT = 2
+#: The buffers every file being received takes its chunks from (unless given another budget).
+RECEIVE_BUDGET = 4 * CHUNKS_IN_FLIGHT * RECEIVE_CHUNK
 #: A node's name as a directory of the peer tier: one path component, no control character.
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
 
@@ -38,11 +56,19 @@ class PeerStore:
     """The files held for other nodes, each under its sender's name and its checkpoint's id."""
 
     def __init__(self, tier: PeerTier, *, budget: ByteBudget | None = None) -> None:
-        """Over ``tier.path``; nothing is opened until a request comes."""
+        """Over ``tier.path``; nothing is opened until a request comes.
+
+        ``budget``: where received chunks' buffers come from (a ``RECEIVE_BUDGET`` of its own
+        by default).
+        """
         self.tier = tier
-        # One chunk at a time: a streamed body is read in order (StreamReader).
-        posix = PosixTier(name=tier.name, kind="posix", path=tier.path, concurrency=1, verify=tier.verify)
-        self.backend = PosixBackend(posix, budget=budget)
+        # Two chunks of a file at a time: one hashed and written while the next arrives (the
+        # stream hands them out in order: StreamReader).
+        posix = PosixTier(
+            name=tier.name, kind="posix", path=tier.path, concurrency=CHUNKS_IN_FLIGHT, verify=tier.verify
+        )
+        budget = budget or ByteBudget(RECEIVE_BUDGET)
+        self.backend = PosixBackend(posix, budget=budget, chunk_size=RECEIVE_CHUNK)
         #: Files moving at once (the tier's ``concurrency``): the routes answer 503 past it.
         self.slots = asyncio.Semaphore(tier.concurrency)
         self._exists = False
@@ -102,8 +128,10 @@ class PeerStore:
     async def delete(self, where: str) -> int:
         """Remove a held file, or every file of a part (``where`` without a relpath); how many.
 
-        Emptied directories go too; a missing file is fine.
+        Emptied directories go too; a missing file is fine, and so is a peer directory never
+        made (nothing was held yet: a sender dropping what a copy it gave up on took).
         """
+        await self._made()
         try:
             await self.backend.stat(where)
             files = [where]

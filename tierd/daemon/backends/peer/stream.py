@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from tierd.errors import IntegrityError
@@ -10,10 +11,12 @@ __all__ = ["StreamReader"]
 
 
 class StreamReader:
-    """The RangeReader a POSIX write reads a streamed body from, in order (one chunk at a time).
+    """The RangeReader a POSIX write reads a streamed body from, in order.
 
     ``size`` is what the sender declared; the stream may end early (the write then fails with
-    IntegrityError: ``read_full`` sees a short read) and is never read past ``size``.
+    IntegrityError: ``read_full`` sees a short read) and is never read past ``size``. Reads
+    of later chunks may be asked for at once: each waits for its turn (the bytes before it
+    taken), so one chunk is hashed and written while the next arrives.
     """
 
     def __init__(self, chunks: AsyncIterator[bytes], size: int, where: str) -> None:
@@ -22,21 +25,33 @@ class StreamReader:
         self._where = where
         self._position = 0
         self._pending = memoryview(b"")
+        self._ended = False
+        self._turn = asyncio.Condition()
 
     async def read_into(self, offset: int, buf: memoryview) -> int:
-        """Fill ``buf`` with the next bytes; ``offset`` must be where the last read ended.
+        """Fill ``buf`` with the bytes at ``offset``, once every byte before it was read.
 
-        Raises IntegrityError for any other offset (a write path reading out of order) or
-        when the stream holds more than ``size`` bytes.
+        Returns 0 when the stream ended before ``offset`` (or at ``size``). Raises
+        IntegrityError for an offset already read past (a write path reading twice).
         """
-        if offset != self._position:
-            raise IntegrityError(
-                f"{self._where}: a streamed body is read in order (byte {offset} asked at {self._position})"
-            )
-        wanted = min(len(buf), self.size - offset)
+        async with self._turn:
+            if offset < self._position:
+                raise IntegrityError(
+                    f"{self._where}: a streamed body is read once, in order "
+                    f"(byte {offset} asked at {self._position})"
+                )
+            await self._turn.wait_for(lambda: self._position == offset or self._ended)
+            if self._position != offset:
+                return 0
+            n = await self._take(buf, min(len(buf), self.size - offset))
+            self._turn.notify_all()
+            return n
+
+    async def _take(self, buf: memoryview, wanted: int) -> int:
         while not self._pending and wanted > 0:
             chunk = await anext(self._chunks, None)
             if chunk is None:
+                self._ended = True
                 return 0
             self._pending = memoryview(chunk)
         n = min(wanted, len(self._pending))
