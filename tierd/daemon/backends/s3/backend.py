@@ -46,6 +46,7 @@ file level (``tierd.daemon.transfer.retry``) retries everything else. The README
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import replace
@@ -276,7 +277,9 @@ class S3Backend(S3Writes, S3Holds):
                         yield ObjectInfo(key[len(self.prefix) :], obj["Size"], None, mtime)
 
     def _ranges(self, client: S3Client, relpath: str, etag: str | None) -> RangeGet:
-        return RangeGet(client, self.bucket, self._key(relpath), etag, self.location(relpath))
+        pipeline = self.fast_path.pipeline if self._lean_for() is not None else None  # straight into buffers
+        direct = None if pipeline is None else functools.partial(pipeline.get_range, self.bucket)
+        return RangeGet(client, self.bucket, self._key(relpath), etag, self.location(relpath), direct)
 
     async def open_reader(self, relpath: str) -> RangeReader:
         """An S3Reader, opened by a GET of the first ``OPEN_RANGE`` bytes (no HeadObject).
