@@ -163,6 +163,7 @@ class S3Backend(S3Writes, S3Holds):
         self.fast_path = FastPath()  # attached when the client opens
         self._client_lock = asyncio.Lock()
         self._active_uploads: set[str] = set()  # UploadIds this backend is writing to now
+        self._plain_http = (tier.endpoint_url or "").lower().startswith("http://")
 
     def _boto_config(self) -> AioConfig:
         return AioConfig(
@@ -188,8 +189,9 @@ class S3Backend(S3Writes, S3Holds):
                         self._session.client(
                             "s3",
                             endpoint_url=self.tier.endpoint_url,
-                            # None, not True: botocore then honours AWS_CA_BUNDLE and ca_bundle
-                            verify=None if self.tier.verify_tls else False,
+                            # None, not True: botocore then honours AWS_CA_BUNDLE and ca_bundle.
+                            # Plain http needs no TLS context (its CA certificates: ~3.7 MB).
+                            verify=None if self.tier.verify_tls and not self._plain_http else False,
                             config=self._boto_config(),
                         )
                     )

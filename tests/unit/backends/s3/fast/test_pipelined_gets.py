@@ -636,6 +636,14 @@ async def test_a_big_objects_ranges_are_read_off_botocores_path(
     assert not botocore_calls  # the opening GET lean, the ranges direct
 
 
+async def test_a_plain_http_endpoint_builds_no_tls_context(backend: S3Backend) -> None:
+    """No TLS context, nor the CA bundle's certificates in it (~3.7 MB resident), for plain http."""
+    await backend.write(WriteRequest("x.bin", BytesReader(b"x"), crc(b"x")))
+    assert backend.fast_path.lean is not None
+    session = await backend.fast_path.lean.http_session._get_session(None)
+    assert s3pipeline.tls_context_of(session.connector) is False
+
+
 @pytest.fixture(scope="module")
 def tls_rclone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """``rclone serve s3`` over https, with a certificate for 127.0.0.1 from a test CA."""
