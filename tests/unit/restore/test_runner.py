@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from tests.fixtures.pipeline_run import poll_until
 from tests.fixtures.s3servers import S3Server
@@ -22,7 +23,7 @@ from tierd.daemon.backends import close_backends
 from tierd.daemon.catalog import restores
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.jobs import owner_id
-from tierd.daemon.catalog.models import utcnow
+from tierd.daemon.catalog.models import File, utcnow
 from tierd.daemon.catalog.retention import load_retention_rows
 from tierd.daemon.context import Context
 from tierd.daemon.restore import runner as runner_module
@@ -72,6 +73,23 @@ async def test_restores_from_s3_when_only_the_bucket_holds_it(lab: RestoreWorld)
     row = await lab.run(run="demo", latest=True, target=str(target))
     assert (row.job.state, row.job.src_tier, row.job.checkpoint_id) == ("done", "s3", cid)
     assert files_under(target) == STEP
+
+
+async def test_a_restore_loads_its_files_as_columns_not_orm_objects(lab: RestoreWorld) -> None:
+    """Asked and run, a restore builds no ``File`` entity: 5,000 of them took ~7 MB while they lived."""
+    cid = await lab.add(1, GONE_FROM_NVME, STEP)
+    loaded: list[object] = []
+
+    def on_load(target: object, context: object) -> None:
+        loaded.append(target)
+
+    event.listen(File, "load", on_load)
+    try:
+        row = await lab.run(checkpoint_id=cid, target=str(lab.root / "restores" / "columns"))
+    finally:
+        event.remove(File, "load", on_load)
+    assert row.job.state == "done"
+    assert loaded == []
 
 
 async def test_a_bad_byte_falls_back_to_the_next_tier_and_marks_the_replica_failed(lab: RestoreWorld) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from tierd.config import Config
 from tierd.daemon.catalog import restores
-from tierd.daemon.catalog.checkpoints import checkpoints_at, files_of
+from tierd.daemon.catalog.checkpoints import checkpoints_at
 from tierd.daemon.catalog.db import Database, Session
 from tierd.daemon.catalog.models import ReplicaState
 from tierd.daemon.catalog.replicas import replicas_by_tier
@@ -67,20 +67,20 @@ def request_restore(db: Database, config: Config, request: RestoreRequest, *, ac
         target = check_target(wanted, roots, overwrite=request.overwrite)
         _check_not_in_checkpoint(session, config, target, checkpoint.id)
         _check_source(session, config, checkpoint.id, request.source_tier)
-        files = files_of(session, checkpoint.id)
+        files = restores.file_sizes(session, checkpoint.id)
         detail = _detail(config, request, target, roots)
-        relpaths = of_part(session, checkpoint.id, detail, [f.relpath for f in files])
+        relpaths = of_part(session, checkpoint.id, detail, [relpath for relpath, _ in files])
         if not relpaths:
             raise RestoreRefused(f"node: {request.node!r} recorded no part of checkpoint {checkpoint.id}")
         layout = layout_of(config, checkpoint.path, relpaths, detail)
-        chosen = [f for f in files if f.relpath in layout.names]
+        chosen = [size for relpath, size in files if relpath in layout.names]
         if not chosen:
             raise RestoreRefused(
                 f"no file of checkpoint {checkpoint.id} matches the files and ranks asked for"
             )
         detail |= {
             "files_total": len(chosen),
-            "bytes_total": sum(f.size for f in chosen),
+            "bytes_total": sum(chosen),
             "files_done": 0,
             "bytes_done": 0,
             "fallbacks": [],

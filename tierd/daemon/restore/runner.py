@@ -142,6 +142,7 @@ class RestoreRunner:
             work = await blocking(self._prepare, plan)
         except TierdError as exc:
             return await self._fail(None, exc)
+        del plan  # its files, one object each, are in ``work`` now: not held while they are copied
         log.info(
             "restore_started", restore=self.claim.job_id, source=self.source, target=str(work.layout.target)
         )
@@ -149,7 +150,7 @@ class RestoreRunner:
         assert main is not None
         heartbeat = asyncio.create_task(self._heartbeat(main), name=f"restore:heartbeat:{self.claim.job_id}")
         try:
-            await self._copy(work, plan)
+            await self._copy(work)
         except asyncio.CancelledError:
             await self._stop_heartbeat(heartbeat)
             return await self._interrupted(work, main)
@@ -272,7 +273,7 @@ class RestoreRunner:
             }
         )
 
-    async def _copy(self, work: _Work, plan: RestorePlan) -> None:
+    async def _copy(self, work: _Work) -> None:
         """Each of ``work.passes`` in turn (see ``copy_passes``)."""
 
         async def skip(spec: FileSpec) -> bool:

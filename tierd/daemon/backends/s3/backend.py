@@ -46,6 +46,7 @@ file level (``tierd.daemon.transfer.retry``) retries everything else. The README
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import replace
@@ -162,6 +163,7 @@ class S3Backend(S3Writes, S3Holds):
         self.fast_path = FastPath()  # attached when the client opens
         self._client_lock = asyncio.Lock()
         self._active_uploads: set[str] = set()  # UploadIds this backend is writing to now
+        self._plain_http = (tier.endpoint_url or "").lower().startswith("http://")
 
     def _boto_config(self) -> AioConfig:
         return AioConfig(
@@ -187,8 +189,9 @@ class S3Backend(S3Writes, S3Holds):
                         self._session.client(
                             "s3",
                             endpoint_url=self.tier.endpoint_url,
-                            # None, not True: botocore then honours AWS_CA_BUNDLE and ca_bundle
-                            verify=None if self.tier.verify_tls else False,
+                            # None, not True: botocore then honours AWS_CA_BUNDLE and ca_bundle.
+                            # Plain http needs no TLS context (its CA certificates: ~3.7 MB).
+                            verify=None if self.tier.verify_tls and not self._plain_http else False,
                             config=self._boto_config(),
                         )
                     )
@@ -276,7 +279,9 @@ class S3Backend(S3Writes, S3Holds):
                         yield ObjectInfo(key[len(self.prefix) :], obj["Size"], None, mtime)
 
     def _ranges(self, client: S3Client, relpath: str, etag: str | None) -> RangeGet:
-        return RangeGet(client, self.bucket, self._key(relpath), etag, self.location(relpath))
+        pipeline = self.fast_path.pipeline if self._lean_for() is not None else None  # straight into buffers
+        direct = None if pipeline is None else functools.partial(pipeline.get_range, self.bucket)
+        return RangeGet(client, self.bucket, self._key(relpath), etag, self.location(relpath), direct)
 
     async def open_reader(self, relpath: str) -> RangeReader:
         """An S3Reader, opened by a GET of the first ``OPEN_RANGE`` bytes (no HeadObject).

@@ -14,6 +14,7 @@ object; the range CRCs are combined, never recomputed. A single GET stream from
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from awscrt import checksums
@@ -28,7 +29,15 @@ from tierd.errors import TransientBackendError
 if TYPE_CHECKING:
     from types_aiobotocore_s3 import S3Client
 
-__all__ = ["READBACK_RANGE", "BodyReader", "RangeGet", "S3Reader", "content_range_total", "hash_ranges"]
+__all__ = [
+    "READBACK_RANGE",
+    "BodyReader",
+    "DirectGet",
+    "RangeGet",
+    "S3Reader",
+    "content_range_total",
+    "hash_ranges",
+]
 
 READBACK_RANGE = 32 * MIB
 READ_PIECE = 256 * 1024  # aiohttp buffers up to twice this per stream before pausing the socket
@@ -97,12 +106,29 @@ def content_range_total(response: Any) -> int:
     return int(response["ContentLength"])
 
 
-class RangeGet:
-    """Ranged GETs of one object version (``If-Match`` its ETag)."""
+#: ``direct(key, etag, offset, view)``: one ranged GET into ``view`` off botocore's path
+#: (``PipelinedGets.get_range``); whether it filled it.
+DirectGet = Callable[[str, str | None, int, memoryview], Awaitable[bool]]
 
-    def __init__(self, client: S3Client, bucket: str, key: str, etag: str | None, location: str) -> None:
+
+class RangeGet:
+    """Ranged GETs of one object version (``If-Match`` its ETag).
+
+    With ``direct``, a range is first read straight from the socket into its buffer; what
+    that leaves goes through botocore, which also reports the error.
+    """
+
+    def __init__(
+        self,
+        client: S3Client,
+        bucket: str,
+        key: str,
+        etag: str | None,
+        location: str,
+        direct: DirectGet | None = None,
+    ) -> None:
         self.client, self.bucket, self.key, self.etag = client, bucket, key, etag
-        self.location = location
+        self.location, self.direct = location, direct
 
     async def _get(self, first: int, last: int) -> Any:
         return await self.client.get_object(
@@ -112,6 +138,8 @@ class RangeGet:
     async def read_into(self, offset: int, view: memoryview) -> int:
         """Fill ``view`` from ``offset`` with one GET; TransientBackendError if the body ends early."""
         with s3_errors("read", self.location):
+            if self.direct is not None and await self.direct(self.key, self.etag, offset, view):
+                return len(view)
             response = await self._get(offset, offset + len(view) - 1)
             body = BodyReader(response["Body"])
             try:

@@ -172,6 +172,43 @@ def test_bytes_past_the_last_answer_make_the_connection_unusable() -> None:
     assert not parser.reusable
 
 
+def ranged(body: bytes, first: int, total: int, status: str = "206 Partial Content") -> bytes:
+    """An answer to a GET of ``body``'s bytes from ``first`` of an object of ``total``."""
+    last = first + len(body) - 1
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\nContent-Range: bytes {first}-{last}/{total}\r\n"
+    )
+    return (head + "\r\n").encode() + body
+
+
+@pytest.mark.parametrize("step", [1, 1000, 1 << 20])
+def test_ranged_answers_fill_their_views_from_their_first_bytes(step: int) -> None:
+    bodies = [os.urandom(DIRECT * 2), os.urandom(10)]
+    stream = ranged(bodies[0], 4096, 1 << 30) + ranged(bodies[1], 0, 10, status="200 OK")
+    views = views_for(*(len(body) for body in bodies))
+    parser = AnswerParser(views, [4096, 0])
+    feed(parser, stream, step)
+    assert parser.filled == [True, True]
+    assert parser.reusable
+    assert [bytes(view) for view in views] == bodies
+
+
+def test_a_ranged_answer_of_other_bytes_is_left_unfilled() -> None:
+    body = os.urandom(100)
+    stream = (
+        ranged(body, 0, 1000)  # the object's start, not byte 100 on
+        + answer(body)  # the whole object (of 100 bytes)
+        + b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n"
+        + body  # the range ignored
+        + ranged(body, 100, 1000)
+    )
+    views = views_for(100, 100, 100, 100)
+    parser = AnswerParser(views, [100, 100, 100, 100])
+    feed(parser, stream, 64)
+    assert parser.filled == [False, False, False, True]
+    assert bytes(views[3]) == body
+
+
 # -- PipelinedGets against a scripted server ----------------------------------------------
 
 CLOSE, STALL = b"<close>", b"<stall>"
@@ -203,9 +240,11 @@ class FakeLean:
 
     def __init__(self, origin: str) -> None:
         self.origin, self.sent_count, self.http_session = origin, 0, None
+        self.headers: list[list[tuple[str, str]]] = []  # of each request prepared
 
     async def prepare(self, bucket: str, key: str, method: str, headers: list[tuple[str, str]]) -> Prepared:
         assert method == "GET"
+        self.headers.append(headers)
         return Prepared(self.origin, f"/{bucket}/{key}", [("Host", "store"), *headers])
 
     def sent(self, operation: str, count: int = 1) -> None:
@@ -506,6 +545,48 @@ async def test_cancelled_midway_the_connection_is_not_kept(store: Store) -> None
     pipeline.close()
 
 
+def serve_ranges(store: Store, status: str = "206 Partial Content") -> Callable[[str, int, int], bytes]:
+    """A script answering each GET's ``Range`` of its object, unless its ``If-Match`` is stale."""
+
+    def script(key: str, nth: int, connection: int) -> bytes:
+        range_, data = store.requests[-1][1], store.objects[key]
+        first, last = (int(n) for n in range_.removeprefix("bytes=").split("-"))
+        return ranged(data[first : last + 1], first, len(data), status)
+
+    return script
+
+
+async def test_a_ranged_get_goes_from_the_socket_into_its_view_on_a_kept_connection(store: Store) -> None:
+    store.script = serve_ranges(store)
+    pipeline, lean = pipeline_to(store)
+    data = store.objects["k5"]
+    for first in (0, 1000, len(data) - 7):
+        view = memoryview(bytearray(min(1000, len(data) - first)))
+        assert await pipeline.get_range("bkt", "k5", '"etag"', first, view)
+        assert bytes(view) == data[first : first + len(view)]
+    assert store.connections == 1
+    assert [r for _, r in store.requests] == [
+        "bytes=0-999",
+        "bytes=1000-1999",
+        f"bytes={len(data) - 7}-{len(data) - 1}",
+    ]
+    assert lean.sent_count == 3
+    assert all(("If-Match", '"etag"') in headers for headers in lean.headers)  # pinned to the version
+    pipeline.close()
+
+
+async def test_a_ranged_get_answered_otherwise_is_left_to_the_caller(store: Store) -> None:
+    store.script = lambda key, nth, connection: (
+        answer(b"<Error>PreconditionFailed</Error>", status="412 Precondition Failed") if nth == 0 else CLOSE
+    )
+    pipeline, _ = pipeline_to(store)
+    view = memoryview(bytearray(100))
+    assert not await pipeline.get_range("bkt", "k1", '"old"', 0, view)  # 412: the object changed
+    assert not await pipeline.get_range("bkt", "k1", '"old"', 0, view)  # closed before answering
+    assert store.connections == 2  # the kept connection answered nothing: one new one, then given up
+    pipeline.close()
+
+
 # -- against the real stores ---------------------------------------------------------------
 
 
@@ -535,6 +616,32 @@ async def test_read_whole_pipelines_where_the_store_keeps_connections(
     pipelined = s3_server.kind == "rclone"
     # moto closes after every answer: of its first pipelined group one is answered, the rest go lean.
     assert seen["GetObject"] == (2 * len(files) if pipelined else 2 * len(files) + len(files) - 1)
+
+
+async def test_a_big_objects_ranges_are_read_off_botocores_path(
+    backend: S3Backend, s3_server: S3Server
+) -> None:
+    """An open reader's ranged GETs go straight into the buffer (``get_range``), not through botocore."""
+    data = os.urandom(3 * 1024 * 1024 + 5)
+    await backend.write(WriteRequest("big.bin", BytesReader(data), crc(data)))
+    client = await backend.client()
+    botocore_calls: Counter[str] = Counter()
+    client.meta.events.register("before-call.s3", lambda model, **_: botocore_calls.update([model.name]))
+    reader = await backend.open_reader("big.bin")
+    got = bytearray(len(data))
+    for offset in range(0, len(data), 1024 * 1024):
+        assert await reader.read_into(offset, memoryview(got)[offset : offset + 1024 * 1024]) > 0
+    await reader.close()
+    assert got == data
+    assert not botocore_calls  # the opening GET lean, the ranges direct
+
+
+async def test_a_plain_http_endpoint_builds_no_tls_context(backend: S3Backend) -> None:
+    """No TLS context, nor the CA bundle's certificates in it (~3.7 MB resident), for plain http."""
+    await backend.write(WriteRequest("x.bin", BytesReader(b"x"), crc(b"x")))
+    assert backend.fast_path.lean is not None
+    session = await backend.fast_path.lean.http_session._get_session(None)
+    assert s3pipeline.tls_context_of(session.connector) is False
 
 
 @pytest.fixture(scope="module")

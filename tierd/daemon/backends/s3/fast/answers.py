@@ -1,12 +1,13 @@
-"""Pipelined HTTP/1.1 answers to whole-object GETs, read in order into their views (no I/O).
+"""Pipelined HTTP/1.1 answers to GETs, read in order into their views (no I/O).
 
 ``AnswerParser`` is fed what a connection receives through ``buffer()``/``feed(n)`` (the
 shape of ``asyncio.BufferedProtocol``). It takes only plain answers: a 206 (or a 200, as
 rclone sends) whose ``Content-Range`` is the whole object, or a 200 without one, with a
-``Content-Length`` equal to the view's size. Their bodies go into the views: a long rest
-of a body is read straight into its view, the rest through a scratch buffer. Any other
-answer is read past, if it has a short ``Content-Length``, and its object is left for the
-caller to fetch another way.
+``Content-Length`` equal to the view's size; given each view's ``firsts`` (ranged GETs), a
+206 (or 200) whose ``Content-Range`` is exactly the bytes asked, of any total. Their bodies
+go into the views: a long rest of a body is read straight into its view, the rest through a
+scratch buffer. Any other answer is read past, if it has a short ``Content-Length``, and its
+object is left for the caller to fetch another way.
 
 The connection has no further use once an answer cannot be framed (no length, a transfer
 coding, a malformed head, an interim 1xx), once a body to read past is long, or after an
@@ -29,10 +30,11 @@ SKIP_LIMIT = 64 * 1024
 
 
 class AnswerParser:
-    """The answers to GETs of whole objects, one per view, in order."""
+    """The answers to GETs, one per view, in order: of whole objects, or from ``firsts``."""
 
-    def __init__(self, views: Sequence[memoryview]) -> None:
+    def __init__(self, views: Sequence[memoryview], firsts: Sequence[int] | None = None) -> None:
         self._views = views
+        self._firsts = firsts
         self.filled = [False] * len(views)
         self.answered = 0  # answers read to their end
         self.ended = False  # the connection can carry no further answer
@@ -122,7 +124,7 @@ class AnswerParser:
             return
         view = self._views[self.answered]
         size = len(view)
-        if length == size and _whole(status, fields.get(b"content-range"), size):
+        if length == size and self._plain(status, fields.get(b"content-range"), size):
             self._body = view
         elif length > SKIP_LIMIT:
             self._end_here()
@@ -133,6 +135,14 @@ class AnswerParser:
         self._left = length
         if length == 0:
             self._finish()
+
+    def _plain(self, status: int, content_range: bytes | None, size: int) -> bool:
+        """Whether the answer is the bytes the current view asked for."""
+        if self._firsts is None:
+            return _whole(status, content_range, size)
+        first = self._firsts[self.answered]
+        asked = f"bytes {first}-{first + size - 1}/".encode()
+        return status in (200, 206) and content_range is not None and content_range.startswith(asked)
 
     def _finish(self) -> None:
         """The current answer has been read to its end."""

@@ -157,7 +157,7 @@ class _Link(asyncio.BufferedProtocol):
 
 
 class PipelinedGets:
-    """Whole-object GETs of a client's buckets, pipelined a group at a time."""
+    """Whole-object GETs of a client's buckets, pipelined a group at a time; ranged GETs one by one."""
 
     def __init__(
         self, lean: LeanRequests, *, connect_timeout: float, read_timeout: float, clock: Clock | None = None
@@ -199,6 +199,33 @@ class PipelinedGets:
         if pending:
             log.debug("pipelined_gets_unanswered", bucket=bucket, objects=len(pending))
         return filled
+
+    async def get_range(self, bucket: str, key: str, etag: str | None, first: int, view: memoryview) -> bool:
+        """One ranged GET of ``key`` from byte ``first`` straight into ``view``; whether it filled it.
+
+        Pinned to ``etag`` (``If-Match``) when given. The answer's body goes from the socket
+        into ``view`` (``recv_into``), not through aiohttp's pieces and a copy. False (for the
+        caller to GET it the botocore way, which reports its error) when the route is unknown,
+        no connection answers, or the answer is not the plain range asked for.
+        """
+        headers = [("Range", f"bytes={first}-{first + len(view) - 1}")]
+        if etag:
+            headers.append(("If-Match", etag))
+        prepared = await self._lean.prepare(bucket, key, "GET", headers)
+        if prepared is None or not view:
+            return False
+        for _ in range(2):  # an idle connection the store closed meanwhile answers nothing
+            link, reused = await self._link(prepared.origin)
+            if link is None:
+                return False
+            parser = AnswerParser([view], [first])
+            self._lean.sent("GetObject")
+            await link.exchange(_encode(prepared), parser)
+            if parser.reusable:
+                self._keep(prepared.origin, link)
+            if parser.answered or not reused:
+                return parser.filled[0]
+        return False
 
     async def _sign(
         self, bucket: str, keys: Sequence[str], views: Sequence[memoryview]
