@@ -23,6 +23,8 @@ files, one round (``TIERD_BENCH_ROUNDS`` sets more).
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 import os
 import shutil
@@ -45,6 +47,8 @@ __all__ = ["Measured", "main", "rclone_env", "remote", "summary"]
 ROUNDS = 3
 #: The tier's block size, its default.
 BLOCK_SIZE = 16 * 2**20
+#: Requests of each kind ``azure_emulator_cpu_per_gib`` sends (of ``BLOCK_SIZE`` each).
+COST_BLOCKS = 4
 HWM = "vm_hwm="
 EMULATOR = "Azurite (azurite npm 3.37.0, Node 22) on this machine: not Azure"
 
@@ -248,12 +252,75 @@ def _median(runs: list[Measured]) -> Measured:
     return ordered[len(ordered) // 2]
 
 
+async def _emulator_costs(server: Any) -> dict[str, float]:
+    """Azurite's own CPU seconds per GiB for each kind of request, ``COST_BLOCKS`` of 16 MiB each.
+
+    Put Block with tierd's ``x-ms-content-crc64``, with rclone's ``Content-MD5``, and with
+    neither; Put Blob with each; Get Blob; each kind twice, the second pass kept. Azurite
+    computes CRC64 in JavaScript, a byte at a time, for every Put Block without an MD5 (to
+    echo it), and MD5 with Node's native crypto.
+    """
+    from azure.core.credentials import AzureNamedKeyCredential
+
+    from bench.storecopy import process_cpu
+    from tests.fixtures.azurite import ACCOUNT, ACCOUNT_KEY
+    from tierd.daemon.backends.azure.blocks import azure_crc64
+    from tierd.daemon.backends.azure.bodies import BlockBody
+    from tierd.daemon.backends.azure.rest import AzureRest, Signer
+    from tierd.daemon.backends.hashing import crc64
+
+    data = memoryview(os.urandom(BLOCK_SIZE))
+    crc = {"x-ms-content-crc64": azure_crc64(await crc64(data))}
+    md5 = {"Content-MD5": base64.b64encode(hashlib.md5(data).digest()).decode()}
+    blob = {"x-ms-blob-type": "BlockBlob"}
+    kinds = {
+        "put_block_crc64": ("comp=block&blockid=", crc),  # tierd's
+        "put_block_content_md5": ("comp=block&blockid=", md5),  # rclone's
+        "put_block_no_checksum": ("comp=block&blockid=", {}),
+        "put_blob_crc64": ("", blob | crc),  # tierd's
+        "put_blob_content_md5": ("", blob | md5),
+        "get_blob": ("", {}),
+    }
+    signer = Signer(ACCOUNT, AzureNamedKeyCredential(ACCOUNT, ACCOUNT_KEY))
+    rest = AzureRest(server.url, server.create_container(), signer, connections=4)
+    costs: dict[str, float] = {}
+    try:
+        for kind, (query, headers) in [*kinds.items(), *kinds.items()]:  # the first pass warms Node up
+            before = process_cpu(server.pid)
+            for index in range(COST_BLOCKS):
+                ask = f"{query}{base64.b64encode(f'{index:06d}'.encode()).decode()}" if query else ""
+                method, body = ("GET", None) if kind == "get_blob" else ("PUT", BlockBody(data))
+                sent = rest.send(method, "cost", kind, "cost", query=ask, headers=headers, body=body)
+                async with sent as got:
+                    await got.read()
+            costs[kind] = round((process_cpu(server.pid) - before) * 2**30 / (COST_BLOCKS * BLOCK_SIZE), 2)
+    finally:
+        await rest.close()
+    return costs
+
+
+def _report_costs(server: Any) -> None:
+    """One result line: Azurite's CPU per GiB by request kind, tierd's Put Block over rclone's."""
+    costs = asyncio.run(_emulator_costs(server))
+    note(f"azurite CPU seconds per GiB by request kind: {costs}")
+    emit(
+        "azure_emulator_cpu_per_gib",
+        costs["put_block_crc64"],
+        "Azurite's CPU per GiB of Put Block with Content-MD5 (rclone's)",
+        costs["put_block_content_md5"],
+        peak_rss=0,
+        emulator_cpu_seconds_per_gib=costs,
+        emulator=EMULATOR,
+    )
+
+
 def main() -> None:
     """Both checkpoints, upload and download, against rclone on one Azurite."""
     from tests.fixtures.azurite import start_azurite
 
     settings = Settings.from_env(ROUNDS)
     with tempfile.TemporaryDirectory(dir=bench_root()) as tmp, start_azurite(Path(tmp)) as server:
+        _report_costs(server)
         work = Path(tmp)
         for kind in settings.kinds:
             tier0 = work / f"tier0-{kind}"
