@@ -61,6 +61,7 @@ class Measured:
     cpu_seconds: float
     peak_rss: int
     emulator_cpu_seconds: float = 0.0  # Azurite's, over the whole run of the side
+    sync_seconds: float = 0.0  # ``sync`` right after an rclone download: tierd's files are durable
 
 
 def rclone_env(url: str, account: str, key: str) -> dict[str, str]:
@@ -140,8 +141,25 @@ def summary(name: str, tierd: list[Measured], rclone: list[Measured], **extra: A
         tierd_emulator_cpu_spread=_spread([m.emulator_cpu_seconds for m in tierd]),
         rclone_emulator_cpu_spread=_spread([m.emulator_cpu_seconds for m in rclone]),
         emulator=EMULATOR,
+        **_durable(t, rclone),
         **extra,
     )
+
+
+def _durable(tierd: Measured, rclone: list[Measured]) -> dict[str, Any]:
+    """For a download: rclone's time with the ``sync`` that makes its files durable, as tierd's are.
+
+    tierd's download ends with its files fsynced (one ``syncfs`` per group, as ``cp`` + ``sync``);
+    ``rclone copy`` leaves them in the page cache.
+    """
+    if not any(m.sync_seconds for m in rclone):
+        return {}
+    durable = _spread([m.seconds + m.sync_seconds for m in rclone])
+    return {
+        "rclone_sync_spread": _spread([m.sync_seconds for m in rclone]),
+        "rclone_and_sync_spread": durable,
+        "ratio_to_rclone_and_sync": round(tierd.seconds / durable[1], 4) if durable[1] else None,
+    }
 
 
 def _spread(values: list[float]) -> list[float]:
@@ -223,7 +241,7 @@ def _compare(kind: str, dataset: Dataset, server: Any, settings: Settings, work:
                         else [remote(seed, ""), str(dest)]
                     )
                     argv = [rclone_binary(), "copy", *pair]
-                runs[side].append(_measure(side, argv, env, server.pid))
+                runs[side].append(_measure(side, argv, env, server.pid, direction == "download"))
             shutil.rmtree(target, ignore_errors=True)
         summary(
             f"azure_{direction}_{kind}",
@@ -238,13 +256,18 @@ def _compare(kind: str, dataset: Dataset, server: Any, settings: Settings, work:
         )
 
 
-def _measure(side: str, argv: list[str], env: dict[str, str], emulator: int) -> Measured:
-    """One run of ``side``, with the emulator's CPU seconds over it."""
+def _measure(side: str, argv: list[str], env: dict[str, str], emulator: int, download: bool) -> Measured:
+    """One run of ``side``, with the emulator's CPU seconds over it (and rclone's download's ``sync``)."""
     with EmulatorCpu(emulator) as cpu:
         measured, out = run(argv, env if side == "rclone" else worker_env())
     if side == "tierd":
         measured = _inside(measured, out)
-    return replace(measured, emulator_cpu_seconds=cpu.seconds)
+    synced = 0.0
+    if side == "rclone" and download:
+        started = time.monotonic()
+        subprocess.run(["sync"], check=True)
+        synced = time.monotonic() - started
+    return replace(measured, emulator_cpu_seconds=cpu.seconds, sync_seconds=synced)
 
 
 def _median(runs: list[Measured]) -> Measured:
