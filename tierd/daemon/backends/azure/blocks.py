@@ -215,7 +215,7 @@ class BlockUpload:
     async def _stage(self, reader: RangeReader, tag: str, index: int, offset: int, length: int) -> int:
         """Read, hash and stage one block with its CRC64; returns the CRC."""
         where = f"{self.location} block {index}"
-        async with self.options.budget.buffer(length) as view:
+        async with self.options.budget.aligned(length) as view:
             await read_full(reader, offset, view, where=where)
             crc = await crc64(view)
             await put_block(

@@ -124,7 +124,7 @@ async def hash_blob(blob: Blob, size: int, etag: str | None, *, concurrency: int
 
     async def one(index: int) -> None:
         length = pieces[index][1]
-        async with budget.buffer(length) as view:
+        async with budget.aligned(length) as view:
             await fill(blob, starts[index], view, etag)
             pieces[index] = (await crc64(view), length)
 
