@@ -23,6 +23,8 @@ files, one round (``TIERD_BENCH_ROUNDS`` sets more).
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 import os
 import shutil
@@ -45,6 +47,8 @@ __all__ = ["Measured", "main", "rclone_env", "remote", "summary"]
 ROUNDS = 3
 #: The tier's block size, its default.
 BLOCK_SIZE = 16 * 2**20
+#: Requests of each kind ``azure_emulator_cpu_per_gib`` sends (of ``BLOCK_SIZE`` each).
+COST_BLOCKS = 4
 HWM = "vm_hwm="
 EMULATOR = "Azurite (azurite npm 3.37.0, Node 22) on this machine: not Azure"
 
@@ -57,6 +61,7 @@ class Measured:
     cpu_seconds: float
     peak_rss: int
     emulator_cpu_seconds: float = 0.0  # Azurite's, over the whole run of the side
+    sync_seconds: float = 0.0  # ``sync`` right after an rclone download: tierd's files are durable
 
 
 def rclone_env(url: str, account: str, key: str) -> dict[str, str]:
@@ -136,8 +141,25 @@ def summary(name: str, tierd: list[Measured], rclone: list[Measured], **extra: A
         tierd_emulator_cpu_spread=_spread([m.emulator_cpu_seconds for m in tierd]),
         rclone_emulator_cpu_spread=_spread([m.emulator_cpu_seconds for m in rclone]),
         emulator=EMULATOR,
+        **_durable(t, rclone),
         **extra,
     )
+
+
+def _durable(tierd: Measured, rclone: list[Measured]) -> dict[str, Any]:
+    """For a download: rclone's time with the ``sync`` that makes its files durable, as tierd's are.
+
+    tierd's download ends with its files fsynced (one ``syncfs`` per group, as ``cp`` + ``sync``);
+    ``rclone copy`` leaves them in the page cache.
+    """
+    if not any(m.sync_seconds for m in rclone):
+        return {}
+    durable = _spread([m.seconds + m.sync_seconds for m in rclone])
+    return {
+        "rclone_sync_spread": _spread([m.sync_seconds for m in rclone]),
+        "rclone_and_sync_spread": durable,
+        "ratio_to_rclone_and_sync": round(tierd.seconds / durable[1], 4) if durable[1] else None,
+    }
 
 
 def _spread(values: list[float]) -> list[float]:
@@ -219,7 +241,7 @@ def _compare(kind: str, dataset: Dataset, server: Any, settings: Settings, work:
                         else [remote(seed, ""), str(dest)]
                     )
                     argv = [rclone_binary(), "copy", *pair]
-                runs[side].append(_measure(side, argv, env, server.pid))
+                runs[side].append(_measure(side, argv, env, server.pid, direction == "download"))
             shutil.rmtree(target, ignore_errors=True)
         summary(
             f"azure_{direction}_{kind}",
@@ -234,18 +256,85 @@ def _compare(kind: str, dataset: Dataset, server: Any, settings: Settings, work:
         )
 
 
-def _measure(side: str, argv: list[str], env: dict[str, str], emulator: int) -> Measured:
-    """One run of ``side``, with the emulator's CPU seconds over it."""
+def _measure(side: str, argv: list[str], env: dict[str, str], emulator: int, download: bool) -> Measured:
+    """One run of ``side``, with the emulator's CPU seconds over it (and rclone's download's ``sync``)."""
     with EmulatorCpu(emulator) as cpu:
         measured, out = run(argv, env if side == "rclone" else worker_env())
     if side == "tierd":
         measured = _inside(measured, out)
-    return replace(measured, emulator_cpu_seconds=cpu.seconds)
+    synced = 0.0
+    if side == "rclone" and download:
+        started = time.monotonic()
+        subprocess.run(["sync"], check=True)
+        synced = time.monotonic() - started
+    return replace(measured, emulator_cpu_seconds=cpu.seconds, sync_seconds=synced)
 
 
 def _median(runs: list[Measured]) -> Measured:
     ordered = sorted(runs, key=lambda m: m.seconds)
     return ordered[len(ordered) // 2]
+
+
+async def _emulator_costs(server: Any) -> dict[str, float]:
+    """Azurite's own CPU seconds per GiB for each kind of request, ``COST_BLOCKS`` of 16 MiB each.
+
+    Put Block with tierd's ``x-ms-content-crc64``, with rclone's ``Content-MD5``, and with
+    neither; Put Blob with each; Get Blob; each kind twice, the second pass kept. Azurite
+    computes CRC64 in JavaScript, a byte at a time, for every Put Block without an MD5 (to
+    echo it), and MD5 with Node's native crypto.
+    """
+    from azure.core.credentials import AzureNamedKeyCredential
+
+    from bench.storecopy import process_cpu
+    from tests.fixtures.azurite import ACCOUNT, ACCOUNT_KEY
+    from tierd.daemon.backends.azure.blocks import azure_crc64
+    from tierd.daemon.backends.azure.bodies import BlockBody
+    from tierd.daemon.backends.azure.rest import AzureRest, Signer
+    from tierd.daemon.backends.hashing import crc64
+
+    data = memoryview(os.urandom(BLOCK_SIZE))
+    crc = {"x-ms-content-crc64": azure_crc64(await crc64(data))}
+    md5 = {"Content-MD5": base64.b64encode(hashlib.md5(data).digest()).decode()}
+    blob = {"x-ms-blob-type": "BlockBlob"}
+    kinds = {
+        "put_block_crc64": ("comp=block&blockid=", crc),  # tierd's
+        "put_block_content_md5": ("comp=block&blockid=", md5),  # rclone's
+        "put_block_no_checksum": ("comp=block&blockid=", {}),
+        "put_blob_crc64": ("", blob | crc),  # tierd's
+        "put_blob_content_md5": ("", blob | md5),
+        "get_blob": ("", {}),
+    }
+    signer = Signer(ACCOUNT, AzureNamedKeyCredential(ACCOUNT, ACCOUNT_KEY))
+    rest = AzureRest(server.url, server.create_container(), signer, connections=4)
+    costs: dict[str, float] = {}
+    try:
+        for kind, (query, headers) in [*kinds.items(), *kinds.items()]:  # the first pass warms Node up
+            before = process_cpu(server.pid)
+            for index in range(COST_BLOCKS):
+                ask = f"{query}{base64.b64encode(f'{index:06d}'.encode()).decode()}" if query else ""
+                method, body = ("GET", None) if kind == "get_blob" else ("PUT", BlockBody(data))
+                sent = rest.send(method, "cost", kind, "cost", query=ask, headers=headers, body=body)
+                async with sent as got:
+                    await got.read()
+            costs[kind] = round((process_cpu(server.pid) - before) * 2**30 / (COST_BLOCKS * BLOCK_SIZE), 2)
+    finally:
+        await rest.close()
+    return costs
+
+
+def _report_costs(server: Any) -> None:
+    """One result line: Azurite's CPU per GiB by request kind, tierd's Put Block over rclone's."""
+    costs = asyncio.run(_emulator_costs(server))
+    note(f"azurite CPU seconds per GiB by request kind: {costs}")
+    emit(
+        "azure_emulator_cpu_per_gib",
+        costs["put_block_crc64"],
+        "Azurite's CPU per GiB of Put Block with Content-MD5 (rclone's)",
+        costs["put_block_content_md5"],
+        peak_rss=0,
+        emulator_cpu_seconds_per_gib=costs,
+        emulator=EMULATOR,
+    )
 
 
 def main() -> None:
@@ -254,6 +343,7 @@ def main() -> None:
 
     settings = Settings.from_env(ROUNDS)
     with tempfile.TemporaryDirectory(dir=bench_root()) as tmp, start_azurite(Path(tmp)) as server:
+        _report_costs(server)
         work = Path(tmp)
         for kind in settings.kinds:
             tier0 = work / f"tier0-{kind}"

@@ -124,7 +124,8 @@ def worker(spec_path: Path) -> None:
     print(json.dumps(result | {"peak_rss_bytes": vm_hwm_bytes()}), flush=True)
 
 
-Sample = tuple[float, float, int, float]  # seconds, CPU seconds, peak RSS bytes, emulator CPU
+#: seconds, CPU seconds, peak RSS bytes, emulator CPU, and ``sync`` after an rclone download
+Sample = tuple[float, float, int, float, float]
 
 
 def _round(
@@ -154,13 +155,25 @@ def _round(
             if side == "tierd":  # timed inside the worker, as a running daemon would copy: no start-up
                 inside = json.loads(output.read_text().strip().splitlines()[-1])
                 seconds, cpu = inside["seconds"], inside["cpu_seconds"]
-            results[direction][side] = (seconds, cpu, rss, served.seconds)
+            synced = _sync_seconds() if side == "rclone" and direction == "down" else 0.0
+            results[direction][side] = (seconds, cpu, rss, served.seconds, synced)
             note(
                 f"gcs {direction} {name} {side}: {seconds:.2f} s, CPU {cpu:.2f} s, "
                 f"peak RSS {rss / 2**20:.0f} MiB"
             )
         shutil.rmtree(target, ignore_errors=True)
     return results
+
+
+def _sync_seconds() -> float:
+    """How long ``sync`` takes right after rclone's download: tierd's files are durable when it ends.
+
+    tierd syncs each group of files it wrote (one ``syncfs``, as ``cp`` + ``sync``); ``rclone
+    copy`` leaves them in the page cache.
+    """
+    started = time.perf_counter()
+    subprocess.run(["sync"], check=True)
+    return time.perf_counter() - started
 
 
 def spread(values: list[float]) -> list[float]:
@@ -212,6 +225,19 @@ def _line(tierd: list[Sample], rclone: list[Sample]) -> tuple[tuple[float, str, 
         "baseline_cpu_spread": spread([s[1] for s in rclone]),
         "tierd_emulator_cpu_spread": spread([s[3] for s in tierd]),
         "baseline_emulator_cpu_spread": spread([s[3] for s in rclone]),
+        **_durable(t, rclone),
+    }
+
+
+def _durable(tierd_seconds: float, rclone: list[Sample]) -> dict[str, Any]:
+    """For a download: rclone's time with its ``sync`` (tierd's files are durable when it ends)."""
+    if not any(s[4] for s in rclone):
+        return {}
+    durable = spread([s[0] + s[4] for s in rclone])
+    return {
+        "baseline_sync_spread": spread([s[4] for s in rclone]),
+        "baseline_and_sync_spread": durable,
+        "ratio_to_baseline_and_sync": round(tierd_seconds / durable[1], 4) if durable[1] else None,
     }
 
 

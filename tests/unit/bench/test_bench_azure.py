@@ -49,6 +49,15 @@ def test_summary_gives_ratios_cpu_and_the_emulator(capsys: pytest.CaptureFixture
     assert "not Azure" in result["emulator"]
 
 
+def test_a_download_is_also_compared_with_rclone_and_its_sync(capsys: pytest.CaptureFixture[str]) -> None:
+    rclone = [Measured(1.0, 1.0, 300, sync_seconds=1.0), Measured(2.0, 1.0, 300, sync_seconds=2.0)]
+    result = summary("azure_download_small", [Measured(3.0, 1.0, 100)], rclone)
+    assert result["ratio"] == 1.5  # against rclone copy alone (the median of two: the second)
+    assert (result["rclone_and_sync_spread"], result["ratio_to_rclone_and_sync"]) == ([2.0, 4.0, 4.0], 0.75)
+    upload = summary("azure_upload_small", [Measured(3.0, 1.0, 100)], [Measured(2.0, 1.0, 300)])
+    assert "ratio_to_rclone_and_sync" not in upload
+
+
 def test_the_emulators_cpu_is_read_from_its_own_process() -> None:
     from bench.storecopy import EmulatorCpu, process_cpu, worker_env
 

@@ -39,3 +39,16 @@ def test_rclone_talks_to_the_emulator(gcs_emulator: GcsEmulator, tmp_path: Path)
     flags = bench_gcs.rclone_flags(gcs_emulator)
     subprocess.run([bench_gcs.rclone_binary(), "copy", str(src), f":gcs:{bucket}/x", *flags], check=True)
     assert [(o["name"], o["size"]) for o in gcs_emulator.objects(bucket)] == [("x/a.bin", "1000")]
+
+
+def test_a_download_is_also_compared_with_rclone_and_its_sync() -> None:
+    tierd = [(3.0, 1.0, 100, 0.5, 0.0)]
+    rclone = [(1.0, 1.0, 300, 0.5, 1.0), (2.0, 1.0, 300, 0.5, 2.0)]
+    (t, _, r), fields = bench_gcs._line(tierd, rclone)
+    assert (t, r) == (3.0, 2.0)
+    assert (fields["baseline_and_sync_spread"], fields["ratio_to_baseline_and_sync"]) == (
+        [2.0, 4.0, 4.0],
+        0.75,
+    )
+    _, upload = bench_gcs._line(tierd, [(2.0, 1.0, 300, 0.5, 0.0)])
+    assert "ratio_to_baseline_and_sync" not in upload

@@ -6,7 +6,8 @@ object between tiers (server-side when the two allow it, else streamed).
 ``base`` (the interface, ``WriteRequest``, ``WriteBatch``), ``uploads`` (multipart uploads'
 state, kept so a restart resumes them), ``budget`` (the memory every buffer comes from),
 ``concurrency`` (bounded parallelism, blocking calls not cut short), ``hashing``
-(CRC64NVME of buffers), ``ownermeta`` (a file's owner and mode as an object's metadata,
+(CRC64NVME of buffers), ``headfirst`` (a store's reader: the first bytes the opening GET
+brought, then ranged GETs), ``ownermeta`` (a file's owner and mode as an object's metadata,
 as rclone names them), ``posix/``, ``s3/``, ``gcs/`` and ``azure/`` (the stores), ``peer/``
 (the peer tier: other nodes' parts held in this node's peer directory).
 

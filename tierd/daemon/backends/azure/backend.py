@@ -1,4 +1,4 @@
-"""An Azure tier: block blobs in ``<container>/<prefix>``, through the official async SDK.
+"""An Azure tier: block blobs in ``<container>/<prefix>``, every request on tierd's own session.
 
 Small files (up to ``bodies.PUT_LIMIT``, 1 MiB) go up in one Put Blob carrying their
 CRC64 (``x-ms-content-crc64``); bigger ones as staged blocks, each with its CRC64, then one
@@ -17,19 +17,18 @@ and ``verify: readback`` read every byte back (``azure.reads``).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
-
-from azure.storage.blob.aio import BlobClient, ContainerClient
 
 from tierd.config import AzureTier
 from tierd.config.stores import AZURE_MAX_NAME_CHARS
 from tierd.daemon import checksum
 from tierd.daemon.backends.azure.blocks import BlockUpload, WriteOptions, azure_crc64, upload_tag
 from tierd.daemon.backends.azure.bodies import PUT_LIMIT
-from tierd.daemon.backends.azure.client import account_url, container_client, credential
+from tierd.daemon.backends.azure.calls import Properties, blob_properties, delete_blob, list_blobs
+from tierd.daemon.backends.azure.client import account_url, credential
 from tierd.daemon.backends.azure.errors import azure_errors
 from tierd.daemon.backends.azure.leftovers import StagedBlob, drop_unless_kept, staged_blobs
 from tierd.daemon.backends.azure.metadata import blob_metadata, checksum_from_metadata
@@ -78,35 +77,20 @@ class AzureBackend(Backend):
         self.block_size = int(tier.block_size)
         self.concurrency = min(tier.concurrency, REQUESTS_PER_FILE)
         self.options = WriteOptions(tier.storage_class, tier.encryption_scope, self.concurrency, self.budget)
-        self._container: ContainerClient | None = None
         self._rest: AzureRest | None = None
         self._writing: dict[str, int] = {}  # upload tags being written now, with how many writes
 
     @property
-    def container(self) -> ContainerClient:
-        """The SDK's container client, made on first use (no request is sent to make it)."""
-        if self._container is None:
-            self._connect()
-        assert self._container is not None
-        return self._container
-
-    @property
     def rest(self) -> AzureRest:
-        """The data path's session (``azure.rest``), made on first use with the same credential."""
+        """The tier's session (``azure.rest``), made on first use (no request is sent to make it)."""
         if self._rest is None:
-            self._connect()
-        assert self._rest is not None
-        return self._rest
-
-    def _connect(self) -> None:
-        with azure_errors("configure", f"tier {self.name}"):
-            found = credential(self.tier)
-            self._container = container_client(self.tier, found, single_put_limit=PUT_LIMIT)
-            signer = Signer(self.tier.account, found)
+            with azure_errors("configure", f"tier {self.name}"):
+                signer = Signer(self.tier.account, credential(self.tier))
             connections = max(CONNECTIONS, self.tier.concurrency * 4)
             self._rest = AzureRest(
                 account_url(self.tier), self.tier.container, signer, connections=connections
             )
+        return self._rest
 
     def _data(self, relpath: str) -> Blob:
         """The blob of ``relpath`` on the data path."""
@@ -122,9 +106,6 @@ class AzureBackend(Backend):
             )
         return name
 
-    def _blob(self, relpath: str) -> BlobClient:
-        return self.container.get_blob_client(self._name(relpath))
-
     def location_of(self, name: str) -> str:
         """``azure://account/container/name``."""
         return f"azure://{self.tier.account}/{self.tier.container}/{name}"
@@ -133,9 +114,8 @@ class AzureBackend(Backend):
         """``azure://account/container/prefix+relpath``."""
         return self.location_of(self.prefix + check_relpath(relpath))
 
-    async def _properties(self, relpath: str) -> Any:
-        with azure_errors("stat", self.location(relpath)):
-            return await self._blob(relpath).get_blob_properties()
+    async def _properties(self, relpath: str) -> Properties:
+        return await blob_properties(self.rest, self._name(relpath), self.location(relpath))
 
     async def stat(self, relpath: str) -> ObjectInfo:
         """Size, mtime, the recorded CRC64NVME and owner. Raises NotFound when missing."""
@@ -147,11 +127,10 @@ class AzureBackend(Backend):
         Raises PermanentBackendError for a missing container or access denied.
         """
         full = self.prefix + check_prefix(prefix)
-        with azure_errors("list", self.location_of(full)):
-            async for blob in self.container.list_blobs(name_starts_with=full):
-                if not blob.name.endswith("/"):
-                    mtime = blob.last_modified.timestamp() if blob.last_modified else None
-                    yield ObjectInfo(blob.name[len(self.prefix) :], int(blob.size), None, mtime)
+        async for blob in list_blobs(self.rest, full, self.location_of(full)):
+            if not blob.name.endswith("/"):
+                mtime = blob.last_modified.timestamp() if blob.last_modified else None
+                yield ObjectInfo(blob.name[len(self.prefix) :], blob.size, None, mtime)
 
     async def open_reader(self, relpath: str) -> RangeReader:
         """An AzureReader, opened by a GET of the first ``OPEN_RANGE`` bytes.
@@ -165,7 +144,7 @@ class AzureBackend(Backend):
             if not str(exc).startswith(f"open {blob.location}: 416"):
                 raise
         properties = await self._properties(relpath)  # an empty blob: no range of it exists
-        return AzureReader(blob, int(properties.size), properties.etag, b"")
+        return AzureReader(blob, properties.size, properties.etag, b"")
 
     async def _read_into(self, relpath: str, view: memoryview) -> None:
         """One small blob of ``read_whole``: one GET, no range, no reader (its size is known)."""
@@ -186,7 +165,7 @@ class AzureBackend(Backend):
             self._writing[tag] = self._writing.get(tag, 0) + 1
             try:
                 upload = BlockUpload(
-                    self.container.get_blob_client(name),
+                    name,
                     self.rest,
                     self.options,
                     self.location(request.relpath),
@@ -252,10 +231,10 @@ class AzureBackend(Backend):
         """Read back every byte (ranges in parallel) and return its CRC64NVME. Raises NotFound."""
         return await self._hash(relpath, await self._properties(relpath))
 
-    async def _hash(self, relpath: str, properties: Any) -> str:
+    async def _hash(self, relpath: str, properties: Properties) -> str:
         return await hash_blob(
             self._data(relpath),
-            int(properties.size),
+            properties.size,
             properties.etag,
             concurrency=self.concurrency,
             budget=self.budget,
@@ -263,11 +242,8 @@ class AzureBackend(Backend):
 
     async def delete(self, relpath: str) -> None:
         """Delete Blob (missing is fine). Raises Transient/PermanentBackendError."""
-        try:
-            with azure_errors("delete", self.location(relpath)):
-                await self._blob(relpath).delete_blob()
-        except NotFound:
-            pass
+        with contextlib.suppress(NotFound):
+            await delete_blob(self.rest, self._name(relpath), self.location(relpath))
 
     async def remove_checkpoint(self, path: str, markers: Sequence[str], rest: Sequence[str]) -> None:
         """The completion markers first, one by one; then the rest, ``concurrency`` at a time."""
@@ -282,11 +258,9 @@ class AzureBackend(Backend):
         Raises PermanentBackendError (no such container, access denied) or TransientBackendError.
         """
         where = self.location_of(self.prefix)
-        found = await staged_blobs(self.container, self.prefix, where)
+        found = await staged_blobs(self.rest, self.prefix, where)
         stale = [blob for blob in found if _age(blob) >= older_than_seconds]
-        return await drop_unless_kept(
-            self.container, stale, keep=keep, active=set(self._writing), where=where
-        )
+        return await drop_unless_kept(self.rest, stale, keep=keep, active=set(self._writing), where=where)
 
     async def remove_leftovers(self, relpaths: Sequence[str], *, keep: Collection[str] = ()) -> int:
         """Drop the staged-only blobs of exactly these files, whatever their age, but ``keep``."""
@@ -294,19 +268,16 @@ class AzureBackend(Backend):
         if not names:
             return 0
         where = self.location_of(self.prefix)
-        found = await staged_blobs(self.container, _shared_prefix(names), where)
+        found = await staged_blobs(self.rest, _shared_prefix(names), where)
         mine = [blob for blob in found if blob.name in names]
         active = set(self._writing)
-        return await drop_unless_kept(self.container, mine, keep=keep, active=active, where=where)
+        return await drop_unless_kept(self.rest, mine, keep=keep, active=active, where=where)
 
     async def close(self) -> None:
-        """Close the clients' connections."""
-        container, self._container = self._container, None
+        """Close the session's connections."""
         rest, self._rest = self._rest, None
         if rest is not None:
             await rest.close()
-        if container is not None:
-            await container.close()
 
 
 def _age(blob: StagedBlob) -> float:
@@ -324,19 +295,11 @@ def _shared_prefix(names: Collection[str]) -> str:
     return first[:n]
 
 
-def _total_size(properties: Any) -> int:
-    """The blob's size from a ranged GET's properties (their ``size`` is the range's)."""
-    spec = str(properties.content_range or "")
-    if "/" in spec and not spec.endswith("/*"):
-        return int(spec.rsplit("/", 1)[1])
-    return int(properties.size)
-
-
-def _info(relpath: str, properties: Any) -> ObjectInfo:
+def _info(relpath: str, properties: Properties) -> ObjectInfo:
     mtime = properties.last_modified.timestamp() if properties.last_modified else None
     return ObjectInfo(
         relpath,
-        int(properties.size),
+        properties.size,
         checksum_from_metadata(properties.metadata),
         mtime,
         owner=owner_from_metadata(properties.metadata),

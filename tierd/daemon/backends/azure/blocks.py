@@ -27,14 +27,10 @@ import asyncio
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-from azure.storage.blob import BlobBlock, StandardBlobTier
-from azure.storage.blob.aio import BlobClient
 
 from tierd.daemon import checksum
-from tierd.daemon.backends.azure.errors import azure_errors
-from tierd.daemon.backends.azure.puts import put_block
+from tierd.daemon.backends.azure.calls import blob_properties, block_lists, commit_blocks, delete_blob, exists
+from tierd.daemon.backends.azure.puts import put_block, write_headers
 from tierd.daemon.backends.azure.rest import AzureRest
 from tierd.daemon.backends.base import RangeReader, WriteRequest, mismatch, read_full
 from tierd.daemon.backends.budget import MIB, ByteBudget
@@ -101,23 +97,18 @@ class WriteOptions:
     concurrency: int
     budget: ByteBudget
 
-    def kwargs(self) -> dict[str, Any]:
-        """The SDK keywords for a Put Blob or a Put Block List."""
-        found: dict[str, Any] = {}
-        if self.standard_blob_tier is not None:
-            found["standard_blob_tier"] = StandardBlobTier(self.standard_blob_tier)
-        if self.encryption_scope is not None:
-            found["encryption_scope"] = self.encryption_scope
-        return found
+    def headers(self) -> dict[str, str]:
+        """The headers of a Put Blob or a Put Block List: access tier and encryption scope."""
+        return write_headers(self.standard_blob_tier, self.encryption_scope)
 
 
 class BlockUpload:
     """One block blob written from a reader, resumable from the service's uncommitted blocks."""
 
     def __init__(
-        self, blob: BlobClient, rest: AzureRest, options: WriteOptions, location: str, block_size: int
+        self, name: str, rest: AzureRest, options: WriteOptions, location: str, block_size: int
     ) -> None:
-        self.blob, self.rest, self.options, self.location = blob, rest, options, location
+        self.name, self.rest, self.options, self.location = name, rest, options, location
         self.configured_block_size = block_size
         self.sent_bytes = 0  # bytes staged by this write (not those resumed)
 
@@ -133,7 +124,7 @@ class BlockUpload:
         count = max(1, -(-size // block_size))
         held = await self._held(tag, size, block_size)
         if request.resume is not None:
-            state = UploadState(tag, self.blob.blob_name, block_size, size)
+            state = UploadState(tag, self.name, block_size, size)
             await request.resume.begin(request.relpath, state)
         try:
             crcs = await self._stage_missing(request, tag, block_size, count, held)
@@ -159,10 +150,7 @@ class BlockUpload:
         this write counted on: the next try stages every block again).
         """
         try:
-            with azure_errors("commit", self.location):
-                await self.blob.commit_block_list(
-                    [BlobBlock(block) for block in ids], metadata=dict(metadata), **self.options.kwargs()
-                )
+            await commit_blocks(self.rest, self.name, self.location, ids, metadata, self.options.headers())
         except PermanentBackendError as exc:
             if "InvalidBlockList" not in str(exc):
                 raise
@@ -178,11 +166,9 @@ class BlockUpload:
         Azurite 3.37 commits what it has. A blob of the wrong size is deleted and the write
         fails with TransientBackendError (the next try sends every block again).
         """
-        with azure_errors("stat", self.location):
-            committed = int((await self.blob.get_blob_properties()).size)
+        committed = (await blob_properties(self.rest, self.name, self.location)).size
         if committed != size:
-            with azure_errors("delete", self.location):
-                await self.blob.delete_blob()
+            await delete_blob(self.rest, self.name, self.location)
             raise TransientBackendError(
                 f"{self.location}: the service committed {committed} bytes of {size} (a staged block "
                 "vanished before the commit): deleted, the next try sends every block"
@@ -191,8 +177,7 @@ class BlockUpload:
     async def _held(self, tag: str, size: int, block_size: int) -> dict[int, int]:
         """{index: CRC} of this upload's blocks the service holds uncommitted, of the right length."""
         try:
-            with azure_errors("list blocks of", self.location):
-                _, uncommitted = await self.blob.get_block_list("uncommitted")
+            _, uncommitted = await block_lists(self.rest, self.name, self.location, "uncommitted")
         except NotFound:
             return {}
         held: dict[int, int] = {}
@@ -230,12 +215,12 @@ class BlockUpload:
     async def _stage(self, reader: RangeReader, tag: str, index: int, offset: int, length: int) -> int:
         """Read, hash and stage one block with its CRC64; returns the CRC."""
         where = f"{self.location} block {index}"
-        async with self.options.budget.buffer(length) as view:
+        async with self.options.budget.aligned(length) as view:
             await read_full(reader, offset, view, where=where)
             crc = await crc64(view)
             await put_block(
                 self.rest,
-                self.blob.blob_name,
+                self.name,
                 where,
                 block_id(tag, index, crc),
                 view,
@@ -248,19 +233,14 @@ class BlockUpload:
     async def discard(self) -> None:
         """Drop the staged blocks of a blob that has no committed version (best effort)."""
         try:
-            with azure_errors("discard blocks of", self.location):
-                committed, _ = await self.blob.get_block_list("committed")
-                if committed or await self._exists():
-                    return  # a committed version is there: its uncommitted blocks expire in 7 days
-                await self.blob.delete_blob()
+            committed, _ = await block_lists(self.rest, self.name, self.location, "committed")
+            if committed or await exists(self.rest, self.name, self.location):
+                return  # a committed version is there: its uncommitted blocks expire in 7 days
+            await delete_blob(self.rest, self.name, self.location, "discard blocks of")
         except (NotFound, PermanentBackendError):
             return
         except Exception:  # best effort: the sweep gets them later
             return
-
-    async def _exists(self) -> bool:
-        with azure_errors("stat", self.location):
-            return bool(await self.blob.exists())
 
 
 def _length(index: int, size: int, block_size: int) -> int:

@@ -1,4 +1,4 @@
-"""The container client of an Azure tier: its URL, its credential, its request settings.
+"""Where an Azure tier's requests go and what signs them: its account URL, its credential.
 
 Credentials, the first the tier sets: ``account_key`` (Shared Key), ``sas_token``, else the
 Azure identity chain (``azure.identity.aio.DefaultAzureCredential``: managed identity on
@@ -6,9 +6,8 @@ Azure VMs, workload identity on AKS, environment variables, the Azure CLI's logi
 is imported only then: ``azure-identity`` and its MSAL stack are not needed by a tier with a
 key or a SAS token.
 
-The SDK sends a request at most ``REQUEST_ATTEMPTS`` times (its default is eleven, with
-back-off up to minutes): one retry in place for a throttled or dropped block or range, the
-file level (``tierd.daemon.transfer.retry``) retries the rest, as for S3.
+No request is retried in place: the file level (``tierd.daemon.transfer.retry``) retries,
+as for S3.
 """
 
 from __future__ import annotations
@@ -17,19 +16,11 @@ import importlib
 from typing import Any
 
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
-from azure.storage.blob.aio import ContainerClient
 
-from tierd import __version__
 from tierd.config import AzureTier
 from tierd.errors import PermanentBackendError
 
-__all__ = ["CONNECT_TIMEOUT", "READ_TIMEOUT", "REQUEST_ATTEMPTS", "account_url", "container_client"]
-
-REQUEST_ATTEMPTS = 2
-CONNECT_TIMEOUT = 10
-READ_TIMEOUT = 120
-#: The most one GET asks for: a reader's read or a read-back range is one request.
-GET_LIMIT = 64 * 1024 * 1024
+__all__ = ["account_url", "credential"]
 
 
 def account_url(tier: AzureTier) -> str:
@@ -57,22 +48,3 @@ def credential(tier: AzureTier) -> Any:
             "chain needs the azure-identity package (pip install azure-identity)"
         ) from exc
     return identity.DefaultAzureCredential()
-
-
-def container_client(tier: AzureTier, found: Any, *, single_put_limit: int) -> ContainerClient:
-    """A ContainerClient for the tier with credential ``found`` (no request is sent until it is used)."""
-    return ContainerClient(
-        account_url(tier),
-        tier.container,
-        credential=found,
-        retry_total=REQUEST_ATTEMPTS - 1,
-        retry_backoff_factor=0.5,
-        connection_timeout=CONNECT_TIMEOUT,
-        read_timeout=READ_TIMEOUT,
-        max_single_put_size=single_put_limit,
-        max_block_size=single_put_limit,
-        max_single_get_size=GET_LIMIT,
-        max_chunk_get_size=GET_LIMIT,
-        user_agent=f"tierd/{__version__}",
-        connection_data_block_size=256 * 1024,
-    )

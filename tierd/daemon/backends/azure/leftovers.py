@@ -13,14 +13,14 @@ listed by either call: a later commit of that name discards them, or the seven d
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from azure.storage.blob.aio import ContainerClient
-
 from tierd.daemon.backends.azure.blocks import parse_block_id
-from tierd.daemon.backends.azure.errors import azure_errors
+from tierd.daemon.backends.azure.calls import block_lists, delete_blob, list_blobs
+from tierd.daemon.backends.azure.rest import AzureRest
 from tierd.errors import NotFound
 
 __all__ = ["StagedBlob", "drop_unless_kept", "staged_blobs"]
@@ -34,33 +34,30 @@ class StagedBlob:
     modified: datetime | None
 
 
-async def staged_blobs(container: ContainerClient, prefix: str, where: str) -> list[StagedBlob]:
+async def staged_blobs(rest: AzureRest, prefix: str, where: str) -> list[StagedBlob]:
     """Every blob under ``prefix`` that has staged blocks only (two listings of the prefix).
 
     Raises PermanentBackendError (no such container, access denied) or TransientBackendError.
     """
-    with azure_errors("list staged blobs in", where):
-        committed = {blob.name async for blob in container.list_blobs(name_starts_with=prefix)}
-        found = [
-            StagedBlob(blob.name, blob.last_modified)
-            async for blob in container.list_blobs(name_starts_with=prefix, include=["uncommittedblobs"])
-            if blob.name not in committed
-        ]
-    return found
+    committed = {blob.name async for blob in list_blobs(rest, prefix, where)}
+    return [
+        StagedBlob(blob.name, blob.last_modified)
+        async for blob in list_blobs(rest, prefix, where, uncommitted=True)
+        if blob.name not in committed
+    ]
 
 
-async def _tags(container: ContainerClient, name: str, where: str) -> set[str]:
+async def _tags(rest: AzureRest, name: str, where: str) -> set[str]:
     """The upload tags of the blob's staged blocks (none: gone meanwhile, or not tierd's)."""
     try:
-        with azure_errors("list blocks of", where):
-            _, uncommitted = await container.get_blob_client(name).get_block_list("uncommitted")
+        _, uncommitted = await block_lists(rest, name, f"{where}{name}", "uncommitted")
     except NotFound:
         return set()
-    return {parsed[0] for block in uncommitted if (parsed := parse_block_id(str(block.id))) is not None}
+    return {parsed[0] for block in uncommitted if (parsed := parse_block_id(block.id)) is not None}
 
 
 async def drop_unless_kept(
-    container: ContainerClient,
+    rest: AzureRest,
     blobs: Collection[StagedBlob],
     *,
     keep: Collection[str],
@@ -74,13 +71,10 @@ async def drop_unless_kept(
     kept = frozenset(keep)
     dropped = 0
     for blob in blobs:
-        tags = await _tags(container, blob.name, where)
+        tags = await _tags(rest, blob.name, where)
         if tags & kept or tags & active:
             continue
-        try:
-            with azure_errors("drop staged blocks of", f"{where}{blob.name}"):
-                await container.get_blob_client(blob.name).delete_blob()
-        except NotFound:
-            pass
+        with contextlib.suppress(NotFound):
+            await delete_blob(rest, blob.name, f"{where}{blob.name}", "drop staged blocks of")
         dropped += 1
     return dropped

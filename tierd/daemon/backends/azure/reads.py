@@ -22,6 +22,7 @@ from tierd.daemon.backends.azure.rest import AzureRest, read_body
 from tierd.daemon.backends.budget import MIB, ByteBudget
 from tierd.daemon.backends.concurrency import for_each
 from tierd.daemon.backends.hashing import combine_all, crc64
+from tierd.daemon.backends.headfirst import HeadFirstReader
 from tierd.errors import IntegrityError, TransientBackendError
 
 __all__ = [
@@ -101,31 +102,19 @@ def _total_size(content_range: str, got: int) -> int:
     return got
 
 
-class AzureReader:
+class AzureReader(HeadFirstReader):
     """A RangeReader over one version of a blob; ``head`` holds its first bytes (a small one whole)."""
 
     def __init__(self, blob: Blob, size: int, etag: str | None, head: bytes) -> None:
-        self._blob, self.size, self._etag = blob, size, etag
-        self._head = memoryview(head)
+        super().__init__(size, head)
+        self._blob, self._etag = blob, etag
 
-    async def read_into(self, offset: int, buf: memoryview) -> int:
-        """Fill ``buf`` from ``offset`` (fewer bytes only at the end).
+    async def fetch(self, offset: int, view: memoryview) -> None:
+        """Fill ``view`` from ``offset``, pinned to the ETag seen at open.
 
         Raises NotFound if the blob vanished, TransientBackendError if it changed since open.
         """
-        want = min(len(buf), self.size - offset)
-        if want <= 0:
-            return 0
-        got = max(0, min(want, len(self._head) - offset))
-        if got:
-            buf[:got] = self._head[offset : offset + got]
-        if got < want:
-            await fill(self._blob, offset + got, buf[got:want], self._etag)
-        return want
-
-    async def close(self) -> None:
-        """Forget the first bytes (connections belong to the session)."""
-        self._head = memoryview(b"")
+        await fill(self._blob, offset, view, self._etag)
 
 
 async def hash_blob(blob: Blob, size: int, etag: str | None, *, concurrency: int, budget: ByteBudget) -> str:
@@ -135,7 +124,7 @@ async def hash_blob(blob: Blob, size: int, etag: str | None, *, concurrency: int
 
     async def one(index: int) -> None:
         length = pieces[index][1]
-        async with budget.buffer(length) as view:
+        async with budget.aligned(length) as view:
             await fill(blob, starts[index], view, etag)
             pieces[index] = (await crc64(view), length)
 

@@ -1,11 +1,11 @@
-"""The data path's requests (Get Blob, Put Blob, Put Block) sent straight on one aiohttp session.
+"""Every request of an Azure tier, signed and sent straight on one aiohttp session.
 
 The SDK runs each request through azure-core's pipeline (a dozen policies, its response
 deserialised into models) and reads a download whole before handing it over; for a
 checkpoint's thousands of blobs and its 8 MiB ranges that cost more CPU than the bytes. Here
 a request is signed and sent as it is, a download's body is copied straight into the
 caller's budgeted buffer as it arrives, and an upload's body is that buffer itself. The
-rest (listings, block lists, properties, deletes) stays on the SDK.
+other calls (properties, block lists, deletes, listings: ``azure.calls``) go on it too.
 
 Credentials, as the SDK's client has them: Shared Key (each request signed with the
 account key, HMAC-SHA256 over the canonical request), a SAS token (appended to the query),
@@ -30,14 +30,13 @@ from urllib.parse import quote, unquote
 
 import aiohttp
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
-from azure.storage.blob._shared.authentication import _storage_header_sort
 from yarl import URL
 
 from tierd import __version__
 from tierd.daemon.backends.azure.errors import answer_error, azure_errors
 from tierd.errors import TransientBackendError
 
-__all__ = ["API_VERSION", "AzureRest", "Signer"]
+__all__ = ["API_VERSION", "AzureRest", "Signer", "header_order"]
 
 #: The REST API version every request names (CRC64 on Put Block and Put Blob since 2019-02-02).
 API_VERSION = "2025-11-05"
@@ -47,6 +46,18 @@ READ_TIMEOUT = 120
 ERROR_BODY = 4096
 STORAGE_SCOPE = "https://storage.azure.com/.default"
 TOKEN_MARGIN = 300.0
+
+
+def header_order(item: tuple[str, str]) -> tuple[str, str]:
+    """Where an ``x-ms-`` header goes in the canonical headers: the service's collation.
+
+    The service compares names with hyphens weighing nothing at first and ``_`` before
+    digits and letters (the SDK emulates it with a weight table); header and metadata names
+    hold only lower-case letters, digits, hyphens and (metadata) ``_``, for which this key
+    gives the same order.
+    """
+    name = item[0]
+    return name.replace("-", "").replace("_", " "), name
 
 
 class Signer:
@@ -85,7 +96,7 @@ class Signer:
             fields.get("if-unmodified-since", ""),
             fields.get("range", ""),
         ]
-        ms = _storage_header_sort([(k, v) for k, v in fields.items() if k.startswith("x-ms-")])
+        ms = sorted(((k, v) for k, v in fields.items() if k.startswith("x-ms-")), key=header_order)
         canonical_headers = "".join(f"{name}:{value}\n" for name, value in ms)
         resource = f"/{self.account}{url.raw_path}"
         query = sorted((k.lower(), unquote(v)) for k, v in url.query.items())
@@ -122,8 +133,8 @@ class AzureRest:
         return self._session
 
     def url(self, name: str, query: str = "") -> URL:
-        """The blob's URL (name quoted as the SDK quotes it), with ``query`` (already encoded)."""
-        path = f"{self.base}/{self.container}/{quote(name, safe='~/')}"
+        """The blob's URL (name quoted as the SDK quotes it; "": the container's), ``query`` encoded."""
+        path = f"{self.base}/{self.container}" + (f"/{quote(name, safe='~/')}" if name else "")
         return URL(f"{path}?{query}" if query else path, encoded=True)
 
     @asynccontextmanager

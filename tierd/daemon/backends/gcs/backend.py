@@ -43,6 +43,7 @@ from tierd.daemon.backends.gcs.media import MediaSession, read_body
 from tierd.daemon.backends.gcs.objects import encode_crc32c, info_from, object_metadata, stored_checksums
 from tierd.daemon.backends.gcs.writes import ObjectSettings, hash_both, resumable_upload, upload_whole
 from tierd.daemon.backends.hashing import crc64
+from tierd.daemon.backends.headfirst import HeadFirstReader
 from tierd.errors import IntegrityError, PermanentBackendError, TransientBackendError
 
 __all__ = ["GcsBackend", "GcsReader"]
@@ -54,44 +55,31 @@ READ_CHUNK = 8 * MIB
 LIST_PAGE = 1000
 
 
-class GcsReader:
+class GcsReader(HeadFirstReader):
     """A RangeReader over one generation of an object: ranged media GETs; ``head``: its first bytes."""
 
     def __init__(
         self, media: MediaSession, name: str, size: int, generation: str | None, head: bytes = b""
     ) -> None:
-        self.media, self.client, self.name, self.size = media, media.client, name, size
+        super().__init__(size, head)
+        self.media, self.client, self.name = media, media.client, name
         self.params = {"alt": "media", **({"generation": generation} if generation else {})}
-        self._head = memoryview(head)
 
-    async def read_into(self, offset: int, buf: memoryview) -> int:
-        """Fill ``buf`` from ``offset``: from the first bytes, then one ranged GET; short only at the end."""
-        want = min(len(buf), self.size - offset)
-        if want <= 0:
-            return 0
-        got = max(0, min(want, len(self._head) - offset))
-        if got:
-            buf[:got] = self._head[offset : offset + got]
-        if got < want:
-            await self._get(offset + got, buf[got:want])
-        return want
+    async def fetch(self, offset: int, view: memoryview) -> None:
+        """Fill ``view`` from ``offset`` with one ranged GET.
 
-    async def _get(self, offset: int, buf: memoryview) -> None:
-        """Fill ``buf`` from ``offset`` with one ranged GET."""
-        want = len(buf)
+        Raises TransientBackendError when the body is cut or runs past the range.
+        """
+        want = len(view)
         where = f"gs://{self.client.bucket}/{self.name}"
         headers = {"Range": f"bytes={offset}-{offset + want - 1}"}
         url = self.client.object_url(self.name)
         async with self.media.send("GET", url, where, params=self.params, headers=headers) as response:
-            filled = await read_body(response, buf, stop=True)
+            filled = await read_body(response, view, stop=True)
             if filled == want and await response.content.readany():
                 raise TransientBackendError(f"{where}: the answer runs past {want} bytes from {offset}")
         if filled != want:
             raise TransientBackendError(f"{where}: body cut at {filled} of {want} bytes from {offset}")
-
-    async def close(self) -> None:
-        """Forget the first bytes (nothing else is held between reads)."""
-        self._head = memoryview(b"")
 
 
 class GcsBackend(Backend):

@@ -23,6 +23,7 @@ from tierd.daemon import checksum
 from tierd.daemon.backends.budget import MIB
 from tierd.daemon.backends.concurrency import for_each
 from tierd.daemon.backends.hashing import combine_all
+from tierd.daemon.backends.headfirst import HeadFirstReader
 from tierd.daemon.backends.s3.errors import s3_errors
 from tierd.errors import TransientBackendError
 
@@ -177,7 +178,7 @@ async def hash_ranges(ranges: RangeGet, size: int, concurrency: int, range_size:
     return checksum.encode(combine_all(pieces))
 
 
-class S3Reader:
+class S3Reader(HeadFirstReader):
     """A RangeReader doing ranged GETs pinned to the ETag seen at open.
 
     ``head`` holds the object's first bytes, which the GET that opened it brought (all of a
@@ -185,25 +186,13 @@ class S3Reader:
     """
 
     def __init__(self, ranges: RangeGet, size: int, head: bytes | bytearray | None = None) -> None:
-        self._ranges, self.size = ranges, size
-        self._head = memoryview(head if head is not None else b"")
+        super().__init__(size, head if head is not None else b"")
+        self._ranges = ranges
 
-    async def read_into(self, offset: int, buf: memoryview) -> int:
-        """Fill ``buf`` from ``offset``.
+    async def fetch(self, offset: int, view: memoryview) -> None:
+        """Fill ``view`` from ``offset``.
 
         Raises NotFound if the object vanished, TransientBackendError if it changed
         since open (412: the next try opens it again) or the network failed.
         """
-        want = min(len(buf), self.size - offset)
-        if want <= 0:
-            return 0
-        got = max(0, min(want, len(self._head) - offset))
-        if got:
-            buf[:got] = self._head[offset : offset + got]
-        if got < want:
-            await self._ranges.read_into(offset + got, buf[got:want])
-        return want
-
-    async def close(self) -> None:
-        """Forget the first bytes (connections belong to the backend)."""
-        self._head = memoryview(b"")
+        await self._ranges.read_into(offset, view)
