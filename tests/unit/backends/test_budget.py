@@ -127,7 +127,7 @@ async def test_big_aligned_buffers_are_backed_by_huge_pages() -> None:
     async with budget.aligned(8 * MIB) as view:
         view[:] = b"x" * len(view)  # faulted in
         assert _anon_huge_kib(_address(view)) >= 4 * 1024  # ≥ 2 of 4 pages on a kernel that does not align
-    async with budget.aligned(64 * 1024) as view:  # a small group's buffer takes ordinary pages
+    async with budget.aligned(2 * MIB) as view:  # a small files' group takes ordinary pages
         view[:] = b"x" * len(view)
         assert _anon_huge_kib(_address(view)) == 0
 
