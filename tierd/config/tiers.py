@@ -139,6 +139,11 @@ class PosixTier(TierBase):
     kind: Literal["posix"]
     path: Path
     free_space: FreeSpace | None = None
+    # --- io_mode (issue 25): how big files are written ---
+    #: ``direct`` (O_DIRECT), ``buffered`` (the page cache), or ``auto``: measured on the tier's
+    #: file system at its first big write (``backends.posix.iomode``).
+    io_mode: Literal["auto", "direct", "buffered"] = "auto"
+    # --- end io_mode ---
 
 
 class PeerTier(TierBase):

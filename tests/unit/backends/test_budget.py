@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import os
+from pathlib import Path
 
 import pytest
 
@@ -94,6 +95,41 @@ async def test_aligned_buffers_are_page_aligned_and_reused() -> None:
     with pytest.raises(ValueError, match="at least one byte"):
         async with budget.aligned(0):
             pass
+
+
+def _thp_mode() -> str | None:
+    """The kernel's transparent huge page mode (``always``, ``madvise``, ``never``); None without THP."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return None
+    return text.split("[", 1)[1].split("]", 1)[0]
+
+
+def _anon_huge_kib(address: int) -> int:
+    """``AnonHugePages`` of the mapping of this process that holds ``address``."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(part, 16) for part in head.split("-"))
+            inside = start <= address < end
+        elif inside and head == "AnonHugePages:":
+            return int(line.split()[1])
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+async def test_big_aligned_buffers_are_backed_by_huge_pages() -> None:
+    """An O_DIRECT write's requests hold a segment per physical page: 2 MiB pages, 4 MiB requests."""
+    if _thp_mode() not in ("always", "madvise"):
+        pytest.skip(f"transparent huge pages: {_thp_mode() or 'absent from this kernel'}")
+    budget = ByteBudget(16 * MIB)
+    async with budget.aligned(8 * MIB) as view:
+        view[:] = b"x" * len(view)  # faulted in
+        assert _anon_huge_kib(_address(view)) >= 4 * 1024  # ≥ 2 of 4 pages on a kernel that does not align
+    async with budget.aligned(2 * MIB) as view:  # a small files' group takes ordinary pages
+        view[:] = b"x" * len(view)
+        assert _anon_huge_kib(_address(view)) == 0
 
 
 async def test_idle_aligned_buffers_and_those_in_use_stay_within_the_limit() -> None:

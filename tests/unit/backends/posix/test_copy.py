@@ -27,7 +27,9 @@ CopyFileRange = Callable[..., int]
 
 
 def backend_at(root: Path, **kw: object) -> PosixBackend:
+    """A tier writing big files by O_DIRECT where it can (how it chooses: ``test_iomode``)."""
     root.mkdir(parents=True, exist_ok=True)
+    kw.setdefault("io_mode", "direct")
     return PosixBackend(PosixTier(name=root.name, kind="posix", path=root, **kw), chunk_size=MIB)
 
 

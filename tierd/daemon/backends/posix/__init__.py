@@ -6,7 +6,8 @@
 from its verified prefix), ``temp`` (temporary names and their cleanup), ``owner`` (the
 recorded owner and mode given to what tierd writes), ``remove`` (removing a checkpoint),
 ``errors`` (OSError to tierd errors), ``dirsync`` (shared directory fsyncs), ``fstype``
-(which file system a path is on), ``writeback`` (early writeback, syncfs).
+(which file system a path is on), ``writeback`` (early writeback, syncfs), ``iomode`` (big
+files by O_DIRECT or through the page cache, configured or measured per file system).
 """
 
 from tierd.daemon.backends.posix.backend import PosixBackend

@@ -128,7 +128,7 @@ class PosixBackend(PosixWrites, Backend):
         self.chunk_size = chunk_size
         self.budget = budget or default_budget()
         self.readback = tier.verify == "readback"
-        self._init_writes()
+        self._init_writes(tier.io_mode)
 
     def _path(self, relpath: str) -> Path:
         return self.root / check_relpath(relpath)

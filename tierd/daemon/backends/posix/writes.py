@@ -40,6 +40,7 @@ from tierd.daemon.backends.hashing import combine_all
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix import resume as posixresume
 from tierd.daemon.backends.posix.errors import os_errors, translate_oserror
+from tierd.daemon.backends.posix.iomode import IoChooser
 from tierd.daemon.backends.posix.reader import PosixReader
 from tierd.daemon.backends.posix.temp import (
     TempFile,
@@ -87,13 +88,14 @@ class PosixWrites:
     chunks_per_file: int
     readback: bool
 
-    def _init_writes(self) -> None:
-        """The write path's state: leftovers found, what the tier's file system refused, kept files."""
+    def _init_writes(self, io_mode: str = "auto") -> None:
+        """The write path's state: leftovers found, how big files go, what was refused, kept files."""
         # Temporary names found at a directory's first write: the leftovers a write may remove.
         self._leftovers: OrderedDict[tuple[str, ...], set[str]] = OrderedDict()
         # Devices of sources whose files copy_file_range could not copy here.
         self._no_kernel_copy: set[int] = set()
         self._direct = True  # until the tier's file system refuses O_DIRECT
+        self.io_mode = IoChooser(self.name, io_mode)  # O_DIRECT or the page cache (``posix.iomode``)
         self.resume_min_size = RESUME_MIN_SIZE
         # Killed writes' temporary files a hop starting kept for their writes to resume.
         self._resumable: OrderedDict[Place, tuple[Dir, str]] = OrderedDict()
@@ -306,15 +308,20 @@ class PosixWrites:
     ) -> None:
         """Fill the temp file but its first ``kept`` bytes (re-hashed instead), check the checksum.
 
-        Raises IntegrityError on a mismatch. With ``O_DIRECT`` where the tier takes it, else
-        in the kernel from a local file where it can, else through the page cache.
+        Raises IntegrityError on a mismatch. With ``O_DIRECT`` where ``io_mode`` says so, else
+        through the page cache; where the tier refuses ``O_DIRECT``, in the kernel from a local
+        file where it can.
         """
+        wanted = self._direct and await self.io_mode.direct(self.tree, self.budget, self.chunk_size)
+        if self.io_mode.refuses_direct:  # found by the probe
+            self._refused()
         with os_errors("write", where):
-            direct = await blocking(posixcopy.open_direct, temp) if self._direct else -1
-        if direct < 0:
-            self._direct = False
+            direct = await blocking(posixcopy.open_direct, temp) if wanted else -1
+        if wanted and direct < 0:
+            self._refused()
         try:
-            if direct < 0 and isinstance(reader, PosixReader) and reader.device not in self._no_kernel_copy:
+            refused = not self._direct  # O_DIRECT refused: copy in the kernel where it can
+            if refused and isinstance(reader, PosixReader) and reader.device not in self._no_kernel_copy:
                 try:
                     await self._fill_in_kernel(temp, reader, where, expected, progress, kept)
                     return
@@ -391,9 +398,15 @@ class PosixWrites:
             try:
                 return await uninterrupted(blocking_on(view, posixcopy.hash_and_pwrite, fd, offset, direct))
             except posixcopy.DirectRefused:
-                self._direct = False
-                log.info("direct_io_unavailable", tier=self.name)
+                self._refused()
         return await uninterrupted(blocking_on(view, posixcopy.hash_and_pwrite, fd, offset))
+
+    def _refused(self) -> None:
+        """The tier's file system refused ``O_DIRECT``: the kernel's copy or the page cache from now on."""
+        if self._direct:
+            self._direct = False
+            self.io_mode.refused()
+            log.info("direct_io_unavailable", tier=self.name)
 
     def _spans(self, temp: TempFile, size: int, chunk: int, kept: int, copy_chunk: ChunkFn) -> Sequence[Span]:
         """The file's spans: chunks to copy from ``kept`` on, and the first ``kept`` bytes to re-hash.
