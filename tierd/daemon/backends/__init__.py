@@ -14,7 +14,8 @@ as rclone names them), ``posix/``, ``s3/``, ``gcs/`` and ``azure/`` (the stores)
 ``s3/`` is imported when a tier needs it (``make_backend``, or ``S3Backend`` looked up here):
 aioboto3, botocore, aiohttp and the rest are 20 MB of a daemon's resident memory (128 MB
 after importing the daemon, 108 MB without them) that a daemon of POSIX tiers never uses.
-``azure/`` likewise: azure-storage-blob and azure-core load only for an Azure tier.
+``azure/`` likewise: azure-core (its credentials and errors) loads only for an Azure tier; the
+data path and every call go on tierd's own aiohttp session, without azure-storage-blob.
 """
 
 from __future__ import annotations
