@@ -97,7 +97,7 @@ async def test_verify_needs_no_byte_and_catches_a_changed_record(gcs_emulator: G
             reads.append(offset)
             return await original(self, offset, buf)
 
-        backend.GcsReader.read_into = counting  # type: ignore[method-assign]
+        backend.GcsReader.read_into = counting  # type: ignore[method-assign,assignment]
         try:
             assert (await gcs.verify("v.bin", crc(data))).verified_by == "store"
             assert reads == []
