@@ -118,6 +118,11 @@ def _evaluated(lab: Lab) -> None:
     wait_for(lambda: lab.prometheus.query(copied), 30, "Prometheus to scrape the copies", interval=0.2)
     objective = 'tierd:recovery_point_objective_seconds{tier="pfs"}'
     wait_for(lambda: lab.prometheus.query(objective), 30, "the rules to be evaluated on them", interval=0.2)
+    # A rate needs two samples of a series in its window: the detected counter's series begins
+    # at the first detection, so wait for a second scrape of it (once the only scrape was the
+    # one after the save, and the "Steps detected" panel's rate came back empty).
+    twice = 'count_over_time(tierd_checkpoints_detected_total{job="tierd"}[1m]) >= 2'
+    wait_for(lambda: lab.prometheus.query(twice), 30, "two scrapes of the detected steps", interval=0.2)
     never = "0001-01-01T00:00:00Z"
     wait_for(
         lambda: all(r["lastEvaluation"] != never for r in lab.prometheus.rules()),
