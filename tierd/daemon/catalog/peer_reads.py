@@ -89,16 +89,7 @@ def peer_copied_checkpoints() -> Select[int]:
 
 def has_peer_copies(session: Session, checkpoint_id: int) -> bool:
     """Whether some part of the checkpoint has a verified copy on a node other than its own."""
-    found = session.scalar(
-        select(PeerCopy.id)
-        .join(Part, Part.id == PeerCopy.part_id)
-        .where(
-            Part.checkpoint_id == checkpoint_id,
-            PeerCopy.state == ReplicaState.VERIFIED.value,
-            PeerCopy.holder != Part.node,
-        )
-        .limit(1)
-    )
+    found = session.scalar(peer_copied_checkpoints().where(Part.checkpoint_id == checkpoint_id).limit(1))
     return found is not None
 
 
