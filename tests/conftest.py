@@ -25,6 +25,7 @@ pytest_plugins = [
     "tests.fixtures.fleet",
     "tests.fixtures.docker",
     "tests.fixtures.loadgroup",
+    "tests.fixtures.bigdiff",
 ]
 
 

@@ -1,0 +1,1 @@
+"""Tests of the test harness itself (plugins under tests/fixtures)."""
