@@ -8,7 +8,6 @@ bytes themselves: files on disk, objects in the bucket.
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -40,13 +39,7 @@ PROBLEM = "application/problem+json"
 #: A small DCP-like step: two ranks' shards, then the metadata that completes it.
 STEP_FILES = {"__0_0.distcp": 96 * 1024, "__1_0.distcp": 64 * 1024 + 7, ".metadata": 2048}
 
-#: Files by path, each as its size and SHA-256 (a failed comparison prints a short diff, not megabytes).
-Files = dict[str, str]
-
-
-def fingerprint(data: bytes) -> str:
-    """A file's bytes as ``<size>:<sha256>``."""
-    return f"{len(data)}:{hashlib.sha256(data).hexdigest()}"
+Files = dict[str, bytes]
 
 
 def posix_tier(root: Path, name: str, **fields: Any) -> dict[str, Any]:
@@ -93,7 +86,7 @@ class Lab:
     def write_step(self, step: int, sizes: dict[str, int] = STEP_FILES) -> Files:
         """Write a step into the watched directory; returns its files by path relative to tier 0."""
         data = write_files(self.root / "nvme" / RUN / f"step{step}", sizes, seed=step)
-        return {f"{RUN}/step{step}/{name}": fingerprint(content) for name, content in data.items()}
+        return {f"{RUN}/step{step}/{name}": content for name, content in data.items()}
 
     def converge(self, wanted: Callable[[], bool], what: str, timeout: float = 60) -> None:
         """Wait for ``wanted``; fail with the daemon's log tail when it never comes."""
@@ -141,10 +134,8 @@ def start(lab: Lab) -> None:
 
 
 def tree(root: Path) -> Files:
-    """Every file under ``root`` with its fingerprint, by path relative to ``root``."""
-    return {
-        str(p.relative_to(root)): fingerprint(p.read_bytes()) for p in sorted(root.rglob("*")) if p.is_file()
-    }
+    """Every file under ``root`` with its bytes, by path relative to ``root``."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def trash(root: Path) -> list[str]:
@@ -153,10 +144,10 @@ def trash(root: Path) -> list[str]:
 
 
 def objects(server: S3Server, bucket: str) -> Files:
-    """Every object in ``bucket`` with its fingerprint."""
+    """Every object in ``bucket`` with its bytes."""
     client = server.client()
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", [])]
-    return {k: fingerprint(client.get_object(Bucket=bucket, Key=k)["Body"].read()) for k in keys}
+    return {k: client.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
 
 
 def of_steps(files: dict[int, Files], steps: set[int]) -> Files:
