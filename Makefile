@@ -46,7 +46,8 @@ run: $(STAMP)
 	$(BIN)/tierd db upgrade --config $(CONFIG)
 	exec $(BIN)/tierd run --config $(CONFIG)
 
-# Two workers for everything but the timing-sensitive tests, which then run alone. Tests are
+# Two workers for everything but a test marked serial (none today), which would then run alone.
+# The files that hold slow tests are collected first (tests/fixtures/order.py). Tests are
 # handed out one by one (a file's tests stay together only where they share a module fixture:
 # its xdist_group), so no long file keeps one worker busy while the other idles. The serial run
 # collects only the files that say `mark.serial` (collecting all 2,400 tests costs ~25 s of CPU),

@@ -26,6 +26,7 @@ pytest_plugins = [
     "tests.fixtures.docker",
     "tests.fixtures.loadgroup",
     "tests.fixtures.bigdiff",
+    "tests.fixtures.order",
 ]
 
 

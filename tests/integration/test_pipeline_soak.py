@@ -341,7 +341,7 @@ def _make_soak(tmp_path: Path, moto: S3Server, rclone: S3Server, seed: int) -> t
 
 
 @pytest.mark.slow
-@pytest.mark.serial
+@pytest.mark.timeout(600)  # two minutes alone; it runs beside the rest of the suite
 def test_kill_9_soak_across_four_tiers(
     tmp_path: Path, moto_server: S3Server, rclone_server: S3Server
 ) -> None:
