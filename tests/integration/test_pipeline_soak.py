@@ -189,29 +189,38 @@ class DebrisWatch:
         return {item for _, left in self.kills for item in left} - set(self.gone_at)
 
 
-def _run_briefly(daemon: Daemon, rng: random.Random) -> str:
-    """Start the daemon and kill -9 it at a random moment; returns when ("startup" or "running").
+def _run_briefly(daemon: Daemon, rng: random.Random, copying: Callable[[], bool]) -> str:
+    """Start the daemon and kill -9 it at a random moment; returns when ("startup", "running", "copying").
 
-    One kill in four lands in start-up (catalog checked, jobs requeued, tiers probed); the
-    others up to 1 s after the run's first hop started (or 5 s after start if none did).
+    One kill in four lands in start-up (catalog checked, jobs requeued, tiers probed). Of the
+    others, half land up to 1 s after the run's first hop started (or 5 s after start if none
+    did), and half are aimed: within 0.1 s of the catalog showing a replica being copied, so
+    that enough kills cut a hop whatever the machine's load (a loaded machine stretched the
+    start-up until the blind ones mostly fell between hops).
     """
     daemon.start()
     if rng.random() < 0.25:
         time.sleep(rng.uniform(0.0, 0.5))
         moment = "startup"
     else:
-        deadline = time.monotonic() + 5
-        while (
-            not daemon.logged("hop_started", run=daemon.runs)
-            and daemon.alive()
-            and time.monotonic() < deadline
-        ):
-            time.sleep(0.02)
+        _wait(lambda: daemon.logged("hop_started", run=daemon.runs) or not daemon.alive(), 5)
         assert daemon.alive(), daemon.tail()
-        time.sleep(rng.uniform(0.0, 1.0))
-        moment = "running"
+        if rng.random() < 0.5:
+            time.sleep(rng.uniform(0.0, 1.0))
+            moment = "running"
+        else:
+            _wait(lambda: copying() or not daemon.alive(), 3)
+            time.sleep(rng.uniform(0.0, 0.1))
+            moment = "copying"
     daemon.kill()
     return moment
+
+
+def _wait(done: Callable[[], object], seconds: float) -> None:
+    """Poll ``done`` every 20 ms until it is true or ``seconds`` have passed."""
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _hop_starts(*logs: Path) -> dict[tuple[int, str], list[float]]:
@@ -298,9 +307,13 @@ class Soak:
         for kill in range(KILLS):
             if kill % NEW_STEP_EVERY == 0:
                 self.new_step()
-            self.moments[_run_briefly(self.forked, self.rng)] += 1
+            self.moments[_run_briefly(self.forked, self.rng, self.copying)] += 1
             watch.killed(resumable={upload_id for _, _, upload_id, _ in uploads(self.db)})
             self.mid_hop += _states(self.db)["copying"] > 0
+
+    def copying(self) -> bool:
+        """Whether the catalog shows a replica being copied."""
+        return _states(self.db)["copying"] > 0
 
     def check_end_state(self) -> None:
         """Every step verified everywhere with tier 0's bytes; no debris; no duplicate row."""
