@@ -150,7 +150,8 @@ def _tierd_path() -> str:
     return (
         f"python -m tierd run: PipelineService hop nvme -> pfs (posix, concurrency {pfs.concurrency} files "
         f"x {CHUNKS_PER_FILE} chunks, verify {pfs.verify}, {budget} MiB buffer budget; big files in "
-        f"reused aligned huge-page buffers, io_mode {pfs.io_mode} (O_DIRECT or the page cache, measured "
+        "reused aligned huge-page buffers, read by O_DIRECT unless the page cache holds them; "
+        f"written by io_mode {pfs.io_mode} (O_DIRECT or the page cache, measured "
         "at the first big write; copy_file_range where the tier refuses O_DIRECT), "
         f"files up to {copyset.GROUP_FILE_LIMIT // MIB} MiB in groups of up to {copyset.GROUP_FILES} files "
         f"(read in one trip, staged in one trip; between local file systems at most "
