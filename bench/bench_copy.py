@@ -20,6 +20,7 @@ Goals: tierd within 1.1x of cp+sync, the daemon's peak RSS (VmHWM) under 200 MB.
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import tempfile
@@ -77,6 +78,33 @@ def _baseline_run(base: Path, dataset: Dataset, trash: Trash) -> Timed:
     return run
 
 
+def _diskstats(path: Path) -> tuple[int, ...]:
+    """The counters of the block device holding ``path`` (``/proc/diskstats``; zeros if absent).
+
+    (reads, sectors read, writes, sectors written, ms busy, flushes). Every process's I/O on
+    that device counts (other benchmarks, other agents' tests), and a tierd run's includes
+    its daemon starting and stopping: read them beside the load, side by side per round.
+    """
+    dev = os.stat(path).st_dev
+    key = (os.major(dev), os.minor(dev))
+    for line in Path("/proc/diskstats").read_text().splitlines():
+        f = line.split()
+        if (int(f[0]), int(f[1])) == key:
+            flushes = int(f[17]) if len(f) > 17 else 0
+            return int(f[3]), int(f[5]), int(f[7]), int(f[9]), int(f[12]), flushes
+    return (0,) * 6
+
+
+def _disk_note(before: tuple[int, ...], after: tuple[int, ...]) -> str:
+    """What the device did during one run: requests, their mean size, busy time."""
+    reads, rsect, writes, wsect, busy, flushes = (a - b for a, b in zip(after, before, strict=True))
+    read_kib, write_kib = rsect / 2 / max(reads, 1), wsect / 2 / max(writes, 1)  # sectors of 512 bytes
+    return (
+        f"disk: {reads} reads of {read_kib:.0f} KiB, {writes} writes of {write_kib:.0f} KiB "
+        f"({wsect * 512 / 2**30:.2f} GiB), {flushes} flushes, busy {busy} ms"
+    )
+
+
 def _bench(base: Path, dataset: Dataset, settings: Settings, trash: Trash) -> None:
     runs = Runs(TIME_GOAL, RSS_GOAL, settings.against)
     runner: list[float] = []
@@ -84,12 +112,15 @@ def _bench(base: Path, dataset: Dataset, settings: Settings, trash: Trash) -> No
     for round_, name in interleaved(runs.contestants, settings.rounds):
         sync()
         prepare_cache(dataset.paths, settings.cache)
+        disk = _diskstats(base)
         if name == "baseline":
             run = _baseline_run(base, dataset, trash)
             runs.add_baseline(run)
-            note(f"copy {dataset.kind} round {round_}: cp+sync {run.seconds:.2f}s")
+            disk_note = _disk_note(disk, _diskstats(base))
+            note(f"copy {dataset.kind} round {round_}: cp+sync {run.seconds:.2f}s, {disk_note}")
             continue
         hop = _tierd_run(base, dataset, settings, sides[name], f"{name}-{dataset.kind}-{round_}", trash)
+        note(f"copy {dataset.kind} round {round_}: {name} {_disk_note(disk, _diskstats(base))}")
         if name == "tierd":
             runs.add_tierd(hop.seconds, hop.cpu, hop.peak_rss_bytes)
             runner.append(hop.runner_seconds)
@@ -119,7 +150,8 @@ def _tierd_path() -> str:
     return (
         f"python -m tierd run: PipelineService hop nvme -> pfs (posix, concurrency {pfs.concurrency} files "
         f"x {CHUNKS_PER_FILE} chunks, verify {pfs.verify}, {budget} MiB buffer budget; big files in "
-        f"reused aligned huge-page buffers, io_mode {pfs.io_mode} (O_DIRECT or the page cache, measured "
+        "reused aligned huge-page buffers, read by O_DIRECT unless the page cache holds them; "
+        f"written by io_mode {pfs.io_mode} (O_DIRECT or the page cache, measured "
         "at the first big write; copy_file_range where the tier refuses O_DIRECT), "
         f"files up to {copyset.GROUP_FILE_LIMIT // MIB} MiB in groups of up to {copyset.GROUP_FILES} files "
         f"(read in one trip, staged in one trip; between local file systems at most "

@@ -17,8 +17,18 @@ def _verified_everywhere(base: str) -> bool:
     return len(items) == 1 and all(r["state"] == "verified" for r in items[0]["replicas"])
 
 
+def _io_modes(base: str) -> dict[str, tuple[str | None, str | None]]:
+    """Each tier's ``io_mode`` and ``io_mode_reason`` as ``GET /v1/tiers`` shows them."""
+    answer = http.get(f"{base}/v1/tiers", timeout=10)
+    assert answer.status_code == 200, answer.text
+    return {t["name"]: (t["io_mode"], t["io_mode_reason"]) for t in answer.json()}
+
+
 def test_the_daemon_logs_each_tiers_choice_and_copies_by_it(tmp_path: Path) -> None:
-    """nvme -> pfs (auto: probed at its first big file) -> deep (configured ``buffered``)."""
+    """nvme -> pfs (auto: probed at its first big file) -> deep (configured ``buffered``).
+
+    ``GET /v1/tiers`` shows no choice before the first big write, then each tier's as logged.
+    """
     for name in ("nvme", "pfs", "deep"):
         (tmp_path / name).mkdir()
     tiers = [
@@ -31,6 +41,7 @@ def test_the_daemon_logs_each_tiers_choice_and_copies_by_it(tmp_path: Path) -> N
     try:
         daemon.start()
         daemon.wait_ready(30)
+        before = _io_modes(daemon.url)
         answer = http.post(f"{daemon.url}/v1/checkpoints", json={"run": "r", "step": 1, "path": "jobs/step1"})
         assert answer.status_code == 201, answer.text
         wait_for(
@@ -38,6 +49,7 @@ def test_the_daemon_logs_each_tiers_choice_and_copies_by_it(tmp_path: Path) -> N
         )
         pfs = daemon.logged("io_mode_chosen", tier="pfs")
         deep = daemon.logged("io_mode_chosen", tier="deep")
+        after = _io_modes(daemon.url)
         assert daemon.terminate(30) == 0
     finally:
         daemon.stop()
@@ -49,6 +61,12 @@ def test_the_daemon_logs_each_tiers_choice_and_copies_by_it(tmp_path: Path) -> N
     assert [(e["mode"], e["configured"], e["reason"]) for e in deep] == [
         ("buffered", "buffered", "configured")
     ]
+    assert before == {"nvme": (None, None), "pfs": (None, None), "deep": (None, None)}
+    assert after == {
+        "nvme": (None, None),  # never written: nothing to choose
+        "pfs": (pfs[0]["mode"], pfs[0]["reason"]),
+        "deep": ("buffered", "configured"),
+    }
     assert os.listdir(tmp_path / "pfs") == ["jobs"]  # the probe's file is gone
     for tier in ("pfs", "deep"):
         copied = tmp_path / tier / "jobs" / "step1"

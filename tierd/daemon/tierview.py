@@ -1,8 +1,9 @@
 """What ``GET /v1/tiers`` shows of each tier: what it is, how full, what it holds, its scrub.
 
 Built here from the config, the catalog's totals and the running services (retention's
-space and disk pressure, the scrubber's last pass); the route only serialises it. A tier
-whose space cannot be read (unmounted) is shown without sizes: never an error for the list.
+space and disk pressure, the scrubber's last pass, a POSIX tier's io_mode in force); the
+route only serialises it. A tier whose space cannot be read (unmounted) is shown without
+sizes: never an error for the list.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from tierd.config import PosixTier, TierConfig
 from tierd.daemon.aio import blocking
+from tierd.daemon.backends.posix import iomode
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.scrub import ScrubProgress, scrub_progress
 from tierd.daemon.catalog.stats import ReplicaStats, replica_stats
@@ -61,6 +63,10 @@ class TierView:
     replicas: dict[str, int]
     newest_verified_age_seconds: float | None
     scrub: ScrubView | None
+    #: A POSIX tier's way of writing big files in force (``direct`` or ``buffered``) and why;
+    #: None before its first big write chose (``io_mode: auto`` measures then), and for other kinds.
+    io_mode: str | None = None
+    io_mode_reason: str | None = None
 
 
 async def tier_views(ctx: Context) -> list[TierView]:
@@ -83,6 +89,7 @@ async def _tier_view(ctx: Context, tier: TierConfig, stats: ReplicaStats, policy
         blocked = ctx.retention.blocked.get(tier.name)
     marks = tier.free_space if isinstance(tier, PosixTier) else None
     newest = next((v.newest_created_at for v in stats.verified if v.tier == tier.name), None)
+    chosen = iomode.current(tier.name, tier.path) if isinstance(tier, PosixTier) else None
     return TierView(
         name=tier.name,
         kind=tier.kind,
@@ -97,6 +104,8 @@ async def _tier_view(ctx: Context, tier: TierConfig, stats: ReplicaStats, policy
         replicas={state: n for (t, state), n in stats.counts.items() if t == tier.name},
         newest_verified_age_seconds=(datetime.now(UTC) - newest).total_seconds() if newest else None,
         scrub=await _scrub_view(ctx, tier),
+        io_mode=chosen.mode if chosen else None,
+        io_mode_reason=chosen.reason if chosen else None,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -71,3 +72,13 @@ class TierOut(BaseModel):
     replicas: dict[str, int] = Field(description="replicas by state")
     newest_verified_age_seconds: float | None
     scrub: ScrubOut | None = Field(default=None, description="set when the tier is scrubbed")
+    io_mode: Literal["direct", "buffered"] | None = Field(
+        default=None,
+        description="POSIX: how files bigger than a chunk are written now (O_DIRECT or through the page "
+        "cache); null until the tier's first big write chooses (io_mode auto measures then), and for "
+        "other kinds",
+    )
+    io_mode_reason: str | None = Field(
+        default=None,
+        description="why: 'configured', the probe's two rates, or 'the file system refuses O_DIRECT'",
+    )

@@ -44,6 +44,7 @@ __all__ = [
     "IoChooser",
     "Mode",
     "choose",
+    "current",
     "probe",
 ]
 
@@ -149,19 +150,41 @@ def _device_of(path: os.PathLike[str] | str) -> int:
 #: Choices made by probing, by device (``st_dev`` of a tier's root): shared by every backend
 #: writing into that file system (a restore target on tier 0's, say).
 _chosen: dict[int, Choice] = {}
+#: Each tier's choice in force, by (tier name, root path): what ``GET /v1/tiers`` shows.
+_in_force: dict[tuple[str, str], Choice] = {}
+
+
+def current(tier: str, root: os.PathLike[str] | str) -> Choice | None:
+    """The choice in force for the tier ``tier`` rooted at ``root``; None until its first big write."""
+    return _in_force.get((tier, os.fspath(root)))
 
 
 class IoChooser:
     """A tier's ``io_mode``: the configured one, or ``auto``'s measured choice (see the module docstring)."""
 
-    def __init__(self, tier: str, configured: str = "auto") -> None:
+    def __init__(self, tier: str, configured: str = "auto", root: os.PathLike[str] | str = "") -> None:
+        """``root``: the tier's root, under which ``current`` finds this chooser's choice."""
         if configured not in ("auto", "direct", "buffered"):
             raise ValueError(f"io_mode: {configured!r} is not auto, direct or buffered")
         self.tier = tier
         self.configured = configured
-        self.choice: Choice | None = None
+        self._key = (tier, os.fspath(root))
+        self._choice: Choice | None = None
         self._device: int | None = None
         self._lock: asyncio.Lock | None = None
+
+    @property
+    def choice(self) -> Choice | None:
+        """The choice in force (None before the first big write); ``current`` finds it too."""
+        return self._choice
+
+    @choice.setter
+    def choice(self, choice: Choice | None) -> None:
+        self._choice = choice
+        if choice is None:
+            _in_force.pop(self._key, None)
+        else:
+            _in_force[self._key] = choice
 
     async def direct(self, root: Root, budget: ByteBudget, chunk_size: int) -> bool:
         """Whether big files go by ``O_DIRECT`` into ``root``; ``auto`` probes first without a fresh choice.

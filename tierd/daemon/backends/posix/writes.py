@@ -95,7 +95,9 @@ class PosixWrites:
         # Devices of sources whose files copy_file_range could not copy here.
         self._no_kernel_copy: set[int] = set()
         self._direct = True  # until the tier's file system refuses O_DIRECT
-        self.io_mode = IoChooser(self.name, io_mode)  # O_DIRECT or the page cache (``posix.iomode``)
+        self.io_mode = IoChooser(
+            self.name, io_mode, self.root
+        )  # O_DIRECT or the page cache (``posix.iomode``)
         self.resume_min_size = RESUME_MIN_SIZE
         # Killed writes' temporary files a hop starting kept for their writes to resume.
         self._resumable: OrderedDict[Place, tuple[Dir, str]] = OrderedDict()
