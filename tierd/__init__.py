@@ -9,6 +9,7 @@
 - ``integrations/`` tierd from inside PyTorch DCP, Lightning and Hugging Face ``transformers``
 - ``migrations/`` the catalog's Alembic migrations
 - ``errors``     every error tierd raises, in one hierarchy
+- ``hidden``     optional packages hidden from the libraries that would load them for nothing
 - ``keyring``    the bearer tokens the API accepts
 - ``limits``     what one checkpoint step may expect, whoever says so
 - ``logs``       structlog set-up: JSON lines, or readable lines on a terminal

@@ -1,4 +1,12 @@
-"""structlog set-up: JSON lines when stderr is not a terminal, readable lines when it is."""
+"""structlog set-up: JSON lines when stderr is not a terminal, readable lines when it is.
+
+structlog and httpx are loaded here with rich and pygments hidden, even where they are
+installed (the dev extra brings them): structlog imports rich, when it can, only to draw
+exceptions on a terminal, and httpx both for its own command line (``httpx._main``), which
+tierd never runs; with the attrs rich pulls in they took ~5 MB of every daemon's resident
+memory (89 modules). structlog draws exceptions with its plain formatter instead. So that
+nothing imports httpx before this module, the CLI imports it first (``tierd.cli.main``).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +15,16 @@ import sys
 from datetime import date, datetime
 from typing import Literal
 
-import structlog
+from tierd.hidden import hidden
 
-__all__ = ["configure_logging", "get_logger", "set_level"]
+__all__ = ["TERMINAL_EXTRAS", "configure_logging", "get_logger", "set_level"]
+
+#: What structlog and httpx would import, when installed, for terminal output tierd does not use.
+TERMINAL_EXTRAS = ("rich", "pygments", "better_exceptions")
+
+with hidden(*TERMINAL_EXTRAS):
+    import httpx  # noqa: F401
+    import structlog
 
 get_logger = structlog.get_logger
 

@@ -168,6 +168,28 @@ async def test_a_size_whose_idle_buffers_were_all_taken_is_not_evicted_from() ->
     assert budget.idle_bytes + budget.used <= budget.limit
 
 
+async def test_a_budget_makes_room_from_another_budgets_idle_buffers() -> None:
+    """A peer tier's receiving budget left its buffers idle; the daemon's hop then needs its own."""
+    receiving, hops = ByteBudget(4 * MIB), ByteBudget(4 * MIB)
+    async with receiving.aligned(MIB), receiving.aligned(MIB), receiving.aligned(MIB):
+        pass
+    assert receiving.idle_bytes == 3 * MIB
+    async with hops.aligned(2 * MIB), hops.aligned(2 * MIB):  # fresh mappings: the other's idle goes
+        assert receiving.idle_bytes + hops.idle_bytes + hops.used <= hops.limit
+    assert receiving.idle_bytes == 0
+    assert hops.idle_bytes == 4 * MIB
+
+
+async def test_a_budget_reuses_another_budgets_idle_buffer_of_its_size() -> None:
+    first, second = ByteBudget(4 * MIB), ByteBudget(4 * MIB)
+    async with first.aligned(MIB) as view:
+        address = _address(view)
+    async with second.aligned(MIB) as view:
+        assert _address(view) == address  # no fresh pages to fault in
+        assert first.idle_bytes == 0
+    assert second.idle_bytes == MIB
+
+
 async def test_for_each_bounds_concurrency_and_raises_the_first_error() -> None:
     running, peak = 0, 0
 

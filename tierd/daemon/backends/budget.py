@@ -16,12 +16,22 @@ virtio disk; NVMe often takes 127): a 4 GiB hop sent 6,600-11,300 write requests
 380-650 KiB, the disk busy 26-31 s, and took 2x ``cp`` + ``sync``. From 2 MiB pages a
 request can be the queue's 4 MiB: 1,200-3,500 requests of 1.3-3.4 MiB, busy 12-16 s
 (docs/data-path.md).
+
+A process has several budgets (the daemon's, a peer tier's receiving one), and the idle
+buffers of each are the process's memory all the same: an aligned buffer a budget needs is
+first taken from its own idle ones, then from another budget's of the same size, and a
+fresh mapping first unmaps other budgets' idle buffers until every budget's buffers, in use
+and idle, fit in the asking budget's limit. A busy budget keeps its own idle buffers (a
+fresh one costs a page fault per page), but no longer beside another's left idle: a peer
+daemon kept its receiving budget's last buffers (up to 16 MiB) while each later hop filled
+the daemon's 32 MiB.
 """
 
 from __future__ import annotations
 
 import asyncio
 import mmap
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -62,6 +72,7 @@ class ByteBudget:
         # Idle aligned buffers by size; with those in use they never map more than ``limit``.
         self._idle: dict[int, list[mmap.mmap]] = {}
         self.idle_bytes = 0
+        _BUDGETS.add(self)
 
     async def acquire(self, nbytes: int) -> int:
         """Wait until ``nbytes`` (capped at the limit) are free; returns what was taken."""
@@ -134,27 +145,54 @@ class ByteBudget:
         self.idle_bytes = 0
 
     def _take_idle(self, nbytes: int) -> mmap.mmap:
-        """An idle buffer of exactly ``nbytes``, or a new one (evicting idle ones to make room)."""
-        idle = self._idle.get(nbytes)
-        if idle:
-            self.idle_bytes -= nbytes
-            buffer = idle.pop()
-            if not idle:
-                del self._idle[nbytes]  # an empty list left here would be "evicted" from below
-            return buffer
+        """An idle buffer of exactly ``nbytes`` (this budget's, else another's), or a new one.
+
+        A new one first evicts idle buffers, this budget's, then every budget's, to make room
+        (``used`` counts the new one already: ``acquire`` came first).
+        """
+        for budget in (self, *(b for b in _BUDGETS if b is not self)):
+            buffer = budget._pop_idle(nbytes)
+            if buffer is not None:
+                return buffer
         while self._idle and self.idle_bytes + self.used > self.limit:
-            size, buffers = next(iter(self._idle.items()))
-            buffers.pop()
-            self.idle_bytes -= size
-            if not buffers:
-                del self._idle[size]
+            self._evict_one()
+        for other in list(_BUDGETS):
+            while other._idle and _mapped() > self.limit:
+                other._evict_one()
         return map_aligned(nbytes)
 
+    def _pop_idle(self, nbytes: int) -> mmap.mmap | None:
+        idle = self._idle.get(nbytes)
+        if not idle:
+            return None
+        self.idle_bytes -= nbytes
+        buffer = idle.pop()
+        if not idle:
+            del self._idle[nbytes]  # an empty list left here would be "evicted" from below
+        return buffer
+
+    def _evict_one(self) -> None:
+        """Unmap one idle buffer (of the size kept idle longest)."""
+        size, buffers = next(iter(self._idle.items()))
+        buffers.pop()
+        self.idle_bytes -= size
+        if not buffers:
+            del self._idle[size]
+
     def _keep_idle(self, buffer: mmap.mmap) -> None:
-        """Keep ``buffer`` for reuse if idle buffers and those in use fit in the limit."""
+        """Keep ``buffer`` for reuse if this budget's idle buffers and those in use fit in its limit."""
         if self.idle_bytes + self.used <= self.limit:
             self._idle.setdefault(len(buffer), []).append(buffer)
             self.idle_bytes += len(buffer)
+
+
+#: Every budget of the process (each adds itself), whose idle buffers any budget may take or evict.
+_BUDGETS: weakref.WeakSet[ByteBudget] = weakref.WeakSet()
+
+
+def _mapped() -> int:
+    """What every budget of the process holds: its buffers in use and its idle ones."""
+    return sum(b.used + b.idle_bytes for b in _BUDGETS)
 
 
 def map_aligned(nbytes: int) -> mmap.mmap:
