@@ -18,7 +18,8 @@ last file written, polled every 50 ms in the catalog:
   every copy is settled (what the peer tier costs an idle fleet, beside its pipeline), and
   ``idle_catalog_transactions_per_node_minute`` the catalog transactions meanwhile
   (``pg_stat_database``, per node and minute: a backend reports its counts up to 10 s late,
-  hence the minute);
+  hence the minute); ``idle_statements_per_node_minute`` the statements they ran and
+  ``idle_most_run_statements`` which (``pg_stat_statements``, loaded for the run);
 - ``peak_rss_bytes``: the largest of the daemons' own peaks (``VmHWM``; goal: under 150 MB),
   each daemon's in ``peak_rss_bytes_by_node``; ``ready_rss_bytes``: the largest peak once
   every daemon is up, before any step (what the imports and start-up take, beside what
@@ -51,7 +52,7 @@ from bench.harness import tierd_source
 from bench.peer_copy import copy_cost
 from bench.results import OtherLoad
 from bench.retention_idle import daemon_cpu
-from tests.fixtures.fleet import Fleet, FleetSpec, build_fleet
+from tests.fixtures.fleet import Fleet, FleetSpec, PostgresSwitch, build_fleet
 from tests.fixtures.pgserver import pg_available, postgres_server
 from tests.integration.fleet_jobs import dcp_metadata, shard_name
 
@@ -154,6 +155,16 @@ def _transactions(conn: Any) -> int:
     return int(row[0])
 
 
+def _statements(conn: Any) -> list[tuple[int, str]]:
+    """The statements run since the reset, most run first: (calls, the statement's start)."""
+    rows = conn.execute(
+        "SELECT calls, left(regexp_replace(query, '\\s+', ' ', 'g'), 160) FROM pg_stat_statements s "
+        "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = current_database() "
+        "AND query NOT LIKE '%pg_stat%' ORDER BY calls DESC"
+    ).fetchall()
+    return [(int(calls), str(query)) for calls, query in rows]
+
+
 def _cpu(fleet: Fleet) -> float:
     return sum(_cpu_by_node(fleet).values())
 
@@ -198,10 +209,13 @@ def _run(root: Any, url: str) -> None:
                 via_peers += peers_first
             by_node = {k: round(v - nodes_before[k], 2) for k, v in _cpu_by_node(fleet).items()}
             time.sleep(IDLE / 2)  # the last drops and deletes settle
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            conn.execute("SELECT pg_stat_statements_reset()")
             idle_before, transactions_before = _cpu(fleet), _transactions(conn)
             time.sleep(IDLE)
             idle_cpu = _cpu(fleet) - idle_before
             idle_transactions = _transactions(conn) - transactions_before - 1  # less the reading one
+            statements = _statements(conn)
         peaks = {node.name: vm_hwm_bytes(node.pid) or 0 for node in fleet.nodes}
         peak = max(peaks.values())
         problems = {n.name: n.problems()[-3:] for n in fleet.nodes if n.problems()}
@@ -230,6 +244,8 @@ def _run(root: Any, url: str) -> None:
         **copy,
         idle_cpu_seconds=round(idle_cpu, 3),
         idle_catalog_transactions_per_node_minute=round(idle_transactions / NODES * 60 / IDLE, 1),
+        idle_statements_per_node_minute=round(sum(c for c, _ in statements) / NODES * 60 / IDLE, 1),
+        idle_most_run_statements=statements[:10],
         idle_seconds=IDLE,
         daemon_problems=problems,
         loadavg_1m_before=load_before,
@@ -246,6 +262,7 @@ def main() -> None:
     root = bench_root() / "peer"
     shutil.rmtree(root, ignore_errors=True)  # a step left by an earlier run would be detected again
     with postgres_server(None, durable=True) as server:
+        PostgresSwitch.of(server).set_and_restart(shared_preload_libraries="pg_stat_statements")
         _run(root, server.new_database())
 
 
