@@ -18,12 +18,19 @@ last file written, polled every 50 ms in the catalog:
   every copy is settled (what the peer tier costs an idle fleet, beside its pipeline), and
   ``idle_catalog_transactions_per_node_minute`` the catalog transactions meanwhile
   (``pg_stat_database``, per node and minute: a backend reports its counts up to 10 s late,
-  hence the minute);
-- ``peak_rss_bytes``: the largest of the daemons' own peaks (``VmHWM``; goal: under 150 MB);
-  ``ready_rss_bytes``: the largest peak once every daemon is up, before any step (what the
-  imports and start-up take, beside what moving the bytes adds).
+  hence the minute); ``idle_statements_per_node_minute`` the statements they ran and
+  ``idle_most_run_statements`` which (``pg_stat_statements``, loaded for the run);
+- ``peak_rss_bytes``: the largest of the daemons' own peaks (``VmHWM``; goal: under 150 MB),
+  each daemon's in ``peak_rss_bytes_by_node``; ``ready_rss_bytes``: the largest peak once
+  every daemon is up, before any step (what the imports and start-up take, beside what
+  moving the bytes adds); ``cpu_seconds_by_node``: each daemon's CPU over the rounds;
+- ``sender_cpu_seconds_per_gib``, ``receiver_cpu_seconds_per_gib``, ``copy_seconds_per_gib``:
+  what a peer copy alone costs each side, a sender and a receiving daemon in processes of
+  their own (``peer_copy``: the shard size, at most 256 MiB, four times), once the fleet
+  has stopped.
 
-``TIERD_BENCH_PEER_ROUNDS`` (5; quick: 2) rounds. After each, the step is deleted on every tier
+``TIERD_BENCH_PEER_ROUNDS`` (3) rounds: about 10 minutes at full size on a loaded machine.
+After each, the step is deleted on every tier
 (``DELETE /v1/checkpoints/{id}``, the POSIX tiers' ``delete_delay`` 0) and the next round waits
 until its files are gone: the disk holds one round's data at a time (1 GiB per node is 12 GiB:
 tier 0, the PFS and the peer copies).
@@ -42,9 +49,10 @@ import yaml
 
 from bench.common import bench_root, emit, env_int, note, percentile, quick, vm_hwm_bytes
 from bench.harness import tierd_source
+from bench.peer_copy import copy_cost
 from bench.results import OtherLoad
 from bench.retention_idle import daemon_cpu
-from tests.fixtures.fleet import Fleet, FleetSpec, build_fleet
+from tests.fixtures.fleet import Fleet, FleetSpec, PostgresSwitch, build_fleet
 from tests.fixtures.pgserver import pg_available, postgres_server
 from tests.integration.fleet_jobs import dcp_metadata, shard_name
 
@@ -53,6 +61,8 @@ POLL = 0.05
 IDLE = 60.0
 LIMIT = 900.0
 GIB = 1024**3
+#: The largest file ``peer_copy`` sends (four times: 1 GiB in all at full size).
+COPY_BYTES = 256 * 1024 * 1024
 
 #: A step's parts that are not yet safe against one node's loss (0 with every part recorded: safe).
 UNSAFE_PARTS = """
@@ -145,13 +155,27 @@ def _transactions(conn: Any) -> int:
     return int(row[0])
 
 
+def _statements(conn: Any) -> list[tuple[int, str]]:
+    """The statements run since the reset, most run first: (calls, the statement's start)."""
+    rows = conn.execute(
+        "SELECT calls, left(regexp_replace(query, '\\s+', ' ', 'g'), 160) FROM pg_stat_statements s "
+        "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = current_database() "
+        "AND query NOT LIKE '%pg_stat%' ORDER BY calls DESC"
+    ).fetchall()
+    return [(int(calls), str(query)) for calls, query in rows]
+
+
 def _cpu(fleet: Fleet) -> float:
-    return sum(sum(daemon_cpu(node.pid)) for node in fleet.nodes)
+    return sum(_cpu_by_node(fleet).values())
+
+
+def _cpu_by_node(fleet: Fleet) -> dict[str, float]:
+    return {node.name: sum(daemon_cpu(node.pid)) for node in fleet.nodes}
 
 
 def _run(root: Any, url: str) -> None:
     part_bytes = env_int("TIERD_BENCH_PEER_BYTES", 64 * 1024 * 1024 if quick() else GIB)
-    rounds = env_int("TIERD_BENCH_PEER_ROUNDS", 2 if quick() else 5)
+    rounds = env_int("TIERD_BENCH_PEER_ROUNDS", 3)
     spec = FleetSpec(
         nodes=NODES,
         with_s3=False,
@@ -166,11 +190,13 @@ def _run(root: Any, url: str) -> None:
     safe: list[float] = []
     pfs: list[float] = []
     via_peers = 0
+    load_before = round(os.getloadavg()[0], 2)
     try:
         fleet.start(timeout=300)
         ready = max(vm_hwm_bytes(node.pid) or 0 for node in fleet.nodes)
         with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as conn:
             busy_cpu = 0.0
+            nodes_before = _cpu_by_node(fleet)
             for step in range(1, rounds + 1):
                 cpu_before = _cpu(fleet)
                 written = write_step(fleet, step, part_bytes)
@@ -181,15 +207,21 @@ def _run(root: Any, url: str) -> None:
                 safe.append(seconds_safe)
                 pfs.append(seconds_pfs)
                 via_peers += peers_first
+            by_node = {k: round(v - nodes_before[k], 2) for k, v in _cpu_by_node(fleet).items()}
             time.sleep(IDLE / 2)  # the last drops and deletes settle
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            conn.execute("SELECT pg_stat_statements_reset()")
             idle_before, transactions_before = _cpu(fleet), _transactions(conn)
             time.sleep(IDLE)
             idle_cpu = _cpu(fleet) - idle_before
             idle_transactions = _transactions(conn) - transactions_before - 1  # less the reading one
-        peak = max(vm_hwm_bytes(node.pid) or 0 for node in fleet.nodes)
+            statements = _statements(conn)
+        peaks = {node.name: vm_hwm_bytes(node.pid) or 0 for node in fleet.nodes}
+        peak = max(peaks.values())
         problems = {n.name: n.problems()[-3:] for n in fleet.nodes if n.problems()}
     finally:
         fleet.stop()
+    copy = copy_cost(root / "copy", min(part_bytes, COPY_BYTES), NODES)
     gib = rounds * NODES * part_bytes / GIB
     emit(
         "peer_safe",
@@ -207,10 +239,16 @@ def _run(root: Any, url: str) -> None:
         pfs_p99_seconds=round(percentile(pfs, 99), 3),
         via_peers=via_peers,
         daemon_cpu_seconds_per_gib=round(busy_cpu / gib, 3),
+        cpu_seconds_by_node=by_node,
+        peak_rss_bytes_by_node=peaks,
+        **copy,
         idle_cpu_seconds=round(idle_cpu, 3),
         idle_catalog_transactions_per_node_minute=round(idle_transactions / NODES * 60 / IDLE, 1),
+        idle_statements_per_node_minute=round(sum(c for c, _ in statements) / NODES * 60 / IDLE, 1),
+        idle_most_run_statements=statements[:10],
         idle_seconds=IDLE,
         daemon_problems=problems,
+        loadavg_1m_before=load_before,
         loadavg_1m_after=round(os.getloadavg()[0], 2),
         tierd_source=tierd_source(),
         **load.result(),
@@ -224,6 +262,7 @@ def main() -> None:
     root = bench_root() / "peer"
     shutil.rmtree(root, ignore_errors=True)  # a step left by an earlier run would be detected again
     with postgres_server(None, durable=True) as server:
+        PostgresSwitch.of(server).set_and_restart(shared_preload_libraries="pg_stat_statements")
         _run(root, server.new_database())
 
 

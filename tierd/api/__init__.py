@@ -8,6 +8,7 @@
 - ``deps``       FastAPI dependencies: the daemon context, the catalog session, bearer-token roles
 - ``gate``       what is refused on a request's headers alone, before its body is read
 - ``admission``  a bound on the API's work, so clients that give up cannot stall it
+- ``rawbody``    a big upload's body read straight off its connection (the peer tier's files)
 - ``access``     the access log: one line per request, its route's template and its caller's token name
 - ``bounds``     the bounds every input is checked against
 - ``problems``   RFC 9457 problem details: every error is ``application/problem+json``

@@ -23,6 +23,7 @@ from starlette.types import ASGIApp
 
 from tierd.api.access import AccessLog
 from tierd.api.admission import Admission
+from tierd.api.rawbody import TrackedProtocol
 from tierd.daemon.aio import API_THREADS
 from tierd.logs import get_logger
 
@@ -74,6 +75,7 @@ class ApiService:
             log_config=None,
             access_log=False,
             lifespan="off",
+            http=TrackedProtocol,  # h11, its connections known to ``rawbody`` (the peer upload)
             timeout_graceful_shutdown=5,
             ssl_context_factory=None if self.tls is None else self._tls_context,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from tierd.daemon.catalog.db import Database
@@ -165,6 +166,27 @@ def test_the_sender_is_told_its_parts_lacking_copies_newest_first(db: Database) 
     with db.read_session() as s:
         (newest, *_) = parts_to_send(s, "a", 2, SHARED, None)
     assert (newest.step, newest.holders, newest.passed) == (4, ("b",), ("d",))  # d is tried last
+
+
+def test_a_step_whose_deletion_is_scheduled_is_offered_no_more(db: Database) -> None:
+    """Its files go: a send found them gone ("not found") and was retried until it was ``deleted``."""
+    parts = _steps(db, 3)
+    with db.session() as s:
+        step_of = {s.get_one(Part, parts[step]["a"]).checkpoint_id: step for step in parts}
+        for checkpoint_id in step_of:
+            for tier in ("ram", "nvme"):  # two node-local tiers
+                s.add(Replica(checkpoint_id=checkpoint_id, tier=tier, tier_index=0, state="verified"))
+    assert _to_send(db) == [(3, ()), (2, ()), (1, ())]
+    ids = {step: checkpoint_id for checkpoint_id, step in step_of.items()}
+    with db.session() as s:  # step 3: scheduled on every tier (the API's DELETE)
+        s.execute(update(Replica).where(Replica.checkpoint_id == ids[3]).values(state="deleting"))
+        # step 2: released from RAM only, the NVMe tier keeps it (the copies are read from there)
+        s.execute(
+            update(Replica)
+            .where(Replica.checkpoint_id == ids[2], Replica.tier == "ram")
+            .values(state="deleting")
+        )
+    assert _to_send(db) == [(2, ()), (1, ())]
 
 
 def test_copies_cut_by_a_restart_are_failed_and_sent_again(db: Database) -> None:

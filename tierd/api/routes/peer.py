@@ -22,7 +22,9 @@ from starlette.requests import ClientDisconnect
 
 from tierd.api.deps import PeerCaller
 from tierd.api.problems import ProblemRoute, problem_responses
+from tierd.api.rawbody import CLOSE, RawBody, raw_body
 from tierd.api.schemas.peer import PeerFileOut, PeerRemovedOut
+from tierd.daemon.backends.base import ObjectInfo
 from tierd.daemon.backends.budget import MIB
 from tierd.daemon.backends.peer import CHECKSUM_HEADER, PeerStore
 from tierd.daemon.backends.peer.store import CHECKSUM_SHAPE
@@ -56,6 +58,7 @@ _RANGE = re.compile(r"^bytes=(\d{1,19})-(\d{1,19})$")
 )
 async def put_file(
     request: Request,
+    response: Response,
     _caller: PeerCaller,
     node: Node,
     checkpoint_id: CheckpointId,
@@ -64,25 +67,47 @@ async def put_file(
 ) -> PeerFileOut:
     """Hold one file of another node's part: streamed to a temporary name, hashed, fsynced, renamed.
 
-    422 when the bytes do not hash to ``x-tierd-crc64nvme`` (nothing is left behind).
+    422 when the bytes do not hash to ``x-tierd-crc64nvme`` (nothing is left behind). A sender
+    that asks ``Expect: 100-continue`` on plain HTTP has its body read off the connection
+    (``rawbody``), which is closed after the answer.
     """
-    store, where = _locate(request, node, checkpoint_id, relpath)
+    raw = raw_body(request)
+    try:
+        info = await _put(request, raw, _locate(request, node, checkpoint_id, relpath), checksum)
+    except HTTPException as exc:
+        if raw is not None:
+            exc.headers = {**(exc.headers or {}), **CLOSE}
+        raise
+    finally:
+        if raw is not None:
+            raw.close()
+    if raw is not None:
+        response.headers.update(CLOSE)
+    assert info.checksum is not None
+    return PeerFileOut(
+        node=node, checkpoint_id=checkpoint_id, relpath=relpath, size=info.size, checksum=info.checksum
+    )
+
+
+async def _put(
+    request: Request, raw: RawBody | None, place: tuple[PeerStore, str], checksum: str
+) -> ObjectInfo:
+    """The file received at ``place``: its body off the connection (``raw``) or through the server."""
+    store, where = place
     length = request.headers.get("content-length", "")
     if not length.isdigit() or "transfer-encoding" in request.headers:
         raise HTTPException(411, "a peer's file needs a Content-Length (its declared size), not chunks")
     _slot_free(store)
     async with store.slots:
         try:
-            info = await store.receive(where, int(length), checksum, request.stream())
+            if raw is not None:
+                return await store.receive_from(where, int(length), checksum, raw.take)
+            return await store.receive(where, int(length), checksum, request.stream())
         except ClientDisconnect:
             detail = f"{where}: the sender left before its last byte (nothing kept)"
             raise HTTPException(400, detail) from None
         except TierdError as exc:
             raise _refusal(where, exc) from exc
-    assert info.checksum is not None
-    return PeerFileOut(
-        node=node, checkpoint_id=checkpoint_id, relpath=relpath, size=info.size, checksum=info.checksum
-    )
 
 
 @router.get(

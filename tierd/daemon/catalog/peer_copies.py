@@ -174,7 +174,9 @@ def parts_to_send(
     a node's part is at risk from the moment it lands, not from the step's last part.
     Newest step first, at most ``limit``. Left out: a part verified on a shared tier (or
     whose whole step is), and, with ``keep_last``, a step not among its run's newest
-    ``keep_last`` complete steps (the peer tier's retention would drop it at once).
+    ``keep_last`` complete steps (the peer tier's retention would drop it at once), and a
+    step whose deletion is scheduled on this node's own tiers (``_leaving``: its files go,
+    and a send of them failed "not found" and was retried until the step was ``deleted``).
     """
     live = [CheckpointState.COMPLETE.value, CheckpointState.WAITING.value]
     copies = (
@@ -188,7 +190,7 @@ def parts_to_send(
         .join(Checkpoint, Checkpoint.id == Part.checkpoint_id)
         .join(Run, Run.id == Checkpoint.run_id)
         .where(Part.node == node, Checkpoint.state.in_(live), copies < replicas)
-        .where(~_on_shared(shared_tiers))
+        .where(~_on_shared(shared_tiers), ~_leaving(shared_tiers))
         .order_by(Checkpoint.created_at.desc(), Part.id.desc())
         .limit(limit)
     )
@@ -224,6 +226,13 @@ def _on_shared(shared_tiers: Collection[str]) -> ColumnElement[bool]:
         Replica.checkpoint_id == Part.checkpoint_id, Replica.state == verified, Replica.tier.in_(shared)
     )
     return or_(part, whole)
+
+
+def _leaving(shared_tiers: Collection[str]) -> ColumnElement[bool]:
+    """Whether the outer query's step is deleting (or deleted) on every node-local tier it is on."""
+    gone, shared = [ReplicaState.DELETING.value, ReplicaState.DELETED.value], list(shared_tiers)
+    own = (Replica.checkpoint_id == Part.checkpoint_id, Replica.tier.not_in(shared))
+    return exists().where(*own, Replica.state.in_(gone)) & ~exists().where(*own, Replica.state.not_in(gone))
 
 
 def _holders(session: Session, part_ids: list[int], node: str, state: ReplicaState) -> dict[int, list[str]]:

@@ -5,6 +5,7 @@ through the API's ``/v1/peer`` routes, each file checked against its first-sight
 ``stream`` (an HTTP request body as the RangeReader the POSIX write path reads),
 ``choose`` (which nodes hold each node's part: a ring per step, failure domains interleaved),
 ``client`` (the sending side: a file streamed to its peers, the next one tried on a refusal),
+``rawput`` (a file's body sent by ``os.sendfile`` on a plain-HTTP connection of its own),
 ``fetch`` (the restore's side: a part read back from a holder, with ranged GETs).
 """
 

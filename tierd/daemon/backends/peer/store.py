@@ -19,13 +19,14 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import AsyncIterator
+import socket
+from collections.abc import AsyncIterator, Callable
 
 from tierd.config import PeerTier, PosixTier
 from tierd.daemon.aio import blocking
 from tierd.daemon.backends.base import ObjectInfo, RangeReader, WriteRequest, check_relpath
 from tierd.daemon.backends.budget import MIB, ByteBudget
-from tierd.daemon.backends.peer.stream import StreamReader
+from tierd.daemon.backends.peer.stream import SocketReader, StreamReader
 from tierd.daemon.backends.posix import PosixBackend
 from tierd.errors import NoSpace, NotFound
 
@@ -115,6 +116,19 @@ class PeerStore:
         """
         await self.room_for(size)
         reader = StreamReader(chunks, size, self.backend.location(where))
+        return await self.backend.write(WriteRequest(where, reader, checksum))
+
+    async def receive_from(
+        self, where: str, size: int, checksum: str, take: Callable[[], socket.socket]
+    ) -> ObjectInfo:
+        """``receive``, the body read off the sender's connection into the write's own buffers.
+
+        ``take`` is called once the room is there: it asks the sender for the body and gives
+        the connection's socket (non-blocking). Raises as ``receive``; a sender that leaves
+        or stalls mid-body is IntegrityError (nothing kept).
+        """
+        await self.room_for(size)
+        reader = SocketReader(take(), size, self.backend.location(where))
         return await self.backend.write(WriteRequest(where, reader, checksum))
 
     async def stat(self, where: str) -> ObjectInfo:

@@ -1,13 +1,23 @@
-"""An HTTP request body as a RangeReader: read once, front to back, never more than declared."""
+"""An HTTP request body as a RangeReader: read once, front to back, never more than declared.
+
+``StreamReader`` takes the body as the ASGI server hands it over (pieces of bytes, each
+copied on its way through the server: four copies of every byte before this one).
+``SocketReader`` reads it off the connection's socket with ``recv_into``, straight into the
+write path's buffers: the kernel's copy is the only one.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 
 from tierd.errors import IntegrityError
 
-__all__ = ["StreamReader"]
+__all__ = ["RECV_TIMEOUT", "SocketReader", "StreamReader"]
+
+#: Seconds a sender may leave its body without a byte before the file is refused.
+RECV_TIMEOUT = 60.0
 
 
 class StreamReader:
@@ -62,3 +72,37 @@ class StreamReader:
 
     async def close(self) -> None:
         """Nothing to release: the request owns its stream."""
+
+
+class SocketReader(StreamReader):
+    """A body read off a non-blocking socket (the sender's connection) in order, no more than ``size``.
+
+    A sender that closes early, or sends nothing for ``RECV_TIMEOUT`` seconds, ends the body
+    short (the write refuses it: nothing is kept). The caller owns the socket.
+    """
+
+    def __init__(self, sock: socket.socket, size: int, where: str, timeout: float = RECV_TIMEOUT) -> None:
+        super().__init__(_nothing(), size, where)
+        self._sock = sock
+        self._timeout = timeout
+
+    async def _take(self, buf: memoryview, wanted: int) -> int:
+        loop = asyncio.get_running_loop()
+        got = 0
+        while got < wanted:
+            try:
+                async with asyncio.timeout(self._timeout):
+                    n = await loop.sock_recv_into(self._sock, buf[got:wanted])
+            except (OSError, TimeoutError):
+                n = 0
+            if n == 0:
+                self._ended = True
+                break
+            got += n
+        self._position += got
+        return got
+
+
+async def _nothing() -> AsyncIterator[bytes]:
+    return
+    yield b""  # an async generator that yields nothing
