@@ -5,7 +5,8 @@ checksums), ``writes`` (one multipart request or a resumable session, CRC32C dec
 sessions recorded to resume), ``objects`` (the metadata kept with an object: CRC64NVME,
 CRC32C, owner), ``client`` (URLs, the httpx client for metadata, listings, sessions and
 deletes, and the one mapping of answers to errors), ``media`` (the data path's media GETs
-and multipart uploads on one aiohttp session: less time per request than httpx), ``auth``
+and its multipart uploads on one aiohttp session: less time per request than httpx),
+``wire`` (the media GETs' own HTTP/1.1 connections: less CPU per GET than aiohttp), ``auth``
 (service account, authorized user, metadata server, or none for an emulator).
 
 Why not the official library: docs/data-path.md ("GCS") has the measurement.

@@ -39,7 +39,7 @@ from tierd.daemon.backends.budget import MIB, ByteBudget, default_budget
 from tierd.daemon.backends.concurrency import for_each
 from tierd.daemon.backends.gcs.auth import credentials_for
 from tierd.daemon.backends.gcs.client import GOOGLE_ENDPOINT, GcsClient, emulator_endpoint
-from tierd.daemon.backends.gcs.media import MediaSession, read_body
+from tierd.daemon.backends.gcs.media import MediaSession
 from tierd.daemon.backends.gcs.objects import encode_crc32c, info_from, object_metadata, stored_checksums
 from tierd.daemon.backends.gcs.writes import ObjectSettings, hash_both, resumable_upload, upload_whole
 from tierd.daemon.backends.hashing import crc64
@@ -74,9 +74,9 @@ class GcsReader(HeadFirstReader):
         where = f"gs://{self.client.bucket}/{self.name}"
         headers = {"Range": f"bytes={offset}-{offset + want - 1}"}
         url = self.client.object_url(self.name)
-        async with self.media.send("GET", url, where, params=self.params, headers=headers) as response:
-            filled = await read_body(response, view, stop=True)
-            if filled == want and await response.content.readany():
+        async with self.media.get(url, where, params=self.params, headers=headers) as answer:
+            filled = await answer.read_into(view, stop=True)
+            if filled == want and await answer.read(1):
                 raise TransientBackendError(f"{where}: the answer runs past {want} bytes from {offset}")
         if filled != want:
             raise TransientBackendError(f"{where}: body cut at {filled} of {want} bytes from {offset}")
@@ -145,16 +145,16 @@ class GcsBackend(Backend):
         head = bytearray(OPEN_RANGE)
         headers = {"Range": f"bytes=0-{OPEN_RANGE - 1}"}
         url, params = self.client.object_url(name), {"alt": "media"}
-        async with self.media.send(
-            "GET", url, where, params=params, headers=headers, passing=frozenset({416})
-        ) as response:
-            if response.status == 416:  # an empty object, on some servers
+        async with self.media.get(
+            url, where, params=params, headers=headers, passing=frozenset({416})
+        ) as answer:
+            if answer.status == 416:  # an empty object, on some servers
                 resource = await self._resource(relpath)
                 size = int(resource.get("size", 0))
                 return GcsReader(self.media, name, size, resource.get("generation"))
-            got = await read_body(response, memoryview(head), stop=True)
-            size = _total_size(response.headers.get("Content-Range", ""), response.headers, got)
-            generation = response.headers.get("x-goog-generation")
+            got = await answer.read_into(memoryview(head), stop=True)
+            size = _total_size(answer.headers.get("content-range", ""), answer.headers, got)
+            generation = answer.headers.get("x-goog-generation")
         return GcsReader(self.media, name, size, generation, bytes(head[:got]))
 
     async def _read_into(self, relpath: str, view: memoryview) -> None:
@@ -164,8 +164,8 @@ class GcsBackend(Backend):
         """
         name, where = self.prefix + check_relpath(relpath), self.location(relpath)
         url = self.client.object_url(name)
-        async with self.media.send("GET", url, where, params={"alt": "media"}) as response:
-            filled = await read_body(response, view, stop=False)
+        async with self.media.get(url, where, params={"alt": "media"}) as answer:
+            filled = await answer.read_into(view, stop=False)
         if filled != len(view):
             raise IntegrityError(f"{where}: holds {filled} bytes, expected {len(view)}")
 

@@ -1,11 +1,12 @@
-"""The data path's requests (media GETs, multipart uploads) on one aiohttp session.
+"""The data path's requests: media GETs on tierd's own connections, multipart uploads on aiohttp.
 
 httpx spends more CPU and latency per request than aiohttp (measured against the emulator,
 one 30 KB media GET after another: a median of 26 ms against 14 ms on a loaded 2-core
-machine), and a checkpoint's thousands of small objects are one request each. The JSON
-API's other calls (metadata, listings, resumable sessions, deletes, tokens) stay on the
-``GcsClient``'s httpx client. Errors are those of ``client.raise_status``; connection
-errors, timeouts and cut bodies are TransientBackendError.
+machine), and aiohttp more than ``wire``'s streams (``wire`` has the measurement); a
+checkpoint's thousands of small objects are one request each. The JSON API's other calls
+(metadata, listings, resumable sessions, deletes, tokens) stay on the ``GcsClient``'s httpx
+client. Errors are those of ``client.raise_status``; connection errors, timeouts and cut
+bodies are TransientBackendError.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import aiohttp
 from yarl import URL
 
 from tierd.daemon.backends.gcs.client import BODY_SHOWN, CONNECT_TIMEOUT, READ_TIMEOUT, raise_status
+from tierd.daemon.backends.gcs.wire import Answer, WirePool
 from tierd.errors import TransientBackendError
 
 if TYPE_CHECKING:
     from tierd.daemon.backends.gcs.client import GcsClient
 
-__all__ = ["MediaSession", "media_errors", "read_body"]
+__all__ = ["MediaSession", "media_errors"]
 
 
 @contextmanager
@@ -37,11 +39,30 @@ def media_errors(where: str) -> Iterator[None]:
 
 
 class MediaSession:
-    """The aiohttp session of one ``GcsClient`` (made on first use, in the running loop)."""
+    """One ``GcsClient``'s media GETs (a ``WirePool``) and its aiohttp session (made on first use)."""
 
     def __init__(self, client: GcsClient, *, connections: int, verify_tls: bool) -> None:
         self.client, self.connections, self.verify_tls = client, connections, verify_tls
         self._session: aiohttp.ClientSession | None = None
+        self.wire = WirePool(client.endpoint, connections=connections, verify_tls=verify_tls)
+
+    @asynccontextmanager
+    async def get(
+        self,
+        url: str,
+        where: str,
+        *,
+        params: Mapping[str, str],
+        headers: Mapping[str, str] | None = None,
+        passing: frozenset[int] = frozenset(),
+    ) -> AsyncIterator[Answer]:
+        """One media GET with the credentials' headers; yields a 2xx answer (or one in ``passing``).
+
+        Raises as ``WirePool.get``.
+        """
+        sent = {**(headers or {}), **await self.client.credentials.headers(self.client.http)}
+        async with self.wire.get(f"{url}?{urlencode(dict(params))}", where, sent, passing=passing) as answer:
+            yield answer
 
     def session(self) -> aiohttp.ClientSession:
         """The session, made on first use."""
@@ -80,23 +101,8 @@ class MediaSession:
                 yield response
 
     async def close(self) -> None:
-        """Close the session's connections."""
+        """Close the session's connections and the kept media GET connections."""
         session, self._session = self._session, None
         if session is not None:
             await session.close()
-
-
-async def read_body(response: aiohttp.ClientResponse, view: memoryview, *, stop: bool) -> int:
-    """Copy the body into ``view`` as it arrives; how many bytes came.
-
-    A body longer than ``view``: with ``stop`` the rest is left unread (the count is what
-    fit); else it is read to its end and counted, its excess dropped.
-    """
-    got = 0
-    while piece := await response.content.readany():
-        take = max(0, min(len(piece), len(view) - got))
-        view[got : got + take] = piece[:take]
-        if take < len(piece) and stop:
-            return got + take
-        got += len(piece)
-    return got
+        await self.wire.close()
