@@ -100,11 +100,6 @@ def _overwrite(emulator: GcsEmulator, bucket: str, name: str, data: bytes) -> No
         pass
 
 
-def _size(fingerprint: str) -> int:
-    """The size in a file's ``<size>:<sha256>`` fingerprint (``write_step``'s)."""
-    return int(fingerprint.split(":", 1)[0])
-
-
 def test_detect_copy_retention_verify_and_restore_with_fallback(
     lab: LabFactory, tmp_path: Path, gcs_emulator: GcsEmulator
 ) -> None:
@@ -127,7 +122,7 @@ def test_detect_copy_retention_verify_and_restore_with_fallback(
     lab_.converge(
         lambda: lab_.states() == wanted, "step 1 off nvme (verified on gcs first), step 2 everywhere"
     )
-    assert _objects(gcs_emulator, gcs.bucket) == {k: _size(v) for k, v in (first | second).items()}
+    assert _objects(gcs_emulator, gcs.bucket) == {k: len(v) for k, v in (first | second).items()}
     # verify (what a scrub does): from the stored checksums, every file ok
     answer = lab_.call("POST", f"/v1/checkpoints/{lab_.checkpoints()[2]['id']}/verify")
     assert answer.status_code == 200, answer.text
@@ -138,7 +133,7 @@ def test_detect_copy_retention_verify_and_restore_with_fallback(
     }
     # a shard of step 1 replaced behind tierd's back: the restore falls back to pfs
     shard = "demo/step1/__0_0.distcp"
-    _overwrite(gcs_emulator, gcs.bucket, shard, bytes(_size(first[shard])))
+    _overwrite(gcs_emulator, gcs.bucket, shard, bytes(len(first[shard])))
     target = tmp_path / "restores" / "one"
     asked = lab_.call("POST", "/v1/restores", json={"run": RUN, "step": 1, "target": str(target)})
     assert asked.status_code == 202, asked.text
