@@ -216,3 +216,18 @@ async def test_over_tls_the_body_goes_through_the_server(
         await api.stop(5)
     assert found.holds() == [HELD]
     assert (found.peer_dir / HELD).read_bytes() == DATA
+
+
+async def test_a_wrong_token_is_answered_before_the_body_is_sent(
+    receiver: Receiver, source: Callable[[], PosixReader], spied: dict[str, int]
+) -> None:
+    headers = {"Authorization": "Bearer not-a-token", CHECKSUM_HEADER: FILE.checksum}
+    reader = source()
+    try:
+        url = receiver.node.url + FILE.path()
+        status, _ = await rawput.put_file(url, headers, reader.fileno(), len(DATA))
+    finally:
+        await reader.close()
+    assert status == 401
+    assert spied["sendfile"] == 0  # the refusal came in place of 100 Continue
+    assert receiver.holds() == []
