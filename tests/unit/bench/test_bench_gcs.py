@@ -52,3 +52,21 @@ def test_a_download_is_also_compared_with_rclone_and_its_sync() -> None:
     )
     _, upload = bench_gcs._line(tierd, [(2.0, 1.0, 300, 0.5, 0.0)])
     assert "ratio_to_baseline_and_sync" not in upload
+
+
+async def test_a_posix_destination_chooses_its_io_mode_before_the_copy_is_timed(tmp_path: Path) -> None:
+    """The auto probe (96 MiB written and synced) is a daemon's once an hour, not each copy's."""
+    from bench.storecopy import _io_mode_chosen
+    from tierd.config import PosixTier
+    from tierd.daemon.backends import ByteBudget, PosixBackend
+    from tierd.daemon.transfer.copyset import GROUP_FILE_LIMIT
+    from tierd.daemon.transfer.spec import FileSpec
+
+    posix = PosixBackend(PosixTier(name="p", kind="posix", path=str(tmp_path)), budget=ByteBudget(64 * 2**20))
+    try:
+        await _io_mode_chosen(posix, [FileSpec("small", GROUP_FILE_LIMIT, "x", 0)])
+        assert posix.io_mode.choice is None  # grouped files only: no write would probe
+        await _io_mode_chosen(posix, [FileSpec("big", GROUP_FILE_LIMIT + 1, "x", 0)])
+        assert posix.io_mode.choice is not None
+    finally:
+        await posix.close()

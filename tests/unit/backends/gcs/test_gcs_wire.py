@@ -2,7 +2,7 @@
 
 Each path of the server answers with the bytes a test gives it: kept connections, chunked
 bodies, HTTP/1.0 and ``Connection: close``, bodies cut short, a kept connection the server
-closed meanwhile, malformed and oversized heads, error answers.
+closed meanwhile, malformed and oversized heads, error answers, and TLS.
 """
 
 from __future__ import annotations
@@ -212,3 +212,27 @@ async def test_a_header_with_a_line_break_or_a_foreign_url_is_refused(serve: Sta
         async with pool.get("http://elsewhere.example/a", "gs://b/o", {}):
             pass
     assert server.connections == 0
+
+
+async def test_an_https_endpoint_is_spoken_over_tls() -> None:
+    """A certificate of a throwaway CA: taken with ``verify_tls: false``, refused with it."""
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    server = Server({"/a": (ok(b"s" * 100), False)})
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", 0, ssl=context)
+    url = f"https://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
+    unverified = WirePool(url, connections=4, verify_tls=False)
+    verified = WirePool(url, connections=4, verify_tls=True)
+    try:
+        assert await fetch(unverified, f"{url}/a") == (100, b"s" * 100)
+        with pytest.raises(TransientBackendError, match=r"gs://b/o: connecting: .*CERTIFICATE_VERIFY_FAILED"):
+            await fetch(verified, f"{url}/a")
+    finally:
+        await unverified.close()
+        await verified.close()
+        listener.close()
