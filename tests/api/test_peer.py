@@ -16,14 +16,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fixtures.world import World, posix_tier
+from tests.fixtures.world import World, crc, posix_tier
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
 from tierd.daemon.backends.peer import PeerStore
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Part, ReplicaState
 from tierd.daemon.catalog.peer_copies import mark_peer_copy
-from tierd.daemon.checksum import Crc64
 
 PEER = {"Authorization": "Bearer p-token"}
 ADMIN = {"Authorization": "Bearer a-token"}
@@ -33,12 +32,6 @@ TOKENS = [
     {"name": "root", "token": "a-token", "role": "admin"},
 ]
 FILE = "/v1/peer/node-a/7/files/step-7/__0_0.distcp"
-
-
-def crc(data: bytes) -> str:
-    digest = Crc64()
-    digest.update(data)
-    return digest.hexdigest()
 
 
 @dataclass

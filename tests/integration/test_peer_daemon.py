@@ -13,15 +13,9 @@ from tests.conftest import posix_config_dict
 from tests.fixtures.daemon import Daemon
 from tests.fixtures.daemon import launch_daemon as launch_daemon  # the fixture
 from tests.fixtures.net import free_port
-from tierd.daemon.checksum import Crc64
+from tests.fixtures.world import crc
 
 ADDRESS = "127.0.0.5"
-
-
-def _crc(data: bytes) -> str:
-    digest = Crc64()
-    digest.update(data)
-    return digest.hexdigest()
 
 
 def test_a_peer_sends_a_file_and_gets_it_back(tmp_path: Path, launch_daemon: Callable[..., Daemon]) -> None:
@@ -44,9 +38,9 @@ def test_a_peer_sends_a_file_and_gets_it_back(tmp_path: Path, launch_daemon: Cal
     peer = {"Authorization": "Bearer p-token"}
     with httpx.Client(timeout=30) as client:
         tampered = body[:-1] + bytes([body[-1] ^ 0xFF])
-        refused = client.put(url, content=tampered, headers={**peer, "x-tierd-crc64nvme": _crc(body)})
+        refused = client.put(url, content=tampered, headers={**peer, "x-tierd-crc64nvme": crc(body)})
         assert refused.status_code == 422, refused.text
-        put = client.put(url, content=body, headers={**peer, "x-tierd-crc64nvme": _crc(body)})
+        put = client.put(url, content=body, headers={**peer, "x-tierd-crc64nvme": crc(body)})
         assert put.status_code == 201, put.text
         assert client.get(url, headers=peer).content == body
         assert client.get(url, headers={"Authorization": "Bearer r-token"}).status_code == 403

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
 
 from tests.fixtures.net import free_port
-from tests.fixtures.world import World, posix_tier
+from tests.fixtures.world import World, crc, posix_tier
+from tests.unit.backends.peer.receivers import Receiver
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
 from tierd.daemon.backends import BytesReader, RangeReader
@@ -20,7 +20,6 @@ from tierd.daemon.backends.budget import ByteBudget
 from tierd.daemon.backends.peer.choose import PeerNode
 from tierd.daemon.backends.peer.client import PeerClient, PeerFile
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.checksum import Crc64
 
 TOKENS = [
     {"name": "peers", "token": "p-token", "role": "peer"},
@@ -29,22 +28,7 @@ TOKENS = [
 DATA = os.urandom(5 * 1024 * 1024 + 17)
 
 
-def _crc(data: bytes) -> str:
-    digest = Crc64()
-    digest.update(data)
-    return digest.hexdigest()
-
-
-FILE = PeerFile("node-a", 3, "step_3/__0_0.distcp", _crc(DATA))
-
-
-@dataclass
-class Receiver:
-    node: PeerNode
-    peer_dir: Path
-
-    def holds(self) -> list[str]:
-        return sorted(str(p.relative_to(self.peer_dir)) for p in self.peer_dir.rglob("*") if p.is_file())
+FILE = PeerFile("node-a", 3, "step_3/__0_0.distcp", crc(DATA))
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import os
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,8 @@ import trustme
 from structlog.testing import capture_logs
 
 from tests.fixtures.faultproxy import Fault, FaultProxy, Rule
-from tests.fixtures.world import World, posix_tier
+from tests.fixtures.world import World, crc, posix_tier
+from tests.unit.backends.peer.receivers import Receiver
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
 from tierd.daemon.backends.budget import ByteBudget
@@ -28,7 +28,6 @@ from tierd.daemon.backends.peer.client import PeerClient, PeerFile
 from tierd.daemon.backends.peer.store import CHECKSUM_HEADER, PeerStore
 from tierd.daemon.backends.posix.reader import PosixReader
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.checksum import Crc64
 
 TOKENS = [{"name": "peers", "token": "p-token", "role": "peer"}]
 #: Not a multiple of the receiver's 2 MiB chunk nor of the sender's 8 MiB piece.
@@ -37,23 +36,7 @@ HELD = "node-a/3/step_3/__0_0.distcp"
 DEADLINE = 20.0
 
 
-def _crc(data: bytes) -> str:
-    digest = Crc64()
-    digest.update(data)
-    return digest.hexdigest()
-
-
-FILE = PeerFile("node-a", 3, "step_3/__0_0.distcp", _crc(DATA))
-
-
-@dataclass
-class Receiver:
-    node: PeerNode
-    peer_dir: Path
-
-    def holds(self) -> list[str]:
-        """Every file in the peer directory, temporary ones included."""
-        return sorted(str(p.relative_to(self.peer_dir)) for p in self.peer_dir.rglob("*") if p.is_file())
+FILE = PeerFile("node-a", 3, "step_3/__0_0.distcp", crc(DATA))
 
 
 async def _receiver(
@@ -149,7 +132,7 @@ async def test_a_byte_changed_in_flight_is_refused_and_sent_again(
 async def test_a_body_off_the_socket_not_hashing_to_its_checksum_is_refused(
     receiver: Receiver, source: Callable[[], PosixReader], spied: dict[str, int]
 ) -> None:
-    headers = {"Authorization": "Bearer p-token", CHECKSUM_HEADER: _crc(b"other bytes")}
+    headers = {"Authorization": "Bearer p-token", CHECKSUM_HEADER: crc(b"other bytes")}
     reader = source()
     try:
         status, body = await rawput.put_file(
