@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -164,16 +164,10 @@ class WirePool:
         request = self._request(url.removeprefix(self.endpoint), headers)
         async with self.slots:
             connection, answer = await self._exchange(request, where)
-            try:
+            with _dropped_on_error(connection, where):
                 if answer.status >= 300 and answer.status not in passing:
                     raise_status(answer.status, (await answer.error_text())[: BODY_SHOWN * 10], where)
                 yield answer
-            except _TRANSPORT_ERRORS as exc:
-                connection.close()
-                raise TransientBackendError(f"{where}: {type(exc).__name__}: {exc}") from exc
-            except BaseException:
-                connection.close()
-                raise
             self._release(connection, answer)
 
     def _request(self, target: str, headers: Mapping[str, str]) -> bytes:
@@ -192,14 +186,8 @@ class WirePool:
             except _TRANSPORT_ERRORS:
                 connection.close()  # closed by the server while kept: a new one below
         connection = await self._connect(where)
-        try:
+        with _dropped_on_error(connection, where):
             return connection, await self._send(connection, request, where)
-        except _TRANSPORT_ERRORS as exc:
-            connection.close()
-            raise TransientBackendError(f"{where}: {type(exc).__name__}: {exc}") from exc
-        except BaseException:
-            connection.close()
-            raise
 
     async def _connect(self, where: str) -> _Connection:
         try:
@@ -276,3 +264,16 @@ def _tls_context(verify: bool) -> ssl.SSLContext:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
+
+
+@contextlib.contextmanager
+def _dropped_on_error(connection: _Connection, where: str) -> Iterator[None]:
+    """Close ``connection`` when the block fails; a transport error comes out as TransientBackendError."""
+    try:
+        yield
+    except _TRANSPORT_ERRORS as exc:
+        connection.close()
+        raise TransientBackendError(f"{where}: {type(exc).__name__}: {exc}") from exc
+    except BaseException:
+        connection.close()
+        raise
