@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.common import drop_from_cache
 from tests.conformance.harness import crc
 from tierd.config import PosixTier
 from tierd.daemon.backends import PosixBackend, copy_object
@@ -32,12 +33,7 @@ def backend_at(root: Path) -> PosixBackend:
 def write_cold(path: Path, data: bytes) -> None:
     """``data`` in ``path``, on the disk and out of the page cache."""
     path.write_bytes(data)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    drop_from_cache([path])
 
 
 def cached(path: Path) -> int:
