@@ -129,7 +129,7 @@ class PeerClient:
         except httpx.HTTPError as exc:
             raise PeerRefused(peer.name, 0, f"{type(exc).__name__}: {exc}") from exc
         if answer.status_code != 201:
-            raise PeerRefused(peer.name, answer.status_code, _detail(answer))
+            raise PeerRefused(peer.name, answer.status_code, _problem_detail(answer.content))
 
     async def _send_file(self, peer: PeerNode, file: PeerFile, reader: PosixReader) -> None:
         """``send`` by ``rawput.put_file``: the body by ``os.sendfile``, no byte of it in this process."""
@@ -212,7 +212,7 @@ class PeerClient:
         except httpx.HTTPError as exc:
             raise PeerRefused(peer.name, 0, f"{type(exc).__name__}: {exc}") from exc
         if answer.status_code != 200:
-            raise PeerRefused(peer.name, answer.status_code, _detail(answer))
+            raise PeerRefused(peer.name, answer.status_code, _problem_detail(answer.content))
         return int(answer.json().get("removed", 0))
 
     async def _chunks(self, reader: RangeReader, where: str) -> AsyncIterator[bytes]:
@@ -252,10 +252,3 @@ def _problem_detail(body: bytes) -> str:
         return str(json.loads(body).get("detail", body[:200].decode(errors="replace")))
     except (ValueError, AttributeError):
         return body[:200].decode(errors="replace")
-
-
-def _detail(answer: httpx.Response) -> str:
-    try:
-        return str(answer.json().get("detail", answer.text[:200]))
-    except ValueError:
-        return answer.text[:200]
