@@ -8,7 +8,8 @@ state, kept so a restart resumes them), ``budget`` (the memory every buffer come
 ``concurrency`` (bounded parallelism, blocking calls not cut short), ``hashing``
 (CRC64NVME of buffers), ``headfirst`` (a store's reader: the first bytes the opening GET
 brought, then ranged GETs), ``ownermeta`` (a file's owner and mode as an object's metadata,
-as rclone names them), ``posix/``, ``s3/``, ``gcs/`` and ``azure/`` (the stores), ``peer/``
+as rclone names them), ``httphead`` (an HTTP/1.1 request head for the clients that write
+their own requests), ``posix/``, ``s3/``, ``gcs/`` and ``azure/`` (the stores), ``peer/``
 (the peer tier: other nodes' parts held in this node's peer directory).
 
 ``s3/`` is imported when a tier needs it (``make_backend``, or ``S3Backend`` looked up here):

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from tierd.daemon.backends.gcs.client import BODY_SHOWN, CONNECT_TIMEOUT, READ_TIMEOUT, raise_status
+from tierd.daemon.backends.httphead import encode_head
 from tierd.errors import TransientBackendError
 
 __all__ = ["HEAD_LIMIT", "Answer", "WirePool"]
@@ -171,11 +172,7 @@ class WirePool:
             self._release(connection, answer)
 
     def _request(self, target: str, headers: Mapping[str, str]) -> bytes:
-        lines = [f"GET {target} HTTP/1.1", f"Host: {self.netloc}", "User-Agent: tierd"]
-        lines += [f"{name}: {value}" for name, value in headers.items()]
-        if any("\r" in line or "\n" in line for line in lines):
-            raise ValueError("a request line or header holds a line break")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        return encode_head([f"GET {target} HTTP/1.1", f"Host: {self.netloc}", "User-Agent: tierd"], headers)
 
     async def _exchange(self, request: bytes, where: str) -> tuple[_Connection, Answer]:
         """Send ``request`` on a kept connection (again on a new one if that one was closed)."""

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from urllib.parse import urlsplit
 
 from tierd.daemon.backends.budget import MIB
+from tierd.daemon.backends.httphead import encode_head
 from tierd.errors import IntegrityError
 
 __all__ = ["ANSWER_LIMIT", "PIECE", "Answer", "Unreached", "put_file"]
@@ -86,10 +87,7 @@ async def put_file(
 
 def _head(path: str, host: str, headers: Mapping[str, str], size: int) -> bytes:
     lines = [f"PUT {path} HTTP/1.1", f"Host: {host}", f"Content-Length: {size}", "Expect: 100-continue"]
-    lines += [f"{name}: {value}" for name, value in headers.items()]
-    if any("\r" in line or "\n" in line for line in lines):
-        raise ValueError("a header holds a line break")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return encode_head(lines, headers)
 
 
 async def _send_body(sock: socket.socket, fd: int, size: int, pace: Pace | None, timeout: float) -> None:
