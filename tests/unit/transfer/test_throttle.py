@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tierd.daemon.transfer.throttle import PriorityPool, TokenBucket
+from tierd.daemon.transfer.throttle import PriorityPool, TokenBucket, retuned
 
 MiB = 1024 * 1024
 
@@ -135,3 +135,16 @@ async def test_a_new_rate_applies_to_the_debt_already_run_up() -> None:
     with pytest.raises(ValueError, match="positive"):
         bucket.set_rate(0)
     assert bucket.rate == 3 * MiB
+
+
+def test_a_reload_keeps_re_rates_makes_or_drops_the_bucket() -> None:
+    """``retuned``: one bucket per tier across reloads, so the transfers paying it see the new rate."""
+    assert retuned(None, None) is None
+    made = retuned(None, 2 * MiB)
+    assert made is not None
+    assert made.rate == 2 * MiB
+    assert retuned(made, 2 * MiB) is made
+    assert retuned(made, 5 * MiB) is made
+    assert made.rate == 5 * MiB
+    assert retuned(made, None) is None
+    assert retuned(made, 0) is None

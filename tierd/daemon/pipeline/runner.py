@@ -46,7 +46,7 @@ from tierd.daemon.transfer.copier import FileCopier, already_there
 from tierd.daemon.transfer.copyset import copy_checkpoint_files
 from tierd.daemon.transfer.retry import failure_reason
 from tierd.daemon.transfer.spec import FileSpec
-from tierd.daemon.transfer.throttle import PriorityPool, TokenBucket
+from tierd.daemon.transfer.throttle import PriorityPool, TokenBucket, retuned
 from tierd.errors import CatalogError, IntegrityError, PermanentBackendError, TierdError
 from tierd.logs import get_logger
 
@@ -84,13 +84,7 @@ class Limits:
         or removed applies from the next hop.
         """
         for tier in tiers:
-            bucket = self.buckets.get(tier.name)
-            if not tier.bandwidth_limit:
-                self.buckets[tier.name] = None
-            elif bucket is None:
-                self.buckets[tier.name] = TokenBucket(int(tier.bandwidth_limit))
-            elif bucket.rate != int(tier.bandwidth_limit):
-                bucket.set_rate(int(tier.bandwidth_limit))
+            self.buckets[tier.name] = retuned(self.buckets.get(tier.name), tier.bandwidth_limit)
 
 
 class _Progress:

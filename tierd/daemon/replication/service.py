@@ -41,7 +41,7 @@ from tierd.daemon.replication.lifecycle import Lifecycle
 from tierd.daemon.replication.sender import PartSender
 from tierd.daemon.service import InFlight, PassLoop
 from tierd.daemon.transfer.retry import JOB_BACKOFF, Backoff
-from tierd.daemon.transfer.throttle import TokenBucket
+from tierd.daemon.transfer.throttle import TokenBucket, retuned
 from tierd.errors import TierdError
 from tierd.keyring import peer_token
 from tierd.logs import get_logger
@@ -117,13 +117,7 @@ class ReplicationService:
 
     def _retune(self, tier: PeerTier) -> None:
         """Take the tier's ``bandwidth_limit``: the sends under way pay it from their next chunk."""
-        limit = tier.bandwidth_limit
-        if not limit:
-            self.bucket = None
-        elif self.bucket is None:
-            self.bucket = TokenBucket(float(limit))
-        elif self.bucket.rate != float(limit):
-            self.bucket.set_rate(float(limit))
+        self.bucket = retuned(self.bucket, tier.bandwidth_limit)
 
     def reconfigure(self, config: Config) -> None:
         """A reload: the peer tier's ``bandwidth_limit`` and ``retention`` (its reloadable keys)."""

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-__all__ = ["PriorityPool", "TokenBucket"]
+__all__ = ["PriorityPool", "TokenBucket", "retuned"]
 
 
 @dataclass(order=True)
@@ -94,6 +94,21 @@ class TokenBucket:
                 waiter.future.set_result(None)
                 continue
             await self._sleep(-self.tokens / self.rate)
+
+
+def retuned(bucket: TokenBucket | None, limit: float | None) -> TokenBucket | None:
+    """The bucket for a tier's ``bandwidth_limit`` ``limit`` after a reload.
+
+    ``bucket`` itself, re-rated where the limit changed (the transfers paying it take the new
+    rate at once); a new one where there was none; None where the limit is gone.
+    """
+    if not limit:
+        return None
+    if bucket is None:
+        return TokenBucket(float(limit))
+    if bucket.rate != float(limit):
+        bucket.set_rate(float(limit))
+    return bucket
 
 
 def _rate_and_burst(rate: float, burst: float | None) -> tuple[float, float]:
