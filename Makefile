@@ -25,12 +25,14 @@ UV = $(BIN)/uv pip install -q --python $(BIN)/python $(foreach d,$(FIND_LINKS),-
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+
+$(BIN)/uv: | $(BIN)/python
 	$(BIN)/pip install -q uv==$(UV_VERSION)
 
 # The constraints pin botocore (which aioboto3 pins) too, so one pass resolves. The daemon (.)
 # depends on the client's distribution (client/), which comes from this tree, not an index.
 # A machine's own wheels (pip's find-links: torch's CPU build, say) are looked at too.
-$(STAMP): pyproject.toml client/pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+$(STAMP): pyproject.toml client/pyproject.toml $(CONSTRAINTS) | $(BIN)/uv
 	$(UV) -c $(CONSTRAINTS) pip==$(PIP_VERSION) -e ./client -e .
 	touch $(STAMP)
 
