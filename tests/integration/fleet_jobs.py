@@ -54,7 +54,7 @@ def dcp_save(init_file: Path, rank_dirs: Sequence[Path], step: int) -> None:
 
     multiprocessing.set_forkserver_preload(RANK_PRELOAD)
     dirs = [str(d) for d in rank_dirs]
-    start_processes(  # type: ignore[no-untyped-call]
+    start_processes(
         _rank, args=(len(dirs), str(init_file), dirs, step), nprocs=len(dirs), start_method="forkserver"
     )
 

@@ -200,7 +200,7 @@ def _dcp_save(rank: int, world: int, port: int, directory: str) -> None:
 def test_restore_by_ranks_of_a_real_dcp_checkpoint(lab: LabFactory, tmp_path: Path) -> None:
     lab_ = make(lab, [posix_tier(tmp_path, "nvme"), posix_tier(tmp_path, "pfs")])
     directory = tmp_path / "nvme" / RUN / "step3"
-    start_processes(_dcp_save, args=(3, free_port(), str(directory)), nprocs=3, start_method="spawn")  # type: ignore[no-untyped-call]
+    start_processes(_dcp_save, args=(3, free_port(), str(directory)), nprocs=3, start_method="spawn")
     lab_.converge(lambda: lab_.states().get(3, {}).get("pfs") == "verified", "the DCP step on pfs")
     target = restores_root(lab_) / "rank1"
     done = finished(

@@ -53,7 +53,7 @@ def test_the_coordinator_notifies_each_step_with_metrics_and_world_size(
     tierd: JobDaemon, tmp_path: Path
 ) -> None:
     run_dir = tierd.run_dir(RUN)
-    start_processes(train, args=(str(tmp_path / "init"), str(run_dir)), nprocs=WORLD, start_method="spawn")  # type: ignore[no-untyped-call]
+    start_processes(train, args=(str(tmp_path / "init"), str(run_dir)), nprocs=WORLD, start_method="spawn")
 
     wait_for(lambda: len(tierd.checkpoints(RUN)) == 2, 30, "both steps to be recorded")
     recorded = tierd.checkpoints(RUN)

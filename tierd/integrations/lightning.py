@@ -102,7 +102,10 @@ class _NotifyingIO(CheckpointIO):
     def load_checkpoint(
         self, path: LightningPath, map_location: Any | None = None, weights_only: bool | None = None
     ) -> dict[str, Any]:
-        return self.inner.load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+        loaded: dict[str, Any] = self.inner.load_checkpoint(
+            path, map_location=map_location, weights_only=weights_only
+        )
+        return loaded
 
     def remove_checkpoint(self, path: LightningPath) -> None:
         self.inner.remove_checkpoint(path)

@@ -33,7 +33,7 @@ def _save(rank: int, world: int, port: int, directory: str) -> None:
 def two_rank_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("dcp2")
     directory = root / "job" / "step_200"
-    start_processes(_save, args=(2, free_port(), str(directory)), nprocs=2, start_method="spawn")  # type: ignore[no-untyped-call]
+    start_processes(_save, args=(2, free_port(), str(directory)), nprocs=2, start_method="spawn")
     return directory
 
 
