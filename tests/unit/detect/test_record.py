@@ -202,6 +202,23 @@ async def test_changes_after_detection(ctx: Context) -> None:
         assert list(actions) == ["detected", "changed"]
 
 
+async def test_files_added_below_a_recorded_checkpoint_are_its_change(ctx: Context) -> None:
+    """Added regular files, a subdirectory's included, are listed by relpath, sorted; links are not."""
+    found = _found(ctx)
+    await _record(ctx, found)
+    tier0 = ctx.config.tier0.path.resolve()
+    step = found.candidate.path
+    (step / "zz_extra.bin").write_bytes(b"z")
+    (step / "sub").mkdir()
+    (step / "sub" / "a.bin").write_bytes(b"a")
+    (step / "link").symlink_to(step / "zz_extra.bin")
+    (rec,) = await blocking(load_recorded, ctx.db, ctx.config.node)
+    change = await blocking(compare, rec, tier0)
+    assert change is not None
+    assert change.added == ["demo/step_3/sub/a.bin", "demo/step_3/zz_extra.bin"]
+    assert change.content_changed
+
+
 async def test_vanished_checkpoint_marks_its_tier0_replica_deleted(ctx: Context) -> None:
     found = _found(ctx)
     _, checkpoint_id = await _record(ctx, found)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from tierd.daemon.catalog.dialect import insert_ignoring_duplicates
+from tierd.daemon.catalog.dialect import insert_ignoring_duplicates, is_postgresql
 from tierd.daemon.catalog.models import Job, JobFileDone, ReplicaState
 from tierd.daemon.catalog.replicas import find_replica
 
@@ -25,11 +25,18 @@ def record_files_done(session: Session, job: Job, file_ids: Sequence[int]) -> No
     """Add the files (by id) the job finished, ignoring those already recorded; mark the job resumable.
 
     Inserted through the table, not the ORM class: half the CPU per row (3 us instead
-    of 7 on SQLite).
+    of 7 on SQLite). On SQLite the statement, compiled once, goes to the driver's
+    ``executemany`` with plain tuples: SQLAlchemy's processing of each row's parameters
+    was 14 us of CPU a row against 5 (5,000 files: 0.05 s of a hop's 2 CPU-s).
+    PostgreSQL keeps SQLAlchemy's "insertmanyvalues" (a few statements of many rows each).
     """
     if file_ids:
-        rows = [{"job_id": job.id, "file_id": file_id} for file_id in file_ids]
-        session.execute(insert_ignoring_duplicates(session, _JOB_FILES_DONE), rows)
+        statement = insert_ignoring_duplicates(session, _JOB_FILES_DONE)
+        compiled = None if is_postgresql(session) else statement.compile(dialect=session.get_bind().dialect)
+        if compiled is not None and compiled.positiontup == ["job_id", "file_id"]:
+            session.connection().exec_driver_sql(str(compiled), [(job.id, file_id) for file_id in file_ids])
+        else:
+            session.execute(statement, [{"job_id": job.id, "file_id": file_id} for file_id in file_ids])
     if not (job.detail or {}).get("resumable"):
         job.detail = {**(job.detail or {}), "resumable": True}  # a later attempt looks before copying
 

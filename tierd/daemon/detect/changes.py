@@ -24,6 +24,7 @@ this pass, warned about once; the other checkpoints are checked.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +48,7 @@ from tierd.daemon.catalog.part_replicas import (
     parts_gone_from,
 )
 from tierd.daemon.catalog.replicas import first_tier_replica, mark_replica_deleted, mark_replica_failed
-from tierd.daemon.detect.tree import exists, is_dir, stat_files, walk_files
+from tierd.daemon.detect.tree import exists, is_dir, stat_files, walk_tree
 from tierd.daemon.detect.unreadable import Unreadable
 from tierd.logs import get_logger
 
@@ -184,13 +185,32 @@ def _compare(rec: Recorded, tree: Root, top: Path) -> Change | None:
             else:
                 change.modified.append(f.relpath)
     if rec.format != "nvrx_local" and is_dir(top, tree):
-        known = {f.relpath for f in rec.files}
-        change.added = [
-            rel for s in walk_files(top, tree) if (rel := s.path.relative_to(tier0).as_posix()) not in known
-        ]
+        change.added = _added(top, tree, {f.relpath for f in rec.files})
     if change.content_changed or change.touched:
         return change
     return None
+
+
+def _added(top: Path, tree: Root, known: Collection[str]) -> list[str]:
+    """The regular files under ``top`` not in ``known``, as relpaths under tier 0, sorted.
+
+    ``walk_tree``'s entries, their names joined as strings: no ``Path`` and no ``stat`` per
+    file (a 5,000-file checkpoint's ``relative_to`` and ``as_posix`` were 15 % of a small
+    hop's CPU, this check running beside the daemon's first hop).
+    """
+    start = len(os.fspath(tree.top).rstrip("/")) + 1
+    added: list[str] = []
+    for where, entries in walk_tree(top, tree):
+        prefix = f"{os.fspath(where)[start:]}/"
+        for item in entries:
+            rel = prefix + item.name
+            try:
+                if rel not in known and item.is_file(follow_symlinks=False):
+                    added.append(rel)
+            except FileNotFoundError:
+                continue
+    added.sort()
+    return added
 
 
 def _part_vanished(session: Session, rec: Recorded, replica: Replica) -> bool:

@@ -222,7 +222,7 @@ class FileCopier:
         async with self.slots.hold(1, self.priority), self.dst.budget.aligned(size) as buffer:
             results = await self._read_and_write(specs, buffer)
         for index, (spec, result) in enumerate(zip(specs, results, strict=True)):
-            if isinstance(result, ObjectInfo):
+            if isinstance(result, ObjectInfo) and not _checked(spec, result, self.readback):
                 try:
                     results[index] = await confirm(self.dst, spec, result, self.readback)
                 except TierdError as exc:
@@ -251,6 +251,11 @@ class FileCopier:
         writer = self.batch if self.batch is not None else WriteBatch(self.dst)
         written = iter(await writer.write_whole(files))
         return [next(written) if result is None else result for result in results]
+
+
+def _checked(spec: FileSpec, info: ObjectInfo, readback: bool) -> bool:
+    """Whether ``confirm`` would return ``info`` as it is (no coroutine per file of a group for that)."""
+    return not readback and info.verified_by is not None and info.checksum == spec.checksum
 
 
 def _group_buffer_size(nbytes: int) -> int:

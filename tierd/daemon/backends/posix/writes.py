@@ -219,7 +219,8 @@ class PosixWrites:
         """
         finals = [self._place(file.relpath) for file in files]
         for final in finals:
-            await self._remove_leftovers(final)
+            if self._may_have_leftovers(final):  # no coroutine per file where there are none
+                await self._remove_leftovers(final)
         items = [
             (final, file.data, file.checksum, file.owner) for final, file in zip(finals, files, strict=True)
         ]
@@ -270,6 +271,11 @@ class PosixWrites:
         if progress is not None:
             progress(reader.size)
         return result
+
+    def _may_have_leftovers(self, final: Place) -> bool:
+        """Whether ``final``'s directory is not listed yet, or holds temporary names; never blocks."""
+        names = self._leftovers.get(final.parts)
+        return names is None or bool(names)
 
     async def _remove_leftovers(self, final: Place) -> None:
         """Remove abandoned temporary files of ``final``'s name (best effort, never raises)."""
