@@ -97,20 +97,20 @@ async def test_aligned_buffers_are_page_aligned_and_reused() -> None:
             pass
 
 
-async def test_big_buffers_are_reused_mappings_of_whole_mib() -> None:
+async def test_big_buffers_are_reused_mappings_of_whole_huge_pages() -> None:
     """An S3 upload's parts: fresh bytearrays grew the C heap past the budget."""
     budget = ByteBudget(32 * MIB)
     async with budget.buffer(8 * MIB + 1) as view:
         first = _address(view)
         assert len(view) == 8 * MIB + 1
-        assert budget.used == 9 * MIB  # whole MiB, as mapped
+        assert budget.used == 10 * MIB  # whole 2 MiB pages, as mapped
         view[-1:] = b"z"
     assert budget.used == 0
-    assert budget.idle_bytes == 9 * MIB
-    async with budget.buffer(8 * MIB + 5) as view:
+    assert budget.idle_bytes == 10 * MIB
+    async with budget.buffer(9 * MIB) as view:
         assert _address(view) == first  # no fresh pages to fault in
         assert view[8 * MIB : 8 * MIB + 1].tobytes() == b"z"
-    async with budget.aligned(9 * MIB) as view:  # one pool with the aligned buffers
+    async with budget.aligned(10 * MIB) as view:  # one pool with the aligned buffers
         assert _address(view) == first
 
 
