@@ -8,8 +8,8 @@ buffer costs a page fault per 4 KiB on its first fill (on this project's test VM
 reused buffer).
 
 Big plain buffers (``ByteBudget.buffer`` from ``REUSED_FROM`` bytes: an S3 upload's parts)
-are such reused mappings too, of whole huge pages: as fresh bytearrays they were the C heap's, which
-glibc keeps once one is freed, so an S3 upload's heap grew past the budget (docs/data-path.md).
+are such reused mappings too, of whole huge pages: as fresh bytearrays they were the C
+heap's, each zeroed as it was made (``REUSED_FROM``).
 
 Aligned buffers are private mappings; those of ``HUGE_FROM`` bytes or more the kernel is asked
 to back with transparent huge pages (``MADV_HUGEPAGE``; honoured where THP is ``always`` or
@@ -62,7 +62,8 @@ HUGE_PAGE = 2 * MIB
 HUGE_FROM = 2 * HUGE_PAGE
 #: ``buffer`` reuses mappings from this size on (an S3 upload's parts, 8-16 MiB): fresh
 #: bytearrays of that size came from the C heap (glibc serves them from it once one is freed),
-#: which held 72 MB at an S3 upload's peak against 28 MB at ready, over the budget's 32 MiB.
+#: zeroed by calloc for each part. The peak is the same either way (the parts' 32 MiB); the
+#: upload's CPU was lower in the one round measured (docs/data-path.md).
 REUSED_FROM = HUGE_FROM
 #: ``sys.getrefcount`` of a mapping no view refers to any more: the local name and the argument.
 _UNSHARED = 2
