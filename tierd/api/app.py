@@ -14,6 +14,7 @@ from tierd.api.docs import install_docs
 from tierd.api.gate import install_gate
 from tierd.api.openapi import DESCRIPTION, TAGS
 from tierd.api.problems import install_problem_handlers
+from tierd.daemon.backends.budget import ByteBudget
 from tierd.daemon.backends.peer import PeerStore
 from tierd.daemon.context import Context
 from tierd.hidden import hidden
@@ -41,8 +42,12 @@ with hidden(PYDANTIC_V1):
 __all__ = ["PYDANTIC_V1", "create_app"]
 
 
-def create_app(ctx: Context) -> FastAPI:
-    """Build the app over ``ctx``; OpenAPI is served at ``/v1/openapi.json``, Swagger UI at ``/v1/docs``."""
+def create_app(ctx: Context, budget: ByteBudget | None = None) -> FastAPI:
+    """Build the app over ``ctx``; OpenAPI is served at ``/v1/openapi.json``, Swagger UI at ``/v1/docs``.
+
+    ``budget``: the daemon's buffer budget, which the peer tier's received files take their
+    buffers from (None: a receiving budget of the peer store's own, ``RECEIVE_BUDGET``).
+    """
     app = FastAPI(
         title="tierd",
         version=__version__,
@@ -54,7 +59,7 @@ def create_app(ctx: Context) -> FastAPI:
         swagger_ui_oauth2_redirect_url=None,
     )
     app.state.ctx = ctx
-    app.state.peer = None if ctx.config.peer is None else PeerStore(ctx.config.peer)
+    app.state.peer = None if ctx.config.peer is None else PeerStore(ctx.config.peer, budget=budget)
     install_problem_handlers(app)
     with hidden(PYDANTIC_V1):
         _include_routes(app)

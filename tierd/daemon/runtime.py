@@ -66,11 +66,12 @@ class Daemon:
         self.hangups = hangups or HangUps()
         self.db = Database(config.catalog.url, busy_timeout_ms=config.catalog.busy_timeout_ms)
         self.ctx = Context(config=config, db=self.db)
-        tls = None if config.api.tls is None else server_context(config.api.tls)
-        self.api = ApiService(create_app(self.ctx), config.api.host, config.api.port, tls=tls)
-        # The pipeline, retention and restore share the tiers' backends (and their buffer budget);
-        # the daemon closes them once every service has stopped.
+        # The pipeline, retention, restore and the peer tier's receiving share one buffer budget,
+        # and the first three the tiers' backends, which the daemon closes once every service
+        # has stopped.
         self.budget = ByteBudget(PipelineOptions().memory_budget)
+        tls = None if config.api.tls is None else server_context(config.api.tls)
+        self.api = ApiService(create_app(self.ctx, self.budget), config.api.host, config.api.port, tls=tls)
         self.backends = {
             t.name: make_backend(t, budget=self.budget, written_by_jobs=t.name == config.tier0.name)
             for t in config.tiers

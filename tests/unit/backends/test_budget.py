@@ -12,7 +12,7 @@ import pytest
 from tierd.daemon import checksum
 from tierd.daemon.backends import BytesReader, check_prefix, check_relpath
 from tierd.daemon.backends.base import read_full
-from tierd.daemon.backends.budget import ByteBudget
+from tierd.daemon.backends.budget import REUSED_FROM, ByteBudget
 from tierd.daemon.backends.concurrency import for_each, uninterrupted
 from tierd.daemon.backends.hashing import combine_all, crc64
 from tierd.daemon.backends.s3.multipart import MAX_PARTS, TARGET_PARTS, part_count, part_size_for
@@ -95,6 +95,44 @@ async def test_aligned_buffers_are_page_aligned_and_reused() -> None:
     with pytest.raises(ValueError, match="at least one byte"):
         async with budget.aligned(0):
             pass
+
+
+async def test_big_buffers_are_reused_mappings_of_whole_huge_pages() -> None:
+    """An S3 upload's parts: fresh bytearrays grew the C heap past the budget."""
+    budget = ByteBudget(32 * MIB)
+    async with budget.buffer(8 * MIB + 1) as view:
+        first = _address(view)
+        assert len(view) == 8 * MIB + 1
+        assert budget.used == 10 * MIB  # whole 2 MiB pages, as mapped
+        view[-1:] = b"z"
+    assert budget.used == 0
+    assert budget.idle_bytes == 10 * MIB
+    async with budget.buffer(9 * MIB) as view:
+        assert _address(view) == first  # no fresh pages to fault in
+        assert view[8 * MIB : 8 * MIB + 1].tobytes() == b"z"
+    async with budget.aligned(10 * MIB) as view:  # one pool with the aligned buffers
+        assert _address(view) == first
+
+
+async def test_a_big_buffer_a_view_outlives_is_left_to_it() -> None:
+    budget = ByteBudget(32 * MIB)
+    async with budget.buffer(REUSED_FROM) as view:
+        view[:4] = b"kept"
+        kept = view[:4]  # as a transport might hold what it has not sent yet
+    assert budget.idle_bytes == 0
+    async with budget.buffer(REUSED_FROM) as view:
+        view[:4] = b"next"
+    assert kept.tobytes() == b"kept"
+    assert budget.idle_bytes == REUSED_FROM
+
+
+async def test_small_buffers_are_fresh_and_zeroed() -> None:
+    budget = ByteBudget(32 * MIB)
+    async with budget.buffer(REUSED_FROM - 1) as view:
+        view[:1] = b"x"
+    async with budget.buffer(REUSED_FROM - 1) as view:
+        assert view[:1].tobytes() == b"\0"
+    assert budget.idle_bytes == 0
 
 
 def _thp_mode() -> str | None:

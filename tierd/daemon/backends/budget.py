@@ -7,6 +7,10 @@ buffer costs a page fault per 4 KiB on its first fill (on this project's test VM
 4 GiB through fresh 8 MiB buffers took 7-8 s of system time against 2 s through one
 reused buffer).
 
+Big plain buffers (``ByteBudget.buffer`` from ``REUSED_FROM`` bytes: an S3 upload's parts)
+are such reused mappings too, of whole huge pages: as fresh bytearrays they were the C
+heap's, each zeroed as it was made (``REUSED_FROM``).
+
 Aligned buffers are private mappings; those of ``HUGE_FROM`` bytes or more the kernel is asked
 to back with transparent huge pages (``MADV_HUGEPAGE``; honoured where THP is ``always`` or
 ``madvise``): an ``O_DIRECT`` write sends the buffer's physical pages to the device as they
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import mmap
+import sys
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator
@@ -41,6 +46,7 @@ __all__ = [
     "HUGE_FROM",
     "HUGE_PAGE",
     "MIB",
+    "REUSED_FROM",
     "ByteBudget",
     "default_budget",
     "map_aligned",
@@ -54,6 +60,13 @@ HUGE_PAGE = 2 * MIB
 #: small files' groups (up to 2 MiB, written through the page cache), where a fresh huge page
 #: costs the kernel a compaction and saves nothing.
 HUGE_FROM = 2 * HUGE_PAGE
+#: ``buffer`` reuses mappings from this size on (an S3 upload's parts, 8-16 MiB): fresh
+#: bytearrays of that size came from the C heap (glibc serves them from it once one is freed),
+#: zeroed by calloc for each part. The peak is the same either way (the parts' 32 MiB); the
+#: upload's CPU was lower in the one round measured (docs/data-path.md).
+REUSED_FROM = HUGE_FROM
+#: ``sys.getrefcount`` of a mapping no view refers to any more: the local name and the argument.
+_UNSHARED = 2
 
 
 class ByteBudget:
@@ -113,11 +126,33 @@ class ByteBudget:
 
     @asynccontextmanager
     async def buffer(self, nbytes: int) -> AsyncIterator[memoryview]:
-        """A fresh ``nbytes`` buffer charged to the budget while the block runs."""
-        taken = await self.acquire(nbytes)
+        """An ``nbytes`` buffer charged to the budget while the block runs.
+
+        Under ``REUSED_FROM`` bytes (or over the limit), a fresh bytearray. From it, a view of
+        a mapping of whole huge pages, reused as ``aligned``'s are (its contents whatever the
+        last user left), unless a view of it outlived the block: that one is left to its holders.
+        Fresh, such a mapping costs what a bytearray's heap memory does (8 MiB filled: 2.5-3.5
+        ms of CPU either way, huge pages faulted in; 9-10 ms with 4 KiB pages).
+        """
+        size = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
+        if nbytes < REUSED_FROM or size > self.limit:
+            taken = await self.acquire(nbytes)
+            try:
+                yield memoryview(bytearray(nbytes))
+            finally:
+                self.release(taken)
+            return
+        taken = await self.acquire(size)
+        mapping = self._take_idle(size)
+        whole = memoryview(mapping)
+        view = whole[:nbytes]
         try:
-            yield memoryview(bytearray(nbytes))
+            yield view
         finally:
+            view.release()
+            whole.release()
+            if sys.getrefcount(mapping) == _UNSHARED:  # no view of it left but ours
+                self._keep_idle(mapping)
             self.release(taken)
 
     @asynccontextmanager

@@ -8,10 +8,15 @@ first sight is refused (IntegrityError) and leaves nothing. The size the sender 
 checked against the room the directory has before a byte is read (NoSpace: the peer tier's
 ``free_space.evict_below`` stays free).
 
-What receiving holds in memory is bounded by a budget of its own (``RECEIVE_BUDGET``): the
-API builds its store without the daemon's budget, and the process-wide default one (64 MiB)
-let the files arriving at once take up to 64 MiB on top of the daemon's own 32 MiB. Four
-files at once move at full pace; more wait for a buffer, in order.
+What receiving holds in memory comes from the daemon's one buffer budget (32 MiB), which
+the daemon's API gives its store: a peer daemon receiving while it hops holds one set of
+buffers, not its 32 MiB beside a receiving budget's 16 (its peak RSS, bench_peer: see
+docs/data-path.md). A store given no budget has one of its own (``RECEIVE_BUDGET``; the
+process-wide default one, 64 MiB, would let the files arriving at once take up to 64 MiB).
+Four files at once move at full pace; more wait for a buffer, in order. A sender holds at
+most a 1 MiB buffer per file it sends (none over ``rawput``'s sendfile), and each of its
+requests has a timeout, so two nodes sending to each other cannot hold each other's
+budgets for good.
 """
 
 from __future__ import annotations
