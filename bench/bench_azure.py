@@ -299,7 +299,7 @@ def _round(
                 pair = [str(src), remote(seed, "")]
                 argv = [rclone_binary(), "copy", *(pair if direction == "upload" else [pair[1], str(dest)])]
             results[direction][side] = _measure(side, argv, env, server.pid, direction == "download")
-        shutil.rmtree(target / direction, ignore_errors=True)
+            shutil.rmtree(dest, ignore_errors=True)  # one side's 4 GiB on the disk at a time
     return results
 
 
