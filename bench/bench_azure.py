@@ -392,6 +392,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=bench_root()) as tmp:
         with start_azurite(Path(tmp) / "costs") as server:
             _report_costs(server)
+        shutil.rmtree(Path(tmp) / "costs", ignore_errors=True)
         work = Path(tmp)
         for kind in settings.kinds:
             tier0 = work / f"tier0-{kind}"
