@@ -16,8 +16,13 @@ its peak RSS is its process's VmHWM, imports included. The baseline is ``rclone 
 its azureblob backend at its defaults, pointed at the emulator (a Go binary: its start-up,
 milliseconds, is in its time). CPU of each side is its own (``wait4`` for rclone, the
 worker's ``os.times`` over the copy). Sides alternate each round; every run's figures are in
-the result line (``*_spread``: [min, median, max]). ``TIERD_BENCH_QUICK=1``: 256 MiB and 500
-files, one round (``TIERD_BENCH_ROUNDS`` sets more).
+the result line (``*_spread``: [min, median, max]). Each round runs on an Azurite of its own
+(each side uploads into its container, then downloads what it uploaded), removed after it.
+``TIERD_BENCH_QUICK=1``: 256 MiB and 500 files, one round (``TIERD_BENCH_ROUNDS`` sets more).
+
+``TIERD_BENCH_AZURE_DIAGNOSE_NO_CRC64=1`` is a diagnosis, not a measure of tierd: its worker
+sends Put Blob and Put Block without ``x-ms-content-crc64`` (tierd always sends it), so the
+time Azurite spends checking CRC64s shows; its result lines end ``_diagnosis_no_crc64``.
 """
 
 from __future__ import annotations
@@ -206,54 +211,96 @@ def _side_argv(spec: dict[str, Any]) -> list[str]:
     return [sys.executable, "-m", "bench.bench_azure", "--worker", path]
 
 
-def _compare(kind: str, dataset: Dataset, server: Any, settings: Settings, work: Path) -> None:
-    """Upload then download ``dataset``, each side in turn, and emit both results."""
-    from tests.fixtures.azurite import ACCOUNT, ACCOUNT_KEY
-    from tests.fixtures.s3servers import rclone_binary
+#: DIAGNOSIS ONLY, never a figure of tierd: Put Blob and Put Block without ``x-ms-content-crc64``.
+DIAGNOSE_NO_CRC64 = "TIERD_BENCH_AZURE_DIAGNOSE_NO_CRC64"
+DIRECTIONS = ("upload", "download")
 
-    files = [(f.relpath, f.size, f.checksum, f.mtime_ns) for f in dataset.files]
-    env = rclone_env(server.url, ACCOUNT, ACCOUNT_KEY)
-    for direction in ("upload", "download"):
-        runs: dict[str, list[Measured]] = {"tierd": [], "rclone": []}
-        load_before = os.getloadavg()
-        for round_ in range(settings.rounds):
-            container = server.create_container()
-            seed = server.create_container()
-            tier = server.new_tier("bench", container=container).model_dump(mode="json")
-            tier["account_key"], tier["block_size"] = ACCOUNT_KEY, BLOCK_SIZE
-            src = dataset.tier0
-            if direction == "download":  # both sides read what tierd uploaded
-                run(_side_argv({"tier": tier, "posix": str(src), "files": files, "direction": "upload"}))
-                run([rclone_binary(), "copy", str(src), remote(seed, "")], env)
-            target = work / f"{direction}-{round_}"
-            for side in ("tierd", "rclone") if round_ % 2 == 0 else ("rclone", "tierd"):
-                prepare_cache([dataset.tier0 / f.relpath for f in dataset.files], settings.cache)
-                dest = target / side
-                dest.mkdir(parents=True)
-                if side == "tierd":
-                    posix = str(src) if direction == "upload" else str(dest)
-                    spec = {"tier": tier, "posix": posix, "files": files, "direction": direction}
-                    argv = _side_argv(spec)
-                else:
-                    pair = (
-                        [str(src), remote(seed, "")]
-                        if direction == "upload"
-                        else [remote(seed, ""), str(dest)]
-                    )
-                    argv = [rclone_binary(), "copy", *pair]
-                runs[side].append(_measure(side, argv, env, server.pid, direction == "download"))
-            shutil.rmtree(target, ignore_errors=True)
+
+def _diagnosis() -> bool:
+    """Whether ``TIERD_BENCH_AZURE_DIAGNOSE_NO_CRC64`` asks for the diagnosis run (see the module)."""
+    return os.environ.get(DIAGNOSE_NO_CRC64, "").lower() not in ("", "0", "false", "no")
+
+
+def _withhold_crc64() -> None:
+    """DIAGNOSIS ONLY: the worker's Put Blob and Put Block go without their CRC64 header.
+
+    Shows how much of an upload's time is Azurite checking each block's CRC64 (JavaScript, a
+    byte at a time); tierd always sends it. Result lines of such a run end ``_diagnosis_no_crc64``.
+    """
+    from tierd.daemon.backends.azure.rest import AzureRest
+
+    send = AzureRest.send
+
+    def without(self: AzureRest, *args: Any, headers: Any = None, **kwargs: Any) -> Any:
+        kept = {k: v for k, v in (headers or {}).items() if k != "x-ms-content-crc64"}
+        return send(self, *args, headers=kept, **kwargs)
+
+    AzureRest.send = without  # type: ignore[method-assign]
+
+
+def _compare(kind: str, dataset: Dataset, settings: Settings, work: Path) -> None:
+    """Upload then download ``dataset``, each side in turn, on a fresh Azurite per round; emit both.
+
+    A round's Azurite and its data go when the round ends (4 GiB uploaded by each side, which
+    Azurite's own collection of deleted blobs, every 10 minutes, would free too late), so a
+    full run holds one round's blobs at a time, not all rounds' (which filled the disk once).
+    """
+    from tests.fixtures.azurite import start_azurite
+
+    runs: dict[str, dict[str, list[Measured]]] = {d: {"tierd": [], "rclone": []} for d in DIRECTIONS}
+    load_before = os.getloadavg()
+    for round_ in range(settings.rounds):
+        order = ("tierd", "rclone") if round_ % 2 == 0 else ("rclone", "tierd")
+        home = work / f"azurite-{kind}-{round_}"
+        with start_azurite(home) as server:
+            for direction, sides in _round(dataset, server, settings, home / "out", order).items():
+                for side, measured in sides.items():
+                    runs[direction][side].append(measured)
+        shutil.rmtree(home, ignore_errors=True)
+    suffix = "_diagnosis_no_crc64" if _diagnosis() else ""
+    for direction in DIRECTIONS:
         summary(
-            f"azure_{direction}_{kind}",
-            runs["tierd"],
-            runs["rclone"],
+            f"azure_{direction}_{kind}{suffix}",
+            runs[direction]["tierd"],
+            runs[direction]["rclone"],
             dataset=dataset.layout,
             rounds=settings.rounds,
             loadavg_1_5_15m_before_after=[
                 [round(x, 2) for x in load_before],
                 [round(x, 2) for x in os.getloadavg()],
             ],
+            **({"diagnosis": "tierd sent no x-ms-content-crc64 (not tierd's behaviour)"} if suffix else {}),
         )
+
+
+def _round(
+    dataset: Dataset, server: Any, settings: Settings, target: Path, order: tuple[str, ...]
+) -> dict[str, dict[str, Measured]]:
+    """Each side uploads ``dataset`` into a container of its own, then downloads what it uploaded."""
+    from tests.fixtures.azurite import ACCOUNT, ACCOUNT_KEY
+    from tests.fixtures.s3servers import rclone_binary
+
+    files = [(f.relpath, f.size, f.checksum, f.mtime_ns) for f in dataset.files]
+    env = rclone_env(server.url, ACCOUNT, ACCOUNT_KEY)
+    tier = server.new_tier("bench").model_dump(mode="json")
+    tier["account_key"], tier["block_size"] = ACCOUNT_KEY, BLOCK_SIZE
+    seed, src = server.create_container(), dataset.tier0
+    results: dict[str, dict[str, Measured]] = {d: {} for d in DIRECTIONS}
+    for direction in DIRECTIONS:
+        for side in order:
+            prepare_cache([src / f.relpath for f in dataset.files], settings.cache)
+            dest = target / direction / side
+            dest.mkdir(parents=True)
+            if side == "tierd":
+                posix = str(src) if direction == "upload" else str(dest)
+                spec = {"tier": tier, "posix": posix, "files": files, "direction": direction}
+                argv = _side_argv(spec | {"diagnosis_no_crc64": _diagnosis()})
+            else:
+                pair = [str(src), remote(seed, "")]
+                argv = [rclone_binary(), "copy", *(pair if direction == "upload" else [pair[1], str(dest)])]
+            results[direction][side] = _measure(side, argv, env, server.pid, direction == "download")
+            shutil.rmtree(dest, ignore_errors=True)  # one side's 4 GiB on the disk at a time
+    return results
 
 
 def _measure(side: str, argv: list[str], env: dict[str, str], emulator: int, download: bool) -> Measured:
@@ -342,8 +389,10 @@ def main() -> None:
     from tests.fixtures.azurite import start_azurite
 
     settings = Settings.from_env(ROUNDS)
-    with tempfile.TemporaryDirectory(dir=bench_root()) as tmp, start_azurite(Path(tmp)) as server:
-        _report_costs(server)
+    with tempfile.TemporaryDirectory(dir=bench_root()) as tmp:
+        with start_azurite(Path(tmp) / "costs") as server:
+            _report_costs(server)
+        shutil.rmtree(Path(tmp) / "costs", ignore_errors=True)
         work = Path(tmp)
         for kind in settings.kinds:
             tier0 = work / f"tier0-{kind}"
@@ -352,7 +401,7 @@ def main() -> None:
             else:
                 dataset = make_small(tier0, settings.small_files)
             note(f"azure {kind}: {dataset.layout} under {tier0 / STEP_DIR}")
-            _compare(kind, dataset, server, settings, work)
+            _compare(kind, dataset, settings, work)
             shutil.rmtree(tier0, ignore_errors=True)
 
 
@@ -361,6 +410,8 @@ if __name__ == "__main__":
         spec_file = Path(sys.argv[2])
         worker_spec = json.loads(spec_file.read_text())
         spec_file.unlink()
+        if worker_spec.get("diagnosis_no_crc64"):
+            _withhold_crc64()
         asyncio.run(_worker(worker_spec))
     else:
         main()

@@ -87,3 +87,26 @@ def test_the_workers_spec_goes_in_a_file_not_on_the_command_line() -> None:
         assert sum(len(arg) for arg in argv) < 4096  # 5,000 files' JSON as an argument: E2BIG
     finally:
         path.unlink()
+
+
+def test_the_crc64_diagnosis_is_off_unless_asked_and_drops_only_that_header(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bench import bench_azure
+    from tierd.daemon.backends.azure.rest import AzureRest
+
+    monkeypatch.delenv(bench_azure.DIAGNOSE_NO_CRC64, raising=False)
+    assert not bench_azure._diagnosis()
+    monkeypatch.setenv(bench_azure.DIAGNOSE_NO_CRC64, "1")
+    assert bench_azure._diagnosis()
+    seen: list[dict[str, str]] = []
+
+    def send(self: AzureRest, *args: object, headers: dict[str, str], **kwargs: object) -> None:
+        seen.append(headers)
+
+    monkeypatch.setattr(AzureRest, "send", send)
+    bench_azure._withhold_crc64()
+    sent = {"x-ms-content-crc64": "AAAAAAAAAAA=", "x-ms-blob-type": "BlockBlob"}
+    AzureRest.send(object.__new__(AzureRest), "PUT", "b", "write", "az://c/b", headers=sent)
+    assert seen == [{"x-ms-blob-type": "BlockBlob"}]
+    assert sent["x-ms-content-crc64"] == "AAAAAAAAAAA="  # the caller's headers are left alone
