@@ -50,6 +50,7 @@ __all__ = [
     "add_download_tier",
     "attempts_over_table",
     "download_world",
+    "migrated_catalog",
     "stall_timeouts",
     "upload_world",
 ]
@@ -150,7 +151,7 @@ def _config(root: Path, db: Database, tiers: list[Any]) -> Config:
 
 
 @functools.cache
-def _migrated_catalog() -> Path:
+def migrated_catalog() -> Path:
     """A SQLite catalog migrated once per process (a migration is ~0.2 s of CPU); worlds copy it."""
     root = Path(tempfile.mkdtemp(prefix="tierd-hops-catalog-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
@@ -166,7 +167,7 @@ def upload_world(
 ) -> Iterator[Hops]:
     """tier 0 (POSIX, holding the checkpoint) and S3 through a fresh proxy."""
     (root / "nvme").mkdir()
-    shutil.copyfile(_migrated_catalog(), root / "catalog.db")
+    shutil.copyfile(migrated_catalog(), root / "catalog.db")
     db = Database(f"sqlite:///{root / 'catalog.db'}")
     with FaultProxy(server.endpoint_url) as proxy:
         s3 = server.new_tier("s3", endpoint_url=proxy.endpoint_url, **s3_settings)
