@@ -6,7 +6,9 @@ across them and copied to the shared tiers by the nodes' own pipelines.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import sqlite3
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,16 +137,31 @@ async def _build(request: pytest.FixtureRequest, backend: str, delay: str) -> _T
     base: Path = request.getfixturevalue("tmp_path_factory").mktemp(f"parts-fleet-{backend}")
     if backend == "sqlite":
         catalog = str(base / "catalog.db")
-        shutil.copyfile(request.getfixturevalue("migrated_sqlite"), catalog)
-        db = Database(f"sqlite:///{catalog}")
+        shutil.copyfile(request.getfixturevalue("migrated_sqlite"), base / "building.db")
+        db = Database(f"sqlite:///{base / 'building.db'}")
     else:
         server: PostgresServer = request.getfixturevalue("postgres_server")
         catalog = f"fleet_{uuid.uuid4().hex[:12]}"
         db = Database(server.create(catalog, template=request.getfixturevalue("migrated_postgres")))
     root = base / "root"
     await make_fleet(db, root, delay)
-    db.dispose()  # SQLite: the WAL folded into the file; PostgreSQL: a template has no connection
+    db.dispose()  # PostgreSQL: a template has no open connection
+    if backend == "sqlite":
+        _snapshot(base / "building.db", catalog)
     shutil.copytree(root, base / "tree", symlinks=True)
     template = _Template(root, base / "tree", catalog)
     _TEMPLATES[(backend, delay)] = template
     return template
+
+
+def _snapshot(source: Path, target: str) -> None:
+    """Copy a SQLite catalog by SQLite's backup API, which reads what is still in the WAL too.
+
+    A plain copy of the file after ``dispose`` once lost the fleet's writes (no step 1 in the
+    copy): while any connection stays open, SQLite keeps them in the WAL beside the file.
+    """
+    with (
+        contextlib.closing(sqlite3.connect(source)) as src,
+        contextlib.closing(sqlite3.connect(target)) as dst,
+    ):
+        src.backup(dst)
