@@ -11,14 +11,12 @@ import pytest
 from sqlalchemy import select, text
 
 from tests.conftest import posix_config_dict
-from tests.fixtures.postgres import PostgresServer
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
 from tierd.cli.fleet import fleet_lines
 from tierd.config import Config
 from tierd.daemon.catalog import fleet
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.catalog.models import Checkpoint, Job, JobKind, JobState, Part, PartReplica, Run, utcnow
 from tierd.daemon.context import Context
 from tierd.daemon.fleet.service import FleetService
@@ -35,11 +33,10 @@ class Served:
 
 
 @pytest.fixture
-async def served(tmp_path: Path, postgres_server: PostgresServer) -> AsyncIterator[Served]:
+async def served(tmp_path: Path, pg_db: Database) -> AsyncIterator[Served]:
     """Node ``alpha`` (this daemon, leading, copying one step) and ``beta`` (silent for 5 minutes,
-    owing a copy out of its NVMe)."""
-    db = Database(postgres_server.new_database())
-    upgrade(db)
+    owing a copy out of its NVMe), on a copy of the session's migrated PostgreSQL catalog."""
+    db = pg_db
     tokens = [{"name": "viewer", "token": "r-token", "role": "read"}]
     data = posix_config_dict(
         tmp_path, catalog={"url": db.url}, node="alpha", api={"listen": "127.0.0.1:0", "tokens": tokens}

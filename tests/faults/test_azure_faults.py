@@ -10,6 +10,7 @@ with ``comp`` and no ``blockid``, a Put Blob a PUT with neither.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.hops import OPTIONS
+from tests.faults.hops import OPTIONS, migrated_catalog
 from tests.fixtures.azurite import AzuriteServer
 from tests.fixtures.faultproxy import INTERNAL_ERROR, Fault, FaultProxy, Rule
 from tests.fixtures.pipeline_run import run_pipeline_until
@@ -25,7 +26,6 @@ from tests.fixtures.world import World, posix_tier
 from tests.integration.daemon_helpers import MiB, record_checkpoint, replicas, write_files
 from tierd.config import AzureTier
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.catalog.models import Replica
 from tierd.daemon.context import Context
 from tierd.daemon.pipeline.service import PipelineService
@@ -88,8 +88,8 @@ class AzureHops:
 def azure_world(root: Path, server: AzuriteServer) -> Iterator[AzureHops]:
     """tier 0 (POSIX, holding the checkpoint), Azure through a fresh proxy, then a POSIX ``pfs``."""
     (root / "nvme").mkdir()
+    shutil.copyfile(migrated_catalog(), root / "catalog.db")
     db = Database(f"sqlite:///{root / 'catalog.db'}")
-    upgrade(db)
     with FaultProxy(server.url.rsplit("/", 1)[0]) as proxy:
         tier = server.new_tier("blob", endpoint_url=f"{proxy.endpoint_url}/devstoreaccount1", block_size=MiB)
         world = World.make(root, db, [posix_tier(root, "nvme"), tier, posix_tier(root, "pfs")], node="n1")

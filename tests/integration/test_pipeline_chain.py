@@ -29,7 +29,6 @@ from tierd.config import Config
 from tierd.daemon.backends import make_backend
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.jobs import claim_next_copy_job
-from tierd.daemon.catalog.migrate import upgrade
 from tierd.daemon.catalog.models import Checkpoint, Replica
 from tierd.daemon.context import Context
 from tierd.daemon.detect.changes import CHANGED_ON_TIER0
@@ -70,10 +69,9 @@ def _config(tmp_path: Path, *s3_tiers: Any, **overrides: Any) -> Config:
 
 
 @pytest.fixture
-def database(tmp_path: Path) -> Database:
-    db = Database(f"sqlite:///{tmp_path / 'catalog.db'}")
-    upgrade(db)
-    return db
+def database(sqlite_db: Database) -> Database:
+    """The catalog the config names (``tmp_path / "catalog.db"``): a copy of the session's migrated one."""
+    return sqlite_db
 
 
 async def _run_until(config: Config, db: Database, done: Callable[[], bool], timeout: float = 60) -> Context:

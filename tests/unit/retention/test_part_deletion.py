@@ -8,13 +8,13 @@ step leaves tier 0 only when every part has.
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 from sqlalchemy import select
 
 from tests.unit.detect.fleet import step_row
-from tests.unit.retention.parts_fleet import make_fleet, part_states, step_dir
+from tests.unit.retention.parts_fleet import FleetCopy, copied_fleet, part_states, step_dir
 from tierd.daemon.backends import make_backend
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import AuditEvent, Checkpoint, utcnow
@@ -35,9 +35,23 @@ def _retention(ctx: Context) -> RetentionService:
     return RetentionService(ctx, {t.name: make_backend(t) for t in ctx.config.tiers})
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def copy(request: pytest.FixtureRequest) -> AsyncIterator[FleetCopy]:
+    """A fleet with delete delay 0, on each catalog backend: a copy of one built once per process."""
+    fleet = await copied_fleet(request, request.param, "0")
+    yield fleet
+    fleet.db.dispose()
+
+
 @pytest.fixture
-async def fleet(db: Database, tmp_path: Path) -> list[Context]:
-    return await make_fleet(db, tmp_path, "0")
+def db(copy: FleetCopy) -> Database:
+    """The fleet's catalog (in place of the migrated empty one)."""
+    return copy.db
+
+
+@pytest.fixture
+def fleet(copy: FleetCopy) -> list[Context]:
+    return copy.nodes
 
 
 async def test_each_node_deletes_its_own_part_and_the_step_leaves_tier_0_with_the_last(
@@ -87,8 +101,17 @@ async def test_a_step_pinned_after_one_node_deleted_its_part_is_kept_by_the_othe
     assert step_dir(n2, 1).exists()
 
 
-async def test_undelete_before_the_delay_gives_back_every_part(db: Database, tmp_path: Path) -> None:
-    n0, n1, n2 = await make_fleet(db, tmp_path, "1h")
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def slow(request: pytest.FixtureRequest) -> AsyncIterator[FleetCopy]:
+    """A fleet whose deletions wait an hour, on each catalog backend."""
+    fleet = await copied_fleet(request, request.param, "1h")
+    yield fleet
+    fleet.db.dispose()
+
+
+async def test_undelete_before_the_delay_gives_back_every_part(slow: FleetCopy) -> None:
+    db = slow.db
+    n0, n1, n2 = slow.nodes
     for ctx in (n0, n1, n2):
         await _retention(ctx).run_pass()
     assert part_states(db, 1) == ("deleting", {"n0": "verified", "n1": "verified", "n2": "verified"})

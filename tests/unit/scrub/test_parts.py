@@ -6,13 +6,13 @@ not missing), on its own schedule; a bad file fails that node's part, not the ot
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 from tests.unit.detect.fleet import step_row
-from tests.unit.retention.parts_fleet import make_fleet, node_context, part_states, step_dir
+from tests.unit.retention.parts_fleet import FleetCopy, copied_fleet, node_context, part_states, step_dir
 from tierd.daemon.backends import make_backend
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import utcnow
@@ -34,9 +34,23 @@ def _checked(db: Database, step: int) -> dict[str, bool]:
     return {p.node: next(r.checked_at is not None for r in p.replicas if r.tier == "nvme") for p in row.parts}
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def copy(request: pytest.FixtureRequest) -> AsyncIterator[FleetCopy]:
+    """A fleet with delete delay 0, on each catalog backend: a copy of one built once per process."""
+    fleet = await copied_fleet(request, request.param, "0")
+    yield fleet
+    fleet.db.dispose()
+
+
 @pytest.fixture
-async def fleet(db: Database, tmp_path: Path) -> list[Context]:
-    return await make_fleet(db, tmp_path, "0")
+def db(copy: FleetCopy) -> Database:
+    """The fleet's catalog (in place of the migrated empty one)."""
+    return copy.db
+
+
+@pytest.fixture
+def fleet(copy: FleetCopy) -> list[Context]:
+    return copy.nodes
 
 
 async def test_each_node_scrubs_its_own_part_on_its_own_schedule(db: Database, fleet: list[Context]) -> None:
@@ -67,8 +81,9 @@ async def test_a_bad_file_fails_only_its_nodes_part(db: Database, fleet: list[Co
 
 
 async def test_verify_checks_this_nodes_part_and_says_where_the_others_are(
-    db: Database, fleet: list[Context], tmp_path: Path
+    db: Database, copy: FleetCopy
 ) -> None:
+    fleet = copy.nodes
     row = step_row(db, 2)
     assert row is not None
     outcomes = await _scrub(fleet[1]).verify(row.id, actor="test")
@@ -78,7 +93,7 @@ async def test_verify_checks_this_nodes_part_and_says_where_the_others_are(
     assert {o.tier: o.result for o in outcomes if o.tier != "nvme"} == dict.fromkeys(
         ("pfs", "object", "replica"), "ok"
     )
-    outsider = node_context(db, tmp_path, "n3", "0")
+    outsider = node_context(db, copy.root, "n3", "0")
     (skipped, *_) = await _scrub(outsider).verify(row.id, actor="test")
     assert (skipped.tier, skipped.result) == ("nvme", "skipped")
     assert skipped.detail == "no part on this node: the parts of n0, n1, n2 are on their nodes"
