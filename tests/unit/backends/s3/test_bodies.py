@@ -12,6 +12,7 @@ from aiohttp.payload import PAYLOAD_REGISTRY, Payload
 
 from tests.conformance.harness import crc
 from tierd.daemon.backends import ByteBudget, BytesReader
+from tierd.daemon.backends.posix.directread import takes_direct
 from tierd.daemon.backends.s3.bodies import SEND_SLICE, BufferBody, StreamBody, TransferSettings
 from tierd.daemon.checksum import Crc64
 
@@ -86,6 +87,21 @@ async def test_stream_body_hashes_what_it_sends_and_frees_its_budget() -> None:
     assert await send(body, Writer()) == crc(data[MIB : 6 * MIB])
     assert body.checksum() == crc(data[MIB : 6 * MIB])
     assert budget.used == 0
+
+
+async def test_a_streamed_part_is_read_into_aligned_buffers() -> None:
+    """Every chunk lands in a page-aligned buffer, which a POSIX reader fills by ``O_DIRECT``."""
+    data = os.urandom(5 * MIB + 4096)
+    direct: list[bool] = []
+
+    class Recording(BytesReader):
+        async def read_into(self, offset: int, buf: memoryview) -> int:
+            direct.append(takes_direct(buf, offset))
+            return await super().read_into(offset, buf)
+
+    body = StreamBody(Recording(data), 0, len(data), settings(ByteBudget(8 * MIB)), "s3://b/k part 1")
+    assert await send(body, Writer()) == crc(data)
+    assert direct == [True, True, True]
 
 
 async def test_a_retry_supersedes_the_pass_it_interrupted() -> None:

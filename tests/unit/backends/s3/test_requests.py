@@ -232,6 +232,42 @@ async def test_readback_hashes_ranges_in_parallel(backend: S3Backend) -> None:
     assert await backend.hash("r.bin") == crc(data)
 
 
+async def test_readback_takes_no_botocore_get_on_a_custom_endpoint(
+    backend: S3Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-back's pieces come straight from the socket into budget buffers (``reads.DIRECT_PIECE``)."""
+    data = os.urandom(3 * MIB + 12345)
+    await backend.write(WriteRequest("r.bin", BytesReader(data), crc(data)))
+    client = await backend.client()
+    head = await client.head_object(Bucket=backend.bucket, Key=backend._key("r.bin"))
+
+    async def botocore_get(**_: Any) -> Any:
+        raise AssertionError("a read-back piece went through botocore")
+
+    monkeypatch.setattr(client, "get_object", botocore_get)
+    ranges = backend._ranges(client, "r.bin", head["ETag"])
+    calls = await counted(backend)
+    assert await hash_ranges(ranges, len(data), 4, range_size=MIB) == crc(data)
+    assert calls.take() == Counter({"GetObject": 4})
+
+
+async def test_readback_falls_back_to_botocore_where_a_direct_get_fails(backend: S3Backend) -> None:
+    data = os.urandom(2 * MIB + 3)
+    await backend.write(WriteRequest("r.bin", BytesReader(data), crc(data)))
+    client = await backend.client()
+    head = await client.head_object(Bucket=backend.bucket, Key=backend._key("r.bin"))
+    ranges = backend._ranges(client, "r.bin", head["ETag"])
+    refused: list[int] = []
+
+    async def refusing(key: str, etag: str | None, first: int, view: memoryview) -> bool:
+        refused.append(first)
+        return False
+
+    ranges.direct = refusing
+    assert await hash_ranges(ranges, len(data), 2, range_size=MIB) == crc(data)
+    assert sorted(refused) == [0, MIB, 2 * MIB]
+
+
 async def test_readback_refuses_a_replaced_object(backend: S3Backend, s3_server: S3Server) -> None:
     data = os.urandom(2 * MIB)
     await backend.write(WriteRequest("r.bin", BytesReader(data), crc(data)))

@@ -281,7 +281,8 @@ class S3Backend(S3Writes, S3Holds):
     def _ranges(self, client: S3Client, relpath: str, etag: str | None) -> RangeGet:
         pipeline = self.fast_path.pipeline if self._lean_for() is not None else None  # straight into buffers
         direct = None if pipeline is None else functools.partial(pipeline.get_range, self.bucket)
-        return RangeGet(client, self.bucket, self._key(relpath), etag, self.location(relpath), direct)
+        key = self._key(relpath)
+        return RangeGet(client, self.bucket, key, etag, self.location(relpath), direct, self.budget)
 
     async def open_reader(self, relpath: str) -> RangeReader:
         """An S3Reader, opened by a GET of the first ``OPEN_RANGE`` bytes (no HeadObject).

@@ -14,7 +14,10 @@ transport does since Python 3.12, GH-91166). So the last slice of each streamed 
 out as a copy: flow control leaves at most the high-water mark (64 KiB) queued after a
 write, all of it from that copy, and no transport is left holding a chunk whose budget was
 given back. A buffered part's buffer is released only after the store answered, when
-everything was sent.
+everything was sent. That is what lets both take the budget's reused, page-aligned buffers
+(``ByteBudget.aligned``): a POSIX source fills them by ``O_DIRECT`` (``posix.directread``),
+and no chunk costs a fresh mapping's page faults (a 1 GiB upload to ``rclone serve s3``:
+1.6-1.9 CPU-s instead of 2.9-3.2 with the direct read-back of ``s3.reads``, load 18-26).
 """
 
 from __future__ import annotations
@@ -130,7 +133,7 @@ class StreamBody(_Body):
 
     async def _send_chunk(self, writer: AbstractStreamWriter, pos: int, length: int, crc: int) -> int:
         """One chunk; its buffer is referenced from this frame only, so it dies on return."""
-        async with self._settings.budget.buffer(length) as view:
+        async with self._settings.budget.aligned(length) as view:
             await read_full(self._reader, self._offset + pos, view, where=self._where)
             crc = await crc64(view, crc)
             last = max(0, length - SEND_SLICE)  # the last slice goes out as a copy

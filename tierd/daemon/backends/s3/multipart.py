@@ -2,7 +2,7 @@
 
 Part size is ``max(configured, ceil(size / 9000) rounded up to a MiB)`` so no object needs
 more than 9,000 of S3's 10,000 parts. A part no bigger than ``buffered_part_limit`` is
-read into a budgeted buffer and hashed before it is sent, with its CRC64NVME in the
+read into a budgeted (aligned: ``s3.bodies``) buffer and hashed before it is sent, with its CRC64NVME in the
 request so the store validates it. A bigger part (huge objects grow the part size past
 what memory allows) is streamed from the reader in budgeted chunks and hashed on the
 way; the store then validates it through the full-object CRC64NVME sent with
@@ -275,7 +275,7 @@ class Multipart:
         length = min(state.part_size, state.size - offset)
         where = f"{self.location} part {number}"
         if length <= self.settings.buffered_part_limit:
-            async with self.settings.budget.buffer(length) as view:
+            async with self.settings.budget.aligned(length) as view:
                 await read_full(reader, offset, view, where=where)
                 crc = checksum.encode(await crc64(view))
                 etag = await self._send_part(state.upload_id, number, BufferBody(view), crc)
