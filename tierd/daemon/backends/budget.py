@@ -7,7 +7,8 @@ buffer costs a page fault per 4 KiB on its first fill (on this project's test VM
 4 GiB through fresh 8 MiB buffers took 7-8 s of system time against 2 s through one
 reused buffer).
 
-Big plain buffers (``ByteBudget.buffer`` from ``REUSED_FROM`` bytes: an S3 upload's parts)
+Big plain buffers (``ByteBudget.buffer`` from ``REUSED_FROM`` bytes: a whole file read for one
+S3 or Azure PUT, a POSIX write's whole-file buffer; an S3 upload's parts take aligned ones)
 are such reused mappings too, of whole huge pages: as fresh bytearrays they were the C
 heap's, each zeroed as it was made (``REUSED_FROM``).
 
@@ -60,10 +61,10 @@ HUGE_PAGE = 2 * MIB
 #: small files' groups (up to 2 MiB, written through the page cache), where a fresh huge page
 #: costs the kernel a compaction and saves nothing.
 HUGE_FROM = 2 * HUGE_PAGE
-#: ``buffer`` reuses mappings from this size on (an S3 upload's parts, 8-16 MiB): fresh
+#: ``buffer`` reuses mappings from this size on (a whole file for one PUT, 4-16 MiB): fresh
 #: bytearrays of that size came from the C heap (glibc serves them from it once one is freed),
-#: zeroed by calloc for each part. The peak is the same either way (the parts' 32 MiB); the
-#: upload's CPU was lower in the one round measured (docs/data-path.md).
+#: zeroed by calloc for each. The peak was the same either way for an S3 upload's parts (since
+#: read into aligned buffers, ``s3.bodies``); their CPU was lower (docs/data-path.md).
 REUSED_FROM = HUGE_FROM
 #: ``sys.getrefcount`` of a mapping no view refers to any more: the local name and the argument.
 _UNSHARED = 2
