@@ -9,6 +9,7 @@ import functools
 import os
 import subprocess
 import sys
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from tierd.daemon.backends import (
     make_backend,
 )
 from tierd.daemon.backends.posix import backend as posix
+from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix import temp
 from tierd.daemon.backends.posix import writes as posixwrites
 from tierd.daemon.backends.posix.backend import TEMP_MARK, is_temp_name
@@ -91,6 +93,35 @@ async def test_a_failing_source_leaves_no_temp_file(backend: PosixBackend) -> No
         await backend.write(WriteRequest("f/x.bin", CountingReader(data, fail_at=3 * 1024 * 1024), crc(data)))
     assert temp_files(backend.root) == []
     assert not (backend.root / "f" / "x.bin").exists()
+
+
+async def test_a_write_cancelled_while_its_temp_file_is_made_leaves_none(
+    backend: PosixBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A hop whose sibling file fails cancels this write; the thread making its temporary file
+    # runs on regardless, and a cancelled caller that did not wait for it lost the file (and its
+    # descriptor and lock) on a full disk until the next sweep.
+    made, go_on = threading.Event(), threading.Event()
+    real = posixcopy.create_temp
+
+    def slow_create(*args: Any, **kwargs: Any) -> Any:
+        created = real(*args, **kwargs)
+        made.set()
+        go_on.wait(10)
+        return created
+
+    monkeypatch.setattr(posixcopy, "create_temp", slow_create)
+    data = os.urandom(3 * 1024 * 1024)
+    backend.chunk_size = 1024 * 1024
+    task = asyncio.create_task(backend.write(WriteRequest("run/x.bin", CountingReader(data), crc(data))))
+    assert await asyncio.to_thread(made.wait, 10)
+    task.cancel()
+    await asyncio.sleep(0)
+    go_on.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert temp_files(backend.root) == []
+    assert not (backend.root / "run" / "x.bin").exists()
 
 
 async def test_delete_prunes_emptied_directories_but_never_the_root(backend: PosixBackend) -> None:

@@ -155,9 +155,13 @@ class PosixWrites:
         return ObjectInfo(relpath, reader.size, expected_checksum, mtime, by)
 
     async def _create_temp(self, final: Place, owner: Ownership | None = None) -> TempFile:
-        """A fresh temporary file for ``final``, to get ``owner``. TransientBackendError: no root."""
+        """A fresh temporary file for ``final``, to get ``owner``. TransientBackendError: no root.
+
+        Cancelled meanwhile (a sibling file failed the hop), it removes what the thread made.
+        """
+        made = blocking(posixcopy.create_temp, final, owner)
         with os_errors("create temporary file for", str(final.path)):
-            temp = await blocking(posixcopy.create_temp, final, owner)
+            temp = await uninterrupted(made, undo=lambda temp: _discard_staged([temp]))
         if temp is None:
             raise self._root_missing()
         return temp
