@@ -105,8 +105,16 @@ async def copy_file(
     return info
 
 
+def _settled(spec: FileSpec, info: ObjectInfo, readback: bool) -> bool:
+    """Whether ``confirm`` has nothing to do: checked as the tier asks, against the first-sight checksum."""
+    checked = info.verified_by == "readback" if readback else info.verified_by is not None
+    return checked and info.checksum == spec.checksum
+
+
 async def confirm(dst: Backend, spec: FileSpec, info: ObjectInfo, readback: bool) -> ObjectInfo:
     """Make sure the stored bytes were checked; read back when the tier asks for it."""
+    if _settled(spec, info, readback):
+        return info
     if readback and info.verified_by != "readback":
         actual = await dst.hash(spec.relpath)
         if actual != spec.checksum:
@@ -222,7 +230,8 @@ class FileCopier:
         async with self.slots.hold(1, self.priority), self.dst.budget.aligned(size) as buffer:
             results = await self._read_and_write(specs, buffer)
         for index, (spec, result) in enumerate(zip(specs, results, strict=True)):
-            if isinstance(result, ObjectInfo) and not _checked(spec, result, self.readback):
+            # a file settled as it was written takes no ``confirm`` coroutine
+            if isinstance(result, ObjectInfo) and not _settled(spec, result, self.readback):
                 try:
                     results[index] = await confirm(self.dst, spec, result, self.readback)
                 except TierdError as exc:
@@ -251,11 +260,6 @@ class FileCopier:
         writer = self.batch if self.batch is not None else WriteBatch(self.dst)
         written = iter(await writer.write_whole(files))
         return [next(written) if result is None else result for result in results]
-
-
-def _checked(spec: FileSpec, info: ObjectInfo, readback: bool) -> bool:
-    """Whether ``confirm`` would return ``info`` as it is (no coroutine per file of a group for that)."""
-    return not readback and info.verified_by is not None and info.checksum == spec.checksum
 
 
 def _group_buffer_size(nbytes: int) -> int:
