@@ -43,12 +43,11 @@ from bench.common import REPO, bench_root, emit, env_float, env_int, note, quick
 from bench.datasets import Dataset, make_big
 from bench.harness import Settings, Timed, prepare_cache, sync
 from bench.hop import run_hop
-from bench.results import Cpu, Runs
+from bench.results import RSS_GOAL, Cpu, Runs
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Checkpoint, File, Replica, Run, utcnow
 
 TIME_GOAL = 1.5
-RSS_GOAL = 200_000_000
 ROUNDS = 3
 SEED_CHECKPOINTS = 200
 SEED_FILES = 50

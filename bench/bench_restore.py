@@ -40,19 +40,20 @@ import yaml
 from bench.common import bench_root, emit, note, stop_process, vm_hwm_bytes
 from bench.datasets import STEP_DIR, Dataset, make_big, make_small
 from bench.harness import Settings, Timed, Trash, prepare_cache, sync, timed
-from bench.results import Cpu, Runs, interleaved
+from bench.results import RSS_GOAL, Cpu, Runs, interleaved
 from bench.s3endpoint import S3Endpoint, rclone_s3, s5cmd_binary
 from bench.sides import Side
 from tests.fixtures.net import free_port
 
 #: ``--against REV``: REV's daemon serves the same restores, in turn with this tree's and s5cmd.
 AGAINST = True
-RSS_GOAL = 200_000_000
 ROUNDS = 3
 SMALL_ROUNDS = 5
 #: Polls of the restore: at every 10 ms, serving them was over a tenth of the daemon's CPU
 #: during a 4 GiB restore (py-spy: the API's request gate alone 12%); s5cmd answers no poll.
 POLL = 0.1
+#: How long a daemon may take to answer /readyz: 60 s was too short above load 20.
+START_SECONDS = 300
 S5CMD = "s5cmd cp 's3://BUCKET/job/step_1/*' DST/ (defaults: --numworkers 256, --concurrency 5) then sync"
 
 
@@ -92,7 +93,7 @@ def _start(
     log = workdir / "daemon.log"
     proc = side.spawn([sys.executable, "-m", "tierd", "run", "--config", str(workdir / "tierd.yaml")], log)
     daemon = Daemon(proc, f"http://{data['api']['listen']}", log)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + START_SECONDS
     while not _ready(daemon.base):
         if proc.poll() is not None or time.monotonic() > deadline:
             daemon.stop()

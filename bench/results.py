@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from bench.common import filesystem_type
 
+#: Issue 25's goal for the daemon's peak RSS (VmHWM), in every benchmark.
+RSS_GOAL = 150_000_000
+
 if TYPE_CHECKING:
     from bench.datasets import Dataset
     from bench.harness import Settings, Timed
