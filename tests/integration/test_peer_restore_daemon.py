@@ -163,10 +163,32 @@ def test_a_tampered_peer_copy_falls_back_to_the_other_holder_and_is_marked_faile
     assert [(d["node"], d["holder"]) for d in failed] == [("node1", "node0")]
 
 
+def _tier0_copies(world: World) -> dict[str, dict[str, Any]]:
+    """Each node's part's copy on tier 0 (``nvme``), as the API shows it."""
+    detail = _api(world.fleet.nodes[0], "GET", f"/v1/checkpoints/{world.checkpoint_id}")
+    return {p["node"]: p["tiers"]["nvme"] for p in detail["parts"]}
+
+
+def _tier0_copy_of_part(world: World, node: Node) -> str:
+    """The state of ``node``'s part's copy on tier 0."""
+    state: str = _tier0_copies(world)[node.name]["state"]
+    return state
+
+
 def test_tierd_restore_by_node_name_puts_back_exactly_that_nodes_part_on_its_tier0(world: World) -> None:
-    """Last: with its part back on tier 0, node 2's daemon records it there again."""
+    """Last: with its part back on tier 0, node 1's daemon records that copy verified again.
+
+    Only that one: the other nodes' copies on their own tiers 0 are not its to vouch for (a
+    restore by node name used to mark every part's copy verified, as a whole restore does).
+    """
     lost = world.fleet.nodes[LOST]
     step = lost.watch_dir / f"step_{STEP}"
+    # the wiped tier 0, seen by node 1's reconcile (deleted), or by a restore that read it (failed)
+    seen = world.fleet.wait_for(
+        lambda: (state := _tier0_copy_of_part(world, lost)) != "verified" and state, 60, "the part seen gone"
+    )
+    assert seen in ("deleted", "failed")
+    others = {name: copy for name, copy in _tier0_copies(world).items() if name != lost.name}
     argv = [
         sys.executable,
         "-m",
@@ -188,3 +210,6 @@ def test_tierd_restore_by_node_name_puts_back_exactly_that_nodes_part_on_its_tie
     assert {p.name: p.read_bytes() for p in step.iterdir()} == {
         shard_name(LOST): world.saved[shard_name(LOST)]
     }
+    after = _tier0_copies(world)
+    assert after.pop(lost.name)["state"] == "verified"
+    assert after == others

@@ -40,7 +40,12 @@ from tierd.daemon.catalog.models import (
     Run,
 )
 from tierd.daemon.catalog.ownership import RecordedDirectory, directories_of
-from tierd.daemon.catalog.part_replicas import set_part_copies
+from tierd.daemon.catalog.part_replicas import (
+    mark_part_verified,
+    part_replica,
+    parts_verified_on,
+    set_part_copies,
+)
 from tierd.daemon.catalog.parts import find_part
 from tierd.daemon.catalog.peer_reads import has_peer_copies, peer_copied_checkpoints
 from tierd.daemon.catalog.progress import files_done, record_files_done
@@ -355,11 +360,13 @@ def finish_restore(
     progress: Mapping[str, Any],
     source_tier: str | None = None,
     tier0_location: str | None = None,
+    tier0_part: str | None = None,
 ) -> bool:
     """End a restore ``done`` (``error`` None) or ``failed``, in the audit log.
 
-    With ``tier0_location`` (a whole checkpoint restored to tier 0) the tier-0 replica is
-    verified again, at that location. False when the lease was gone (nothing is changed).
+    With ``tier0_location`` (what tier 0 records, restored to it) the tier-0 copy is verified
+    again, at that location: the whole checkpoint's, or with ``tier0_part`` only that node's
+    part (``_back_on_tier0``). False when the lease was gone (nothing is changed).
     """
     with db.session() as session:
         job = owned_job(session, job_id, owner)
@@ -371,12 +378,7 @@ def finish_restore(
         state = JobState.DONE if error is None else JobState.FAILED
         end_job_run(session, job, state, error)
         if tier0_location is not None and error is None:
-            replica = first_tier_replica(session, job.checkpoint_id)
-            checkpoint = session.get(Checkpoint, job.checkpoint_id)
-            if replica is not None and checkpoint is not None:
-                mark_replica_verified(replica, tier0_location, checkpoint.total_bytes)
-                # Every file is back in this tier 0: each part's copy there is too.
-                set_part_copies(session, checkpoint.id, replica.tier, ReplicaState.VERIFIED)
+            _back_on_tier0(session, job.checkpoint_id, tier0_location, tier0_part)
         append_event(
             session,
             actor="restore",
@@ -387,6 +389,31 @@ def finish_restore(
             detail={"restore": job.id, "fallbacks": job.detail.get("fallbacks", [])},
         )
         return True
+
+
+def _back_on_tier0(session: Session, checkpoint_id: int, location: str, node: str | None) -> None:
+    """The restored files are tier 0's again: its copy there is verified, at ``location``.
+
+    ``node`` None: the whole checkpoint, so the step's replica and every part's copy. Else only
+    that node's part (its tier 0 was wiped, then restored): its part's copy, and the step's
+    replica once every part is verified there again.
+    """
+    replica = first_tier_replica(session, checkpoint_id)
+    checkpoint = session.get(Checkpoint, checkpoint_id)
+    if replica is None or checkpoint is None:
+        return
+    if node is None:
+        mark_replica_verified(replica, location, checkpoint.total_bytes)
+        set_part_copies(session, checkpoint.id, replica.tier, ReplicaState.VERIFIED)
+        return
+    part = find_part(session, checkpoint_id, node)
+    own = None if part is None else part_replica(session, part.id, replica.tier)
+    if part is None or own is None:
+        return
+    mark_part_verified(own, part.total_bytes)
+    settled = replica.state == ReplicaState.VERIFIED.value
+    if not settled and parts_verified_on(session, checkpoint_id, replica.tier):
+        mark_replica_verified(replica, location, checkpoint.total_bytes)
 
 
 def cancel_restore(session: Session, job_id: int, *, actor: str, reason: str) -> bool:

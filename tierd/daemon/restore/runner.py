@@ -411,10 +411,10 @@ class RestoreRunner:
         return "failed"
 
     async def _done(self, work: _Work) -> Outcome:
-        whole = self.claim.detail.get("files") is None and self.claim.detail.get("ranks") is None
         location = None
         await blocking(remove_temps, work.dst.tree, list(work.mtimes))  # a shutdown's cut writes
-        if self.claim.detail.get("to_tier0") and whole:
+        recorded, part = tier0_share(self.claim.detail)
+        if recorded:
             await blocking(_keep_mtimes, work)
             location = str(self.config.tier0.path.resolve() / work.path)
         ok = await blocking(
@@ -426,6 +426,7 @@ class RestoreRunner:
             progress=self._progress(),
             source_tier=self.source,
             tier0_location=location,
+            tier0_part=part,
         )
         if not ok:
             return "lost"
@@ -448,6 +449,20 @@ async def _in_place(dst: Backend, spec: FileSpec) -> bool:
     except (NotFound, IntegrityError):
         return False
     return True
+
+
+def tier0_share(detail: Mapping[str, Any]) -> tuple[bool, str | None]:
+    """Whether a restore puts back on tier 0 what the catalog records there, and whose part.
+
+    The whole checkpoint (``None``), or this node's own part (``--node`` naming it): never a
+    selection of files or ranks, nor another node's part, which tier 0 here never held.
+    """
+    if not detail.get("to_tier0") or detail.get("files") is not None or detail.get("ranks") is not None:
+        return False, None
+    part_of = detail.get("part_of")
+    if part_of is not None and part_of != detail.get("node"):
+        return False, None
+    return True, part_of
 
 
 def _keep_mtimes(work: _Work) -> None:
