@@ -81,12 +81,14 @@ async def test_ask_follow_and_list_a_restore(served: Served) -> None:
         "eta_seconds": None,
         "error": None,
         "fallbacks": [],
+        "read_from": {},
         "created_at": "",
         "updated_at": "",
     }
     await served.lab.runner().run()
     done = (await served.call("GET", f"/v1/restores/{queued['id']}", role="read")).json()
     assert (done["state"], done["source_tier"], done["files_done"]) == ("done", "pfs", 2)
+    assert done["read_from"] == {"pfs": 2}
     assert sorted(p.name for p in target.iterdir()) == [".metadata", "__1_0.distcp"]
     listed = (await served.call("GET", "/v1/restores", role="read", params={"state": "done"})).json()
     assert [r["id"] for r in listed["items"]] == [queued["id"]]

@@ -128,9 +128,12 @@ def test_a_wiped_node_restores_its_ranks_from_its_peers_and_every_rank_loads_wha
     (restore,) = [
         r for r in _api(lost, "GET", "/v1/restores")["items"] if r["target"].endswith(f"rank{LOST}")
     ]
-    from_peer = [restore["source_tier"]] + [f["to_tier"] for f in restore["fallbacks"]]
-    assert "peer:node0" in from_peer, restore  # node 1's shard: from node 0, in its own rack
-    assert {f["from_tier"] for f in restore["fallbacks"]} <= {"nvme"}, restore
+    # node 1's shard from node 0, in its own rack (node 2 holds it too); the .metadata, node 0's
+    # part, from the copy node 1 keeps for node 0 in its own peer directory
+    assert restore["read_from"] == {"peer:node0": 1, "peer:node1": 1}, restore
+    # its part's copy on the wiped tier 0 is known gone (the reconcile, or ensure_local's look
+    # before the restore), so tier 0 is never read for it: no fallback
+    assert restore["fallbacks"] == [], restore
 
 
 def test_a_tampered_peer_copy_falls_back_to_the_other_holder_and_is_marked_failed(world: World) -> None:

@@ -62,6 +62,7 @@ async def test_restores_from_the_nearest_verified_tier_markers_last(lab: Restore
     detail = row.job.detail
     assert (detail["files_done"], detail["bytes_done"]) == (3, sum(map(len, STEP.values())))
     assert detail["fallbacks"] == []
+    assert detail["read_from"] == {"pfs": 3}
     assert ("restore_requested", None) in lab.world.actions(cid)
     assert ("restore_done", "pfs") in lab.world.actions(cid)
     assert lab.world.states(cid) == GONE_FROM_NVME
@@ -105,6 +106,7 @@ async def test_a_bad_byte_falls_back_to_the_next_tier_and_marks_the_replica_fail
     [fallback] = row.job.detail["fallbacks"]
     assert (fallback["file"], fallback["from_tier"], fallback["to_tier"]) == ("__1_0.distcp", "pfs", "s3")
     assert "IntegrityError" in fallback["error"]
+    assert row.job.detail["read_from"] == {"pfs": 2, "s3": 1}  # the bad shard from the next tier
     assert lab.world.states(cid)["pfs"] == "failed"
     assert ("reverify_failed", "pfs") in lab.world.actions(cid)
 
@@ -153,6 +155,7 @@ async def test_files_already_in_place_are_kept_and_wrong_ones_replaced(lab: Rest
     assert row.job.state == "done"
     assert files_under(target) == STEP
     assert (target / "__1_0.distcp").stat().st_ino == kept
+    assert sum(row.job.detail["read_from"].values()) == len(STEP) - 1  # the one in place is not read
 
 
 async def test_cancel_mid_way_removes_what_it_wrote(lab: RestoreWorld) -> None:

@@ -109,6 +109,11 @@ class RestoreOut(BaseModel):
     eta_seconds: float | None
     error: str | None
     fallbacks: list[FallbackOut]
+    read_from: dict[str, int] = Field(
+        default_factory=dict,
+        description="how many files were copied from each source (a tier, or peer:<holder>); "
+        "files found in place already are not counted",
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -134,6 +139,7 @@ class RestoreOut(BaseModel):
             eta_seconds=detail.get("eta_seconds") if job.state == "running" else None,
             error=job.last_error,
             fallbacks=[FallbackOut(**item) for item in detail.get("fallbacks") or []],
+            read_from={str(k): int(v) for k, v in (detail.get("read_from") or {}).items()},
             created_at=job.created_at,
             updated_at=job.updated_at,
         )

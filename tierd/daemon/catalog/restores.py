@@ -291,6 +291,8 @@ def start_restore(
         done = files_done(session, job, {f.relpath: f.id for f in files})
         local = None if node is None else node_part_files(session, checkpoint.id, node)
         part = find_part(session, checkpoint.id, node) if local is not None and node is not None else None
+        if part is not None and not _part_on_tier0(session, checkpoint.id, part.id):
+            local = frozenset()  # its copy there is gone (a wiped NVMe): never read from tier 0
         return RestorePlan(
             claim,
             checkpoint.path,
@@ -302,6 +304,13 @@ def start_restore(
             None if part is None else part.id,
             tuple(directories_of(session, checkpoint.id)),
         )
+
+
+def _part_on_tier0(session: Session, checkpoint_id: int, part_id: int) -> bool:
+    """Whether the part's copy on tier 0 is verified (or the catalog keeps no state for it)."""
+    replica = first_tier_replica(session, checkpoint_id)
+    own = None if replica is None else part_replica(session, part_id, replica.tier)
+    return own is None or own.state == ReplicaState.VERIFIED.value
 
 
 def node_part_files(session: Session, checkpoint_id: int, node: str) -> frozenset[str] | None:

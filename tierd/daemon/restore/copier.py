@@ -16,6 +16,7 @@ way, unmarked. Other errors are retried as the pipeline does, then raised.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -49,6 +50,8 @@ class FallbackCopier(FileCopier):
     partial: Mapping[str, frozenset[str]] = field(default_factory=dict)
     #: Source tier name -> its archive storage class (``archive_classes``).
     archived: Mapping[str, str] = field(default_factory=dict)
+    #: Source name -> how many files were copied from it (shared by a restore's passes).
+    read_from: Counter[str] = field(default_factory=Counter)
 
     def _holds(self, copier: FileCopier, spec: FileSpec) -> bool:
         names = self.partial.get(copier.src.name)
@@ -60,7 +63,9 @@ class FallbackCopier(FileCopier):
         Each file that failed is copied again on its own (``copy``), from the next source.
         """
         held = [spec for spec in specs if self._holds(self, spec)]
-        results = iter(await super().copy_group(held) if held else [])
+        copied = await super().copy_group(held) if held else []
+        self.read_from[self.src.name] += sum(not isinstance(r, TierdError) for r in copied)
+        results = iter(copied)
         return [
             next(results) if self._holds(self, spec) else NotFound(f"{spec.relpath}: not on {self.src.name}")
             for spec in specs
@@ -83,8 +88,11 @@ class FallbackCopier(FileCopier):
                 bad = None
             try:
                 if copier is self:
-                    return await super().copy(spec, progress, failed=failed)
-                return await copier.copy(spec, progress)
+                    info = await super().copy(spec, progress, failed=failed)
+                else:
+                    info = await copier.copy(spec, progress)
+                self.read_from[copier.src.name] += 1
+                return info
             except ObjectArchived as exc:  # not bad, only asleep: the next tier, nothing marked
                 error = self._archived(spec, copier.src.name, exc)
             except PeerUnavailable as exc:  # the holder is away, its copy may be fine: next, unmarked

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -131,6 +132,8 @@ class RestoreRunner:
         #: When the last lease renewal that worked was sent (the claim's, at first).
         self.renewed_at = time.monotonic()
         self.source: str | None = None
+        #: Files copied from each source, over every attempt of this restore.
+        self.read_from: Counter[str] = Counter(claim.detail.get("read_from") or {})
 
     async def run(self) -> Outcome:
         """Restore, then record the outcome; re-raises CancelledError after releasing the job at shutdown."""
@@ -270,6 +273,7 @@ class RestoreRunner:
                 "fallback": self.fallbacks.record,
                 "partial": work.partial,
                 "archived": archive_classes(self.config.tiers),
+                "read_from": self.read_from,
             }
         )
 
@@ -351,7 +355,7 @@ class RestoreRunner:
         return saved
 
     def _progress(self) -> dict[str, Any]:
-        return {**self.meter.snapshot(), "fallbacks": self.fallbacks.items}
+        return {**self.meter.snapshot(), "fallbacks": self.fallbacks.items, "read_from": dict(self.read_from)}
 
     async def _interrupted(self, work: _Work, main: asyncio.Task[object]) -> Outcome:
         """Cancelled: by DELETE (clean up), by a lost lease (stop), or by shutdown (release, re-raise)."""

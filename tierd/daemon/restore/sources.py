@@ -54,6 +54,8 @@ def plan_sources(
     """The sources of the restore ``plan`` (see the module docstring). Raises RestoreRefused."""
     tiers = _tiers(config, plan)
     partial = _tier0_partial(config, plan, layout, [t.name for t in tiers])
+    if partial.get(config.tier0.name) == frozenset():  # none of the files: no source at all
+        tiers, partial = [t for t in tiers if t.name != config.tier0.name], {}
     wanted = plan.claim.detail.get("source_tier")
     cut = next((i for i, t in enumerate(tiers) if t.shared and t.name != wanted), len(tiers))
     rebased: list[Backend] = [Rebased(backends[t.name], layout.prefix) for t in tiers]
@@ -94,7 +96,7 @@ def _tiers(config: Config, plan: RestorePlan) -> list[TierConfig]:
 def _tier0_partial(
     config: Config, plan: RestorePlan, layout: Layout, tiers: list[str]
 ) -> dict[str, frozenset[str]]:
-    """Tier 0's names when it holds only this node's part of the step."""
+    """Tier 0's names when it holds only this node's part of the step (none: its copy is gone)."""
     tier0 = config.tier0.name
     if plan.local_part is None or tier0 not in tiers:
         return {}
