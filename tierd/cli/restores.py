@@ -133,13 +133,18 @@ def _restore_lines(r: JsonObject) -> list[str]:
         parts.append(f"{format_bytes(int(r['rate_bytes_per_second']))}/s")
     if r["eta_seconds"] is not None:
         parts.append(f"{format_duration(r['eta_seconds'])} left")
-    line = (
-        ", ".join(parts) + f" -> {r['target']}" + (f" (from {r['source_tier']})" if r["source_tier"] else "")
-    )
-    lines = [line]
+    lines = [", ".join(parts) + f" -> {r['target']}" + _read_from(r)]
     for f in r["fallbacks"]:
         lines.append(f"  {f['file']}: bad on {f['from_tier']}, taken from {f['to_tier']}")
     return lines + ([f"  error: {r['error']}"] if r["error"] else [])
+
+
+def _read_from(r: JsonObject) -> str:
+    """`` (from pfs)``, or with several sources what each gave: `` (from peer:node0 3 files, s3 1 file)``."""
+    read: dict[str, int] = r.get("read_from") or {}  # an older daemon's answer has none
+    if len(read) > 1:
+        return " (from " + ", ".join(f"{name} {n} file{'s' * (n != 1)}" for name, n in read.items()) + ")"
+    return f" (from {r['source_tier']})" if r["source_tier"] else ""
 
 
 def _cmd_jobs(args: argparse.Namespace) -> int:

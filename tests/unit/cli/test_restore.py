@@ -16,6 +16,7 @@ from tests.unit.restore.harness import FAST, RestoreWorld
 from tierd.api.app import create_app
 from tierd.api.server import ApiService
 from tierd.cli.main import main
+from tierd.cli.restores import _restore_lines
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.context import Context
 from tierd.daemon.restore.service import RestoreService
@@ -87,3 +88,24 @@ async def test_usage_errors_and_refusals(
     assert "outside the allowed roots" in err
     with pytest.raises(SystemExit):
         main(["restore", "1", "--to", "/x", "--ranks", "3-1"])
+
+
+def test_a_restore_read_from_several_sources_says_what_each_gave() -> None:
+    done = {
+        "id": 4,
+        "state": "done",
+        "bytes_done": 10,
+        "bytes_total": 10,
+        "files_done": 4,
+        "files_total": 4,
+        "rate_bytes_per_second": None,
+        "eta_seconds": None,
+        "target": "/restores/r4",
+        "source_tier": "peer:node1",
+        "fallbacks": [],
+        "error": None,
+    }
+    several = _restore_lines(done | {"read_from": {"peer:node1": 3, "peer:node0": 1}})
+    assert several[0].endswith(" -> /restores/r4 (from peer:node1 3 files, peer:node0 1 file)"), several
+    assert _restore_lines(done | {"read_from": {"peer:node1": 4}})[0].endswith(" (from peer:node1)")
+    assert _restore_lines(done)[0].endswith(" (from peer:node1)")  # an older daemon's answer
