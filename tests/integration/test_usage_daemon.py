@@ -3,7 +3,8 @@
 Three steps of exactly 1 MiB (3 files), saved a minute ago, are moved into the watched
 directory; the daemon copies each to ``pfs``, and ``nvme``'s retention (keep_last 2) deletes
 step 1 there. Then ``tierd usage`` (a process forked from the zygote), ``GET /v1/usage`` and
-``/metrics`` agree on the bytes and what they cost.
+``/metrics`` agree on the bytes and what they cost. A price changed in the file and a SIGHUP
+show in the next answer and scrape.
 
 Prices are per GiB, so they are set high enough that a MiB costs a readable amount: 1,024 a
 GiB-month on pfs (1 MiB = 1.00) and 2,048 on nvme (2.00); 1,000 per 1,000 writes on pfs (1.00
@@ -18,12 +19,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fixtures import http
@@ -75,6 +78,17 @@ def _save(root: Path, step: int) -> None:
 def _states(url: str) -> dict[int, dict[str, str]]:
     page = http.get(f"{url}/v1/checkpoints", params={"run": RUN}, timeout=10).json()
     return {c["step"]: {r["tier"]: r["state"] for r in c["replicas"]} for c in page["items"]}
+
+
+def _storage_costs(url: str) -> dict[str, float]:
+    """``tierd_tier_storage_cost_per_month`` by tier, as scraped."""
+    exposition = http.get(f"{url}/metrics", timeout=10).text
+    return {
+        sample.labels["tier"]: sample.value
+        for family in text_string_to_metric_families(exposition)
+        if family.name == "tierd_tier_storage_cost_per_month"
+        for sample in family.samples
+    }
 
 
 @pytest.fixture
@@ -136,11 +150,15 @@ def test_usage_prices_what_the_daemon_copied_and_retention_deleted(tmp_path: Pat
     code, out = run_cli(["usage", "--url", daemon.url, "--json"], tmp_path / "usage.log")
     assert (code, json.loads(out)["tiers"]) == (0, body["tiers"])
 
-    exposition = http.get(f"{daemon.url}/metrics", timeout=10).text
-    samples = {
-        sample.labels["tier"]: sample.value
-        for family in text_string_to_metric_families(exposition)
-        if family.name == "tierd_tier_storage_cost_per_month"
-        for sample in family.samples
-    }
-    assert samples == {"nvme": 4.0, "pfs": 3.0}
+    assert _storage_costs(daemon.url) == {"nvme": 4.0, "pfs": 3.0}
+
+    # pfs's price doubled in the file, then SIGHUP: the next answer and scrape take it
+    data = yaml.safe_load(daemon.config_path.read_text())
+    data["tiers"][1]["price_per_gb_month"] = "2048"
+    daemon.config_path.write_text(yaml.safe_dump(data))
+    daemon.signal(signal.SIGHUP)
+    (reloaded,) = wait_for(lambda: daemon.logged("config_reloaded"), 30, "the reload")
+    assert (reloaded["applied"], reloaded["need_restart"]) == (["tiers.1.price_per_gb_month"], [])
+    pfs = http.get(f"{daemon.url}/v1/usage", timeout=10).json()["tiers"][1]
+    assert (pfs["price_per_gb_month"], pfs["storage_cost_per_month"]) == (2048.0, 6.0)
+    assert _storage_costs(daemon.url) == {"nvme": 4.0, "pfs": 6.0}

@@ -6,7 +6,9 @@ restart, and a reload keeps its old value (and says so):
 - ``api.tokens``: the API's bearer tokens (one swap: a request sees the old set or the new);
 - ``log.level``;
 - ``retention.dry_run``, and per tier ``tiers.N.retention`` (its rules), ``tiers.N.delete_delay``
-  and ``tiers.N.bandwidth_limit``: read by the next pass, plan or copy.
+  and ``tiers.N.bandwidth_limit``: read by the next pass, plan or copy;
+- per tier its prices (``tiers.N.price_per_gb_month``, ``price_per_1000_writes``,
+  ``price_per_1000_reads``): the next ``GET /v1/usage`` and scrape of ``/metrics`` use them.
 
 The ``kind: peer`` tier, kept apart from the chain (``Config.peer``), takes the same keys
 (``peer.retention``, ``peer.delete_delay``, ``peer.bandwidth_limit``).
@@ -29,7 +31,14 @@ from tierd.config.tiers import PeerTier
 __all__ = ["RELOADABLE_TIER_KEYS", "ConfigChanges", "config_changes"]
 
 #: A tier's keys a reload applies (under ``tiers.N.``).
-RELOADABLE_TIER_KEYS = ("retention", "delete_delay", "bandwidth_limit")
+RELOADABLE_TIER_KEYS = (
+    "retention",
+    "delete_delay",
+    "bandwidth_limit",
+    "price_per_gb_month",
+    "price_per_1000_writes",
+    "price_per_1000_reads",
+)
 _RELOADABLE = ("api.tokens", "log.level", "retention.dry_run")
 T = TypeVar("T", AnyTier, PeerTier)
 

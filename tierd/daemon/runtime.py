@@ -177,6 +177,7 @@ class Daemon:
             await blocking(self.ctx.tokens.reload)  # a token file's new contents
         self.config = self.ctx.config = changes.config
         set_level(changes.config.log.level)
+        self.ctx.metrics.reprice(changes.config)
         for service in self.services:
             if isinstance(service, Reconfigurable):
                 service.reconfigure(changes.config)

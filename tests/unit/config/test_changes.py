@@ -76,3 +76,13 @@ def test_a_token_added_is_named_once_and_never_its_secret(tmp_path: Path) -> Non
     changes = config_changes(Config(**_data(tmp_path)), Config(**new))
     assert (changes.applied, changes.tokens) == (("api.tokens",), True)
     assert "s3cr3t" not in repr((changes.applied, changes.need_restart))
+
+
+def test_prices_are_applied(tmp_path: Path) -> None:
+    new = _data(tmp_path)
+    new["tiers"][1] |= {"price_per_gb_month": "0.02", "price_per_1000_writes": 0.005}
+    changes = config_changes(Config(**_data(tmp_path)), Config(**new))
+    assert sorted(changes.applied) == ["tiers.1.price_per_1000_writes", "tiers.1.price_per_gb_month"]
+    assert changes.need_restart == ()
+    priced = changes.config.tiers[1]
+    assert (str(priced.price_per_gb_month), str(priced.price_per_1000_writes)) == ("0.02", "0.005")

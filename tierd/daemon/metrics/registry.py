@@ -100,12 +100,8 @@ class Metrics:
             registry=self.registry,
         )
         shared = [tier.name for tier in config.tiers if tier.shared]
-        prices = {
-            t.name: TierPrice(t.price_per_gb_month, getattr(t, "storage_class", None) or "default")
-            for t in config.tiers
-            if t.price_per_gb_month is not None
-        }
-        self.registry.register(CatalogCollector(db, tiers, leads, prices, shared))
+        self._catalog = CatalogCollector(db, tiers, leads, _prices(config), shared)
+        self.registry.register(self._catalog)
         self.tiers = TierCollector(db, config, acts_on)
         self.registry.register(self.tiers)
 
@@ -206,6 +202,10 @@ class Metrics:
                 if result != "skipped":  # a verify call's answer for a tier it did not check
                     self.scrub_replicas.labels(tier, result)
 
+    def reprice(self, config: Config) -> None:
+        """Take the tiers' prices of a reloaded ``config`` (the next scrape's cost gauges)."""
+        self._catalog.prices = _prices(config)
+
     def tier_pressure(self, tier: str, *, blocked: bool) -> None:
         """Record whether the tier's disk pressure is stuck (``tierd_tier_pressure_blocked``)."""
         self.tiers.set_blocked(tier, blocked)
@@ -213,3 +213,12 @@ class Metrics:
     def count_fleet_nodes(self, db: Database, node_timeout: float) -> None:
         """Report ``tierd_fleet_nodes{state}`` (live, silent) from the catalog on the leader, per scrape."""
         self.registry.register(FleetCollector(db, node_timeout, self._leads))
+
+
+def _prices(config: Config) -> dict[str, TierPrice]:
+    """Each priced tier's price a GiB-month and storage class."""
+    return {
+        t.name: TierPrice(t.price_per_gb_month, getattr(t, "storage_class", None) or "default")
+        for t in config.tiers
+        if t.price_per_gb_month is not None
+    }
