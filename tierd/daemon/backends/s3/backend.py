@@ -53,7 +53,6 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import aioboto3
 from aiobotocore.config import AioConfig
 from botocore.exceptions import ClientError
 
@@ -70,7 +69,7 @@ from tierd.daemon.backends.base import (
 from tierd.daemon.backends.budget import MIB, ByteBudget, default_budget
 from tierd.daemon.backends.ownermeta import owner_from_metadata
 from tierd.daemon.backends.s3.bodies import TransferSettings
-from tierd.daemon.backends.s3.client import USER_AGENT, botocore_session
+from tierd.daemon.backends.s3.client import USER_AGENT, ClientSession, botocore_session
 from tierd.daemon.backends.s3.errors import range_not_satisfiable, s3_errors
 from tierd.daemon.backends.s3.fast import FastPath, plan_for
 from tierd.daemon.backends.s3.fast.lean import LeanRequests
@@ -151,7 +150,7 @@ class S3Backend(S3Writes, S3Holds):
         )
         self.copy_object_limit = copy_object_limit
         with s3_errors("configure", f"tier {tier.name}"):
-            self._session = aioboto3.Session(
+            self._session = ClientSession(
                 botocore_session=botocore_session(),
                 aws_access_key_id=tier.access_key_id,
                 aws_secret_access_key=_secret(tier),

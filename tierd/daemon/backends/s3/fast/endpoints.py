@@ -76,9 +76,10 @@ def cache_endpoints(client: Any) -> ReferencedOnly | str:
         return "the client has no _ruleset_resolver._provider and _param_definitions"
     service = client.meta.service_model
     try:
-        rule_set = botocore.loaders.create_loader().load_service_model(
-            service.service_name, RULE_SET, service.api_version
-        )
+        # The client's own loader (the tier's shared lean one: plain dicts), not a new one
+        # parsing the 0.7 MB file into OrderedDicts.
+        loader = getattr(client, "_loader", None) or botocore.loaders.create_loader()
+        rule_set = loader.load_service_model(service.service_name, RULE_SET, service.api_version)
     except Exception as exc:  # a missing or unexpected data file: keep botocore's own way
         return f"botocore's {RULE_SET} could not be loaded: {exc}"
     if set(rule_set.get("parameters", {})) != set(declared):
