@@ -27,6 +27,7 @@ pytest_plugins = [
     "tests.fixtures.loadgroup",
     "tests.fixtures.bigdiff",
     "tests.fixtures.order",
+    "tests.fixtures.parts_fleet",
 ]
 
 

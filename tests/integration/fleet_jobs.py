@@ -4,11 +4,11 @@ use it: the serial fleet tests only write steps by hand, and importing torch cos
 
 from __future__ import annotations
 
-import multiprocessing
 import pickle
 from collections.abc import Sequence
 from pathlib import Path
 
+from tests.fixtures.ranks import run_ranks
 from tests.integration.daemon_helpers import write_files
 
 __all__ = ["dcp_metadata", "dcp_save", "shard_name", "write_step"]
@@ -39,24 +39,15 @@ def _rank(rank: int, world: int, init_file: str, dirs: Sequence[str], step: int)
     dist.destroy_process_group()
 
 
-#: What the rank processes' forkserver imports once, before it forks them.
-RANK_PRELOAD = ["torch", "torch.distributed.checkpoint", __name__]
-
-
 def dcp_save(init_file: Path, rank_dirs: Sequence[Path], step: int) -> None:
     """Save ``step`` with one process per rank, rank r into ``rank_dirs[r]/step_{step}``
     (rank 0, the coordinator, also writes ``.metadata`` there); returns when every rank is done.
 
-    The ranks are forked from a forkserver that imported torch once (a clean process, not
-    this one): spawned, each rank imported torch itself, 8 ranks 70 s of CPU instead of 11.
+    The ranks are forked from a forkserver that imported torch once (``tests.fixtures.ranks``):
+    spawned, each rank imported torch itself, 8 ranks 70 s of CPU instead of 11.
     """
-    from torch.multiprocessing.spawn import start_processes
-
-    multiprocessing.set_forkserver_preload(RANK_PRELOAD)
     dirs = [str(d) for d in rank_dirs]
-    start_processes(
-        _rank, args=(len(dirs), str(init_file), dirs, step), nprocs=len(dirs), start_method="forkserver"
-    )
+    run_ranks(_rank, (len(dirs), str(init_file), dirs, step), len(dirs))
 
 
 def dcp_metadata(shard_sizes: Sequence[int]) -> bytes:

@@ -7,19 +7,16 @@ followed there; then the test looks at the bytes in the target and at the catalo
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
-from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
-from torch.multiprocessing.spawn import start_processes
 
 from tests.fixtures.net import free_port
+from tests.fixtures.ranks import run_ranks, save_filled
 from tests.fixtures.s3servers import S3Server
 from tests.integration import test_lifecycle_daemon as lifecycle
 from tests.integration.daemon_helpers import MiB, tier_dict
@@ -184,23 +181,10 @@ def test_a_corrupted_byte_falls_back_marks_failed_and_is_repaired(
 # -- by ranks of a real two-process DCP checkpoint ---------------------------------------------
 
 
-def _dcp_save(rank: int, world: int, port: int, directory: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        state = {
-            f"rank{rank}.w": torch.full((4096,), float(rank + 1)),
-            f"rank{rank}.step": torch.tensor([rank]),
-        }
-        dcp_save(state, storage_writer=FileSystemWriter(directory))
-    finally:
-        dist.destroy_process_group()
-
-
 def test_restore_by_ranks_of_a_real_dcp_checkpoint(lab: LabFactory, tmp_path: Path) -> None:
     lab_ = make(lab, [posix_tier(tmp_path, "nvme"), posix_tier(tmp_path, "pfs")])
     directory = tmp_path / "nvme" / RUN / "step3"
-    start_processes(_dcp_save, args=(3, free_port(), str(directory)), nprocs=3, start_method="spawn")
+    run_ranks(save_filled, (3, free_port(), str(directory)), 3)
     lab_.converge(lambda: lab_.states().get(3, {}).get("pfs") == "verified", "the DCP step on pfs")
     target = restores_root(lab_) / "rank1"
     done = finished(

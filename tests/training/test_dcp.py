@@ -3,6 +3,7 @@ with ``dcp.async_save``; the coordinator notifies each with its metrics and the 
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -11,9 +12,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict_loader import load
-from torch.multiprocessing.spawn import start_processes
 
 from tests.fixtures.job_daemon import JobDaemon
+from tests.fixtures.ranks import run_ranks
 from tests.integration.daemon_helpers import wait_for
 from tierd.integrations.dcp import save
 
@@ -21,8 +22,13 @@ RUN = "dcp-run"
 WORLD = 2
 
 
-def train(rank: int, init_file: str, run_dir: str) -> None:
-    """One rank: a few steps of a tiny model, a checkpoint at steps 1 (sync) and 2 (async)."""
+def train(rank: int, init_file: str, run_dir: str, env: dict[str, str]) -> None:
+    """One rank: a few steps of a tiny model, a checkpoint at steps 1 (sync) and 2 (async).
+
+    ``env``: the job's ``TIERD_URL`` and ``TIERD_TOKEN`` (a forked rank has the forkserver's
+    environment, not the test's).
+    """
+    os.environ.update(env)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     torch.manual_seed(rank)
     model = torch.nn.Linear(4, 2)
@@ -53,7 +59,8 @@ def test_the_coordinator_notifies_each_step_with_metrics_and_world_size(
     tierd: JobDaemon, tmp_path: Path
 ) -> None:
     run_dir = tierd.run_dir(RUN)
-    start_processes(train, args=(str(tmp_path / "init"), str(run_dir)), nprocs=WORLD, start_method="spawn")
+    env = {name: os.environ[name] for name in ("TIERD_URL", "TIERD_TOKEN")}
+    run_ranks(train, (str(tmp_path / "init"), str(run_dir), env), WORLD)
 
     wait_for(lambda: len(tierd.checkpoints(RUN)) == 2, 30, "both steps to be recorded")
     recorded = tierd.checkpoints(RUN)

@@ -5,58 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lightning.pytorch as pl
 import pytest
-import torch
-from lightning.fabric.plugins import TorchCheckpointIO
-from lightning.pytorch.callbacks import ModelCheckpoint
-from torch.utils.data import DataLoader, TensorDataset
 
 from tests.fixtures.job_daemon import JobDaemon
 from tierd.client import Client
-from tierd.integrations.lightning import TierdCallback, resume_checkpoint
 
 RUN = "lightning-run"
-BATCHES_PER_EPOCH = 4
-
-
-class Tiny(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-
-    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss = torch.nn.functional.mse_loss(self.layer(x), y)
-        self.log("train_loss", loss)
-        return loss
-
-    def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
-        x, y = batch
-        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y))
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
-def loader() -> DataLoader[tuple[torch.Tensor, ...]]:
-    generator = torch.Generator().manual_seed(0)
-    data = TensorDataset(torch.randn(8 * BATCHES_PER_EPOCH, 4, generator=generator), torch.randn(32, 1))
-    return DataLoader(data, batch_size=8, num_workers=0)
-
-
-def fit(run_dir: Path, callback: TierdCallback, ckpt_path: str | None = None, epochs: int = 2) -> pl.Trainer:
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=epochs,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[ModelCheckpoint(dirpath=run_dir, filename="{step}", save_top_k=-1), callback],
-    )
-    trainer.fit(Tiny(), train_dataloaders=loader(), val_dataloaders=loader(), ckpt_path=ckpt_path)
-    return trainer
 
 
 # Lightning's advice for a real job (more dataloader workers) does not apply to 32 rows on CPU;
@@ -64,6 +18,11 @@ def fit(run_dir: Path, callback: TierdCallback, ckpt_path: str | None = None, ep
 @pytest.mark.filterwarnings("ignore:.*does not have many workers:UserWarning")
 @pytest.mark.filterwarnings("ignore:.*LeafSpec.*is deprecated:FutureWarning")
 def test_each_checkpoint_file_is_notified_with_its_step_and_metrics(tierd: JobDaemon) -> None:
+    from lightning.fabric.plugins import TorchCheckpointIO
+
+    from tests.training.lightning_job import BATCHES_PER_EPOCH, fit
+    from tierd.integrations.lightning import TierdCallback
+
     run_dir = tierd.run_dir(RUN)
     callback = TierdCallback(RUN, strict=True)
     trainer = fit(run_dir, callback)
@@ -86,6 +45,9 @@ def test_each_checkpoint_file_is_notified_with_its_step_and_metrics(tierd: JobDa
 @pytest.mark.filterwarnings("ignore:.*LeafSpec.*is deprecated:FutureWarning")
 @pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty:UserWarning")  # resuming
 def test_resume_from_the_newest_durable_checkpoint(tierd: JobDaemon, tmp_path: Path) -> None:
+    from tests.training.lightning_job import BATCHES_PER_EPOCH, fit
+    from tierd.integrations.lightning import TierdCallback, resume_checkpoint
+
     assert resume_checkpoint(RUN, tmp_path / "resume") is None  # nothing yet: a fresh start
     run_dir = tierd.run_dir(RUN)
     fit(run_dir, TierdCallback(RUN, strict=True), epochs=1)
@@ -102,6 +64,9 @@ def test_resume_from_the_newest_durable_checkpoint(tierd: JobDaemon, tmp_path: P
 @pytest.mark.filterwarnings("ignore:.*LeafSpec.*is deprecated:FutureWarning")
 @pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty:UserWarning")  # resuming
 def test_resume_after_tier0_lost_the_checkpoint_restores_it(tierd: JobDaemon) -> None:
+    from tests.training.lightning_job import BATCHES_PER_EPOCH, fit
+    from tierd.integrations.lightning import TierdCallback, resume_checkpoint
+
     run_dir = tierd.run_dir(RUN)
     fit(run_dir, TierdCallback(RUN, strict=True), epochs=1)
     with Client() as client:

@@ -6,34 +6,18 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
-import torch.distributed as dist
-from torch.distributed.checkpoint.filesystem import FileSystemWriter
-from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
-from torch.multiprocessing.spawn import start_processes
 
 from tests.fixtures.net import free_port
+from tests.fixtures.ranks import run_ranks, save_shared
 from tests.unit.detect.helpers import complete, make_spec
 from tests.unit.detect.layouts import truncate
-
-
-def _save(rank: int, world: int, port: int, directory: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        # Keys unique per rank: each rank writes its own shard file (__{rank}_0.distcp).
-        state = {f"rank{rank}.w": torch.full((1024,), float(rank)), "shared.b": torch.ones(8)}
-        dcp_save(state, storage_writer=FileSystemWriter(directory))
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
 def two_rank_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("dcp2")
     directory = root / "job" / "step_200"
-    start_processes(_save, args=(2, free_port(), str(directory)), nprocs=2, start_method="spawn")
+    run_ranks(save_shared, (2, free_port(), str(directory)), 2)
     return directory
 
 

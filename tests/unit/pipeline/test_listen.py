@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
+import pytest
 
 from tests.unit.catalog.helpers import TIERS, add_checkpoint
 from tierd.config import Config
@@ -126,3 +128,32 @@ async def test_only_the_leader_reads_every_checkpoint_at_each_poll(
     ctx.leader = True
     service._poll()
     assert ctx.take_scheduling() is None
+
+
+async def test_an_idle_listener_sets_no_timer_it_only_waits_on_its_socket(
+    pg_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg's ``notifies()`` woke every 0.1 s with nothing to read: an idle fleet's CPU."""
+    loop = asyncio.get_running_loop()
+    timers: list[str] = []
+    call_later = loop.call_later
+
+    def counted(
+        delay: float, callback: Callable[..., object], *args: Any, **kwargs: Any
+    ) -> asyncio.TimerHandle:
+        timers.append(f"{callback.__module__}.{callback.__qualname__}")
+        return call_later(delay, callback, *args, **kwargs)
+
+    heard = asyncio.Event()
+    listener = JobListener(pg_db.url, "n0", heard.set, lambda: None)
+    listener.start()
+    try:
+        await asyncio.wait_for(listener.listening.wait(), 10)
+        monkeypatch.setattr(loop, "call_later", counted)  # from here on: the listener waits
+        with pg_db.session() as session:
+            notify_jobs(session, {"n0"})
+        await asyncio.wait_for(heard.wait(), 5)
+        await _read_up_to_a_last_one(pg_db, [listener], sent=1)
+        assert [t for t in timers if t.startswith("psycopg")] == []
+    finally:
+        await listener.stop()

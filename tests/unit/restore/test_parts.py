@@ -7,15 +7,15 @@ failed, with ``ranks`` and without.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import update
 
+from tests.fixtures.parts_fleet import FleetCopy, part_states
 from tests.unit.detect.fleet import step_row
-from tests.unit.retention.parts_fleet import FleetCopy, copied_fleet, part_states
 from tierd.daemon.backends import Backend, make_backend
 from tierd.daemon.catalog import restores
 from tierd.daemon.catalog.jobs import owner_id
@@ -75,23 +75,15 @@ def _files(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in root.iterdir()}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def copy(request: pytest.FixtureRequest) -> AsyncIterator[FleetCopy]:
-    """A fleet with delete delay 0, on each catalog backend: a copy of one built once per process."""
-    fleet = await copied_fleet(request, request.param, "0")
-    yield fleet
-    fleet.db.dispose()
-
-
 @pytest.mark.parametrize("ranks", [None, [0]], ids=["whole", "ranks"])
 async def test_a_node_reads_its_own_part_from_tier_0_and_the_rest_from_a_shared_tier(
-    copy: FleetCopy, ranks: list[int] | None
+    parts_fleet: FleetCopy, ranks: list[int] | None
 ) -> None:
-    n1 = copy.nodes[1]
-    target = copy.root / "restores" / "n1"
+    n1 = parts_fleet.nodes[1]
+    target = parts_fleet.root / "restores" / "n1"
     row, nvme = await _restore(n1, target, ranks=ranks)
     assert (row.job.state, row.job.last_error) == ("done", None)
-    whole = _files(copy.root / "shared" / "pfs" / "demo" / "step_2")
+    whole = _files(parts_fleet.root / "shared" / "pfs" / "demo" / "step_2")
     # DCP in one process names every shard rank 0: rank 0 takes them all, and .metadata.
     assert _files(target) == whole
     own = {p.name for p in (n1.config.watch[0].path / "step_2").iterdir()}
@@ -100,8 +92,8 @@ async def test_a_node_reads_its_own_part_from_tier_0_and_the_rest_from_a_shared_
     assert part_states(n1.db, 2) == ("verified", {"n0": "verified", "n1": "verified", "n2": "verified"})
 
 
-async def test_with_only_tier_0_verified_a_node_refuses_what_other_nodes_hold(copy: FleetCopy) -> None:
-    n1 = copy.nodes[1]
+async def test_with_only_tier_0_verified_a_node_refuses_what_other_nodes_hold(parts_fleet: FleetCopy) -> None:
+    n1 = parts_fleet.nodes[1]
     row = step_row(n1.db, 2)
     assert row is not None
     with n1.db.session() as session:
@@ -110,7 +102,7 @@ async def test_with_only_tier_0_verified_a_node_refuses_what_other_nodes_hold(co
             .where(Replica.checkpoint_id == row.id, Replica.tier != "nvme")
             .values(state="pending")
         )
-    target = copy.root / "restores" / "refused"
+    target = parts_fleet.root / "restores" / "refused"
     restore, nvme = await _restore(n1, target)
     assert restore.job.state == "failed"
     assert "other nodes' parts, on no shared tier verified yet" in (restore.job.last_error or "")
@@ -119,16 +111,18 @@ async def test_with_only_tier_0_verified_a_node_refuses_what_other_nodes_hold(co
     assert part_states(n1.db, 2) == ("verified", {"n0": "verified", "n1": "verified", "n2": "verified"})
 
 
-async def test_a_bad_file_of_this_nodes_part_falls_back_and_fails_that_part_only(copy: FleetCopy) -> None:
-    n1 = copy.nodes[1]
+async def test_a_bad_file_of_this_nodes_part_falls_back_and_fails_that_part_only(
+    parts_fleet: FleetCopy,
+) -> None:
+    n1 = parts_fleet.nodes[1]
     shard = next((n1.config.watch[0].path / "step_2").iterdir())
     data = bytearray(shard.read_bytes())
     data[100] ^= 0xFF
     shard.write_bytes(bytes(data))
-    target = copy.root / "restores" / "fallback"
+    target = parts_fleet.root / "restores" / "fallback"
     restore, _ = await _restore(n1, target)
     assert restore.job.state == "done"
-    assert _files(target) == _files(copy.root / "shared" / "pfs" / "demo" / "step_2")
+    assert _files(target) == _files(parts_fleet.root / "shared" / "pfs" / "demo" / "step_2")
     [fallback] = restore.job.detail["fallbacks"]
     assert (fallback["file"], fallback["from_tier"], fallback["to_tier"]) == (shard.name, "nvme", "pfs")
     assert part_states(n1.db, 2) == ("failed", {"n0": "verified", "n1": "failed", "n2": "verified"})

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
+from tests.fixtures.parts_fleet import node_context
 from tests.unit.detect.fleet import dcp_across, reconcile, step_row
-from tests.unit.retention.parts_fleet import node_context
 from tierd.config import PosixTier
 from tierd.daemon.backends import Backend, make_backend
 from tierd.daemon.backends.base import RangeReader
