@@ -1,10 +1,11 @@
 """Temporary files of POSIX writes, and telling a killed write's leftovers from live ones.
 
 A write fills ``.<name>.tierd-tmp-<random>`` beside its final name and renames it into
-place. Its writer holds an exclusive ``flock`` on it, and this process keeps the set of
-temporary files it is writing: a temporary file is abandoned when it is not ours and
-nobody holds its lock (a killed process holds none). Where the file system refuses locks
-it must also have gone ``ABANDONED_UNLOCKED`` seconds without a change. A lock taken by a
+place. Its writer holds an exclusive ``flock`` on it while filling it (a small file staged
+for a batch, parked at once, takes none: ``TempFile.park`` says what keeps a parked file), and
+this process keeps the set of temporary files it is writing: a temporary file is abandoned
+when it is not ours and nobody holds its lock (a killed process holds none). Where the file
+system refuses locks it must also have gone ``ABANDONED_UNLOCKED`` seconds without a change. A lock taken by a
 writer on another node is invisible where locks are node-local (Lustre's ``localflock``),
 which is why a write only removes the leftovers of its own name (no two nodes write the
 same file), while the periodic sweep removes only old ones. A hop starting removes the
