@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import os
 import threading
 from pathlib import Path
@@ -14,10 +15,11 @@ import pytest
 from tests.conformance.harness import crc
 from tierd.config import PosixTier
 from tierd.daemon.backends import BytesReader, PosixBackend, WriteRequest
-from tierd.daemon.backends.base import WriteBatch
+from tierd.daemon.backends.base import SmallFile, WriteBatch
 from tierd.daemon.backends.posix import batch as posixbatch
 from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix.backend import is_temp_name
+from tierd.daemon.backends.posix.temp import remove_stale_temps
 from tierd.errors import IntegrityError, TransientBackendError
 
 MIB = 1024 * 1024
@@ -183,3 +185,30 @@ def test_sync_filesystem_syncs(tmp_path: Path) -> None:
         assert writeback.sync_filesystem(fd, str(tmp_path)) is (writeback._syncfs is not None)
     finally:
         os.close(fd)
+
+
+async def test_staged_files_take_no_lock_and_stay_live(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A staged file is parked at once: no ``flock`` (one system call a file), kept by the live set."""
+    locked: list[int] = []
+    real_flock = fcntl.flock
+
+    def flock(fd: int, op: int) -> None:
+        locked.append(fd)
+        real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    backend = backend_at(tmp_path / "pfs")
+    batch = backend.batch()
+    small = {f"step/f{n}.bin": os.urandom(100) for n in range(3)}
+    results = await batch.write_whole([SmallFile(name, data, crc(data)) for name, data in small.items()])
+    assert [info.relpath for info in results if not isinstance(info, Exception)] == list(small)
+    assert locked == []
+    assert remove_stale_temps(backend.tree, 0.0) == 0  # a sweep of this process leaves them
+    assert len(temps(backend.root)) == 3
+    big = os.urandom(2 * MIB)  # over a chunk: written at once, locked while it is written
+    await batch.write(WriteRequest("step/big.bin", BytesReader(big), crc(big)))
+    assert len(locked) == 1
+    assert sorted(await batch.commit()) == sorted(small)
+    assert visible(backend.root) == {*small, "step/big.bin"}

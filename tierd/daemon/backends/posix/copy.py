@@ -88,10 +88,13 @@ class Mismatch(Exception):
         self.how = how
 
 
-def create_temp(final: Place, owner: Ownership | None = None) -> TempFile | None:
-    """A fresh temporary file for ``final``, to get ``owner``; None when the tier root is missing."""
+def create_temp(final: Place, owner: Ownership | None = None, *, lock: bool = True) -> TempFile | None:
+    """A fresh temporary file for ``final``, to get ``owner``; None when the tier root is missing.
+
+    ``lock``: as for ``TempFile.create``.
+    """
     try:
-        return TempFile.create(final, owner)
+        return TempFile.create(final, owner, lock=lock)
     except FileNotFoundError:
         if not final.root.exists():
             return None
@@ -99,19 +102,26 @@ def create_temp(final: Place, owner: Ownership | None = None) -> TempFile | None
 
 
 def fill_whole(
-    view: memoryview, source: int | None, final: Place, expected: str, owner: Ownership | None = None
+    view: memoryview,
+    source: int | None,
+    final: Place,
+    expected: str,
+    owner: Ownership | None = None,
+    *,
+    lock: bool = True,
 ) -> TempFile | None:
     """A temp file for ``final`` holding ``view`` (filled from the file ``source`` first, if given).
 
-    Hashes before anything is created, so a mismatch writes nothing. Returns None when the
-    tier root is missing. Raises SourceEnded, Mismatch, or OSError (nothing left behind).
+    Hashes before anything is created, so a mismatch writes nothing. ``lock``: as for
+    ``TempFile.create``. Returns None when the tier root is missing. Raises SourceEnded,
+    Mismatch, or OSError (nothing left behind).
     """
     if source is not None:
         _pread_full(source, view)
     actual = checksum.encode(int(checksums.crc64nvme(view, 0)))
     if actual != expected:
         raise Mismatch(actual, "source")
-    temp = create_temp(final, owner)
+    temp = create_temp(final, owner, lock=lock)
     if temp is None:
         return None
     try:
@@ -154,8 +164,12 @@ def place_whole(
 def stage_whole(
     view: memoryview, source: int | None, final: Place, expected: str, owner: Ownership | None = None
 ) -> TempFile | None:
-    """``fill_whole``, left under its temporary name for ``commit_staged`` (its descriptor closed)."""
-    temp = fill_whole(view, source, final, expected, owner)
+    """``fill_whole``, left under its temporary name for ``commit_staged`` (its descriptor closed).
+
+    No ``flock`` is taken: ``park`` would drop it at once (``TempFile.park`` says what keeps a
+    parked file), and it was one system call of the dozen a small file costs.
+    """
+    temp = fill_whole(view, source, final, expected, owner, lock=False)
     if temp is not None:
         temp.park()
     return temp

@@ -1,10 +1,11 @@
 """Temporary files of POSIX writes, and telling a killed write's leftovers from live ones.
 
 A write fills ``.<name>.tierd-tmp-<random>`` beside its final name and renames it into
-place. Its writer holds an exclusive ``flock`` on it, and this process keeps the set of
-temporary files it is writing: a temporary file is abandoned when it is not ours and
-nobody holds its lock (a killed process holds none). Where the file system refuses locks
-it must also have gone ``ABANDONED_UNLOCKED`` seconds without a change. A lock taken by a
+place. Its writer holds an exclusive ``flock`` on it while filling it (a small file staged
+for a batch, parked at once, takes none: ``TempFile.park`` says what keeps a parked file), and
+this process keeps the set of temporary files it is writing: a temporary file is abandoned
+when it is not ours and nobody holds its lock (a killed process holds none). Where the file
+system refuses locks it must also have gone ``ABANDONED_UNLOCKED`` seconds without a change. A lock taken by a
 writer on another node is invisible where locks are node-local (Lustre's ``localflock``),
 which is why a write only removes the leftovers of its own name (no two nodes write the
 same file), while the periodic sweep removes only old ones. A hop starting removes the
@@ -122,11 +123,14 @@ class TempFile:
         return self.dir.path / self.name
 
     @classmethod
-    def create(cls, final: Place, owner: Ownership | None = None) -> TempFile:
+    def create(cls, final: Place, owner: Ownership | None = None, *, lock: bool = True) -> TempFile:
         """Open a fresh temporary file beside ``final``, making its directories if missing.
 
-        Walks again (once, twice) if a concurrent delete removed the directory. Raises
-        OSError: ENOENT when the root is missing, ENOTDIR when a symlink is on the way.
+        Without ``lock`` no ``flock`` is taken: for a file parked at once (``park`` drops the
+        lock anyway), which the live set and the age rules keep, as they keep every parked
+        file (see ``park``). Walks again (once, twice) if a concurrent delete removed the
+        directory. Raises OSError: ENOENT when the root is missing, ENOTDIR when a symlink is
+        on the way.
         """
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW  # RDWR: chunks read back
         for attempt in range(3):
@@ -142,6 +146,8 @@ class TempFile:
             temp = cls(fd, directory, name, owner)
             with _live_lock:
                 _live_temps.add(temp.key)
+            if not lock:
+                return temp
             try:
                 _try_lock(fd)  # a fresh file: only a lock-less file system refuses
             except BaseException:
@@ -211,7 +217,14 @@ class TempFile:
         return mtime
 
     def park(self) -> None:
-        """Give it its final mode, close the descriptor, keep the file known live (renamed later)."""
+        """Give it its final mode, close the descriptor, keep the file known live (renamed later).
+
+        Closing drops the lock: until its rename a parked file is kept by this process's
+        live set (every removal here checks it first), and from other processes by the age
+        rules (a fresh unlocked file is older than ``_LOCK_GRACE`` at the earliest, the
+        sweep's ages are far longer) and by the leases (only the lease holder removes a
+        name's leftovers whatever their age).
+        """
         self._finish()
         self._close()
 
