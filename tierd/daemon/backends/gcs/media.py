@@ -1,8 +1,8 @@
-"""The data path's requests: media GETs on tierd's own connections, multipart uploads on aiohttp.
+"""The data path's requests: media GETs on tierd's own connections (``httpwire``), uploads on aiohttp.
 
 httpx spends more CPU and latency per request than aiohttp (measured against the emulator,
 one 30 KB media GET after another: a median of 26 ms against 14 ms on a loaded 2-core
-machine), and aiohttp more than ``wire``'s streams (``wire`` has the measurement); a
+machine), and aiohttp more than ``httpwire``'s streams (``httpwire`` has the measurement); a
 checkpoint's thousands of small objects are one request each. The JSON API's other calls
 (metadata, listings, resumable sessions, deletes, tokens) stay on the ``GcsClient``'s httpx
 client. Errors are those of ``client.raise_status``; connection errors, timeouts and cut
@@ -20,13 +20,18 @@ import aiohttp
 from yarl import URL
 
 from tierd.daemon.backends.gcs.client import BODY_SHOWN, CONNECT_TIMEOUT, READ_TIMEOUT, raise_status
-from tierd.daemon.backends.gcs.wire import Answer, WirePool
+from tierd.daemon.backends.httpwire import Answer, WirePool
 from tierd.errors import TransientBackendError
 
 if TYPE_CHECKING:
     from tierd.daemon.backends.gcs.client import GcsClient
 
-__all__ = ["MediaSession", "media_errors"]
+__all__ = ["MediaSession", "media_errors", "refuse"]
+
+
+def refuse(answer: Answer, text: str, where: str) -> None:
+    """A media GET's answer outside 2xx as the tierd error ``client.raise_status`` names."""
+    raise_status(answer.status, text[: BODY_SHOWN * 10], where)
 
 
 @contextmanager
@@ -44,7 +49,7 @@ class MediaSession:
     def __init__(self, client: GcsClient, *, connections: int, verify_tls: bool) -> None:
         self.client, self.connections, self.verify_tls = client, connections, verify_tls
         self._session: aiohttp.ClientSession | None = None
-        self.wire = WirePool(client.endpoint, connections=connections, verify_tls=verify_tls)
+        self.wire = WirePool(client.endpoint, connections=connections, verify_tls=verify_tls, refuse=refuse)
 
     @asynccontextmanager
     async def get(
