@@ -1,6 +1,6 @@
-"""An Azure tier's blob GETs (``azure.reads`` over ``AzureRest.get``) against a scripted real server.
+"""An Azure tier's blob GETs and puts (``azure.reads``, ``azure.puts``) against a scripted real server.
 
-The GETs go on ``httpwire``'s kept connections, not aiohttp's session; each answer's error
+They go on ``httpwire``'s kept connections, not aiohttp's session; each answer's error
 code, length and framing is checked as the reads promise. Azurite runs the same reads in the
 conformance suite and the fault proxy's cases (``tests/faults/test_azure_faults.py``).
 """
@@ -16,6 +16,7 @@ from azure.core.credentials import AzureNamedKeyCredential
 
 from tests.fixtures.azurite import ACCOUNT, ACCOUNT_KEY
 from tests.unit.backends.test_httpwire import Start, serve
+from tierd.daemon.backends.azure.puts import put_blob, put_block
 from tierd.daemon.backends.azure.reads import Blob, fill, open_blob, read_whole_blob
 from tierd.daemon.backends.azure.rest import AzureRest, Signer
 from tierd.errors import IntegrityError, NotFound, ObjectArchived, TransientBackendError
@@ -44,7 +45,7 @@ async def rest_of(serve: Start) -> AsyncIterator[Any]:
         await rest.close()
 
 
-async def test_blob_gets_are_signed_and_share_one_kept_connection_without_aiohttp(
+async def test_blob_gets_and_puts_are_signed_and_share_one_kept_connection_without_aiohttp(
     rest_of: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def refused(*args: Any, **kwargs: Any) -> Any:
@@ -52,12 +53,21 @@ async def test_blob_gets_are_signed_and_share_one_kept_connection_without_aiohtt
 
     monkeypatch.setattr(aiohttp.ClientSession, "_request", refused)
     first = answer("206 Partial Content", b"a" * 10, "Content-Range: bytes 0-9/10", 'ETag: "0x1"')
-    server, rest = await rest_of({"a": (first, False), "b": (answer("200 OK", b"b" * 7), False)})
+    created = (answer("201 Created", b""), False)
+    server, rest = await rest_of(
+        {"a": (first, False), "b": (answer("200 OK", b"b" * 7), False), "c": created, "d": created}
+    )
     reader = await open_blob(Blob(rest, "a", "az://box/a"))
     whole = bytearray(7)
     await read_whole_blob(Blob(rest, "b", "az://box/b"), memoryview(whole))
+    await put_blob(rest, "c", "az://box/c", memoryview(b"put"), "crc1", {"mode": "420"}, {})
+    await put_block(rest, "d", "az://box/d", "block-0", memoryview(b"block"), "crc2", None)
     assert (reader.size, bytes(whole)) == (10, b"b" * 7)
     assert server.connections == 1
+    assert server.bodies == [b"", b"", b"put", b"block"]
+    assert b"\r\nx-ms-content-crc64: crc1\r\n" in server.requests[2]
+    assert b"\r\nx-ms-meta-mode: 420\r\n" in server.requests[2]
+    assert server.requests[3].startswith(b"PUT /devstoreaccount1/box/d?comp=block&blockid=")
     for head in server.requests:
         assert f"\r\nAuthorization: SharedKey {ACCOUNT}:".encode() in head
         assert b"\r\nx-ms-version: " in head
@@ -101,6 +111,16 @@ async def test_a_whole_read_of_another_length_is_an_integrity_error(rest_of: Any
     _, rest = await rest_of({"a": (answer("200 OK", b"x" * 5), False)})
     with pytest.raises(IntegrityError, match="az://box/a: holds 5 bytes, expected 4"):
         await read_whole_blob(Blob(rest, "a", "az://box/a"), memoryview(bytearray(4)))
+
+
+async def test_a_put_refused_for_its_crc64_is_an_integrity_error(rest_of: Any) -> None:
+    code = "Crc64Mismatch"
+    refused = answer(
+        "400 Bad Request", b"<Error><Code>Crc64Mismatch</Code></Error>", f"x-ms-error-code: {code}"
+    )
+    _, rest = await rest_of({"c": (refused, False)})
+    with pytest.raises(IntegrityError, match="write az://box/c: 400 Crc64Mismatch"):
+        await put_blob(rest, "c", "az://box/c", memoryview(b"put"), "crc1", {}, {})
 
 
 def test_the_date_header_is_formatted_once_a_second(monkeypatch: pytest.MonkeyPatch) -> None:

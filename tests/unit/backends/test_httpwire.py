@@ -8,13 +8,14 @@ closed meanwhile, malformed and oversized heads, error answers, and TLS.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import pytest
 
 from tierd.daemon.backends.gcs.media import refuse
-from tierd.daemon.backends.httpwire import HEAD_LIMIT, WirePool
+from tierd.daemon.backends.httpwire import HEAD_LIMIT, SEND_SLICE, WirePool
 from tierd.errors import NotFound, TransientBackendError
 
 #: What a path answers: the raw answer's bytes, and whether the server closes the connection after it.
@@ -28,6 +29,7 @@ class Server:
     script: Script
     connections: int = 0
     requests: list[bytes] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)
     writers: list[asyncio.StreamWriter] = field(default_factory=list)
     url: str = ""
 
@@ -38,6 +40,8 @@ class Server:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 self.requests.append(head)
+                length = re.search(rb"\r\nContent-Length: (\d+)\r\n", head)
+                self.bodies.append(await reader.readexactly(int(length.group(1))) if length else b"")
                 path = head.split(b" ", 2)[1].decode().split("?")[0]
                 answer, close = self.script[path]
                 writer.write(answer)
@@ -237,3 +241,33 @@ async def test_an_https_endpoint_is_spoken_over_tls() -> None:
         await unverified.close()
         await verified.close()
         listener.close()
+
+
+async def test_a_put_sends_its_body_whole_after_its_head_and_again_on_a_new_connection(serve: Start) -> None:
+    created = b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n"
+    server = await serve({"/p": (created, False)})
+    pool = WirePool(server.url, connections=4, verify_tls=True, refuse=refuse)
+    body = memoryview(bytes(range(256)) * (SEND_SLICE // 256 + 3))  # more than one slice
+    try:
+        for _ in range(2):
+            async with pool.request("PUT", f"{server.url}/p", "gs://b/o", {"X-A": "1"}, body) as answer:
+                assert (answer.status, answer.finished) == (201, True)
+        assert server.connections == 1
+        server.drop_connections()
+        await asyncio.sleep(0)
+        async with pool.request("PUT", f"{server.url}/p", "gs://b/o", {}, body[:5]) as answer:
+            assert answer.status == 201
+        assert server.connections == 2  # the kept one was closed: sent again on a new one
+        assert server.requests[0].startswith(b"PUT /p HTTP/1.1\r\n")
+        assert f"\r\nContent-Length: {len(body)}\r\n".encode() in server.requests[0]
+        assert server.bodies == [bytes(body), bytes(body), bytes(body[:5])]
+    finally:
+        await pool.close()
+
+
+async def test_a_head_request_is_refused(serve: Start) -> None:
+    server = await serve({})
+    pool = WirePool(server.url, connections=1, verify_tls=True, refuse=refuse)
+    with pytest.raises(ValueError, match="HEAD"):
+        async with pool.request("HEAD", f"{server.url}/a", "gs://b/o", {}):
+            pass
