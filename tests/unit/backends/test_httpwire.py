@@ -255,12 +255,13 @@ async def test_a_put_sends_its_body_whole_after_its_head_and_again_on_a_new_conn
         assert server.connections == 1
         server.drop_connections()
         await asyncio.sleep(0)
-        async with pool.request("PUT", f"{server.url}/p", "gs://b/o", {}, body[:5]) as answer:
+        async with pool.request("POST", f"{server.url}/p", "gs://b/o", {}, (b"<", body[:5], b">")) as answer:
             assert answer.status == 201
         assert server.connections == 2  # the kept one was closed: sent again on a new one
         assert server.requests[0].startswith(b"PUT /p HTTP/1.1\r\n")
         assert f"\r\nContent-Length: {len(body)}\r\n".encode() in server.requests[0]
-        assert server.bodies == [bytes(body), bytes(body), bytes(body[:5])]
+        assert b"\r\nContent-Length: 7\r\n" in server.requests[2]
+        assert server.bodies == [bytes(body), bytes(body), b"<" + bytes(body[:5]) + b">"]
     finally:
         await pool.close()
 
@@ -271,3 +272,16 @@ async def test_a_head_request_is_refused(serve: Start) -> None:
     with pytest.raises(ValueError, match="HEAD"):
         async with pool.request("HEAD", f"{server.url}/a", "gs://b/o", {}):
             pass
+
+
+async def test_a_whole_answer_is_read_up_to_its_bound(serve: Start) -> None:
+    server = await serve({"/r": (ok(b'{"name": "o"}'), False)})
+    pool = WirePool(server.url, connections=1, verify_tls=True, refuse=refuse)
+    try:
+        async with pool.get(f"{server.url}/r", "gs://b/o", {}) as answer:
+            assert await answer.whole(13) == b'{"name": "o"}'
+        async with pool.get(f"{server.url}/r", "gs://b/o", {}) as answer:
+            with pytest.raises(TransientBackendError, match="gs://b/o: the answer runs past 12 bytes"):
+                await answer.whole(12)
+    finally:
+        await pool.close()
