@@ -89,7 +89,7 @@ def test_the_workers_spec_goes_in_a_file_not_on_the_command_line() -> None:
         path.unlink()
 
 
-def test_the_crc64_diagnosis_is_off_unless_asked_and_drops_only_that_header(
+async def test_the_crc64_diagnosis_is_off_unless_asked_and_drops_only_that_header(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from bench import bench_azure
@@ -101,12 +101,12 @@ def test_the_crc64_diagnosis_is_off_unless_asked_and_drops_only_that_header(
     assert bench_azure._diagnosis()
     seen: list[dict[str, str]] = []
 
-    def send(self: AzureRest, *args: object, headers: dict[str, str], **kwargs: object) -> None:
+    async def put(self: AzureRest, *args: object, headers: dict[str, str], **kwargs: object) -> None:
         seen.append(headers)
 
-    monkeypatch.setattr(AzureRest, "send", send)
+    monkeypatch.setattr(AzureRest, "put", put)
     bench_azure._withhold_crc64()
     sent = {"x-ms-content-crc64": "AAAAAAAAAAA=", "x-ms-blob-type": "BlockBlob"}
-    AzureRest.send(object.__new__(AzureRest), "PUT", "b", "write", "az://c/b", headers=sent)
+    await AzureRest.put(object.__new__(AzureRest), "b", "write", "az://c/b", memoryview(b""), headers=sent)
     assert seen == [{"x-ms-blob-type": "BlockBlob"}]
     assert sent["x-ms-content-crc64"] == "AAAAAAAAAAA="  # the caller's headers are left alone

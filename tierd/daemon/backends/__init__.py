@@ -9,14 +9,16 @@ state, kept so a restart resumes them), ``budget`` (the memory every buffer come
 (CRC64NVME of buffers), ``headfirst`` (a store's reader: the first bytes the opening GET
 brought, then ranged GETs), ``ownermeta`` (a file's owner and mode as an object's metadata,
 as rclone names them), ``httphead`` (an HTTP/1.1 request head for the clients that write
-their own requests), ``posix/``, ``s3/``, ``gcs/`` and ``azure/`` (the stores), ``peer/``
+their own requests), ``httpwire`` (tierd's own HTTP/1.1 connections: GCS's media requests,
+Azure's blob GETs and puts), ``posix/``, ``s3/``, ``gcs/`` and ``azure/`` (the stores), ``peer/``
 (the peer tier: other nodes' parts held in this node's peer directory).
 
 ``s3/`` is imported when a tier needs it (``make_backend``, or ``S3Backend`` looked up here):
 aioboto3, botocore, aiohttp and the rest are 20 MB of a daemon's resident memory (128 MB
 after importing the daemon, 108 MB without them) that a daemon of POSIX tiers never uses.
 ``azure/`` likewise: azure-core (its credentials and errors) loads only for an Azure tier; the
-data path and every call go on tierd's own aiohttp session, without azure-storage-blob.
+data path goes on ``httpwire`` and every other call on tierd's own aiohttp session, without
+azure-storage-blob.
 """
 
 from __future__ import annotations

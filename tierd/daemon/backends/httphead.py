@@ -1,9 +1,9 @@
 """An HTTP/1.1 request's head as bytes, for the clients that write requests themselves.
 
-``gcs.wire`` (media GETs) and ``peer.rawput`` (a file's PUT by ``sendfile``) write their
-requests straight to a connection of their own. A line break in a request line or a header
-value would end the head early and let the rest be read as a request of its own, so such a
-head is refused (ValueError) rather than sent.
+``httpwire`` (GCS's media GETs, Azure's blob GETs) and ``peer.rawput`` (a file's PUT by
+``sendfile``) write their requests straight to a connection of their own. A line break in a
+request line or a header value would end the head early and let the rest be read as a
+request of its own, so such a head is refused (ValueError) rather than sent.
 """
 
 from __future__ import annotations

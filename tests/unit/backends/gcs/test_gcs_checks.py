@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 import yaml
@@ -42,6 +43,30 @@ async def test_the_emulator_refuses_a_wrong_declared_crc32c(gcs_emulator: GcsEmu
         with pytest.raises(IntegrityError, match="CRC32C"):
             await writes.upload_whole(gcs.media, "x.bin", memoryview(data), resource, {})
         assert await listed(gcs) == []
+    finally:
+        await gcs.close()
+
+
+async def test_a_small_objects_upload_and_read_go_on_tierds_own_connections(
+    gcs_emulator: GcsEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A multipart upload and a media GET are each one request on ``httpwire``, not aiohttp's."""
+
+    async def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a media request went through aiohttp")
+
+    monkeypatch.setattr(aiohttp.ClientSession, "_request", refused)
+    gcs = GcsBackend(gcs_emulator.new_tier())
+    try:
+        data = os.urandom(5000)
+        info = await gcs.write(WriteRequest("m.bin", BytesReader(data), crc(data)))
+        assert (info.size, info.checksum) == (5000, crc(data))
+        whole, opened = bytearray(5000), bytearray(5000)
+        assert await gcs.read_whole(["m.bin"], [memoryview(whole)]) == [None]
+        reader = await gcs.open_reader("m.bin")
+        assert await reader.read_into(0, memoryview(opened)) == 5000
+        await reader.close()
+        assert bytes(whole) == bytes(opened) == data
     finally:
         await gcs.close()
 

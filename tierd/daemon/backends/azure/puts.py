@@ -1,10 +1,10 @@
-"""Put Blob and Put Block on the data path's session (``azure.rest``): the buffer is the body.
+"""Put Blob and Put Block on the data path's connections (``AzureRest.put``): the buffer is the body.
 
 Each carries its bytes' CRC64 (``x-ms-content-crc64``) so the service refuses a body it did
 not receive intact (``Crc64Mismatch`` -> IntegrityError). A Put Blob also carries the blob's
 metadata (``x-ms-meta-*``), access tier and encryption scope; a Put Block its encryption
-scope. The body is the budget's buffer the bytes were read and hashed in (``BlockBody``),
-sent without a copy.
+scope. The body is the budget's buffer the bytes were read and hashed in, sent on
+``httpwire`` (no aiohttp request per blob).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import base64
 from collections.abc import Mapping
 from urllib.parse import quote
 
-from tierd.daemon.backends.azure.bodies import BlockBody
 from tierd.daemon.backends.azure.rest import AzureRest
 
 __all__ = ["put_blob", "put_block", "write_headers"]
@@ -46,8 +45,7 @@ async def put_blob(
         **{f"x-ms-meta-{key}": value for key, value in metadata.items()},
         **extra,
     }
-    async with rest.send("PUT", name, "write", location, headers=headers, body=BlockBody(view)):
-        pass
+    await rest.put(name, "write", location, view, headers=headers)
 
 
 async def put_block(
@@ -58,7 +56,4 @@ async def put_block(
     headers = {"x-ms-content-crc64": crc, "Content-Type": "application/octet-stream"}
     headers |= write_headers(None, scope)
     query = f"comp=block&blockid={encoded}"
-    async with rest.send(
-        "PUT", name, "stage block of", location, query=query, headers=headers, body=BlockBody(view)
-    ):
-        pass
+    await rest.put(name, "stage block of", location, view, query=query, headers=headers)

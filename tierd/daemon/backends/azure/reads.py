@@ -1,9 +1,9 @@
 """Reading blobs: ranged GETs pinned to the ETag seen at open, and parallel read-back hashing.
 
-Every GET goes on the data path's own session (``azure.rest``), its body copied straight
-into the caller's buffer. Every ranged read after the opening one carries ``If-Match`` with
-the ETag the opening GET saw, so all of a reader's bytes come from one version of the blob
-(a 412 means it changed: the next try opens it again). A small object read whole
+Every GET goes on the data path's own connections (``AzureRest.get``, on ``httpwire``), its
+body copied straight into the caller's buffer. Every ranged read after the opening one
+carries ``If-Match`` with the ETag the opening GET saw, so all of a reader's bytes come from
+one version of the blob (a 412 means it changed: the next try opens it again). A small object read whole
 (``read_whole``) is one GET with no range: its Content-Length must be the size recorded. A
 read-back hashes ``READBACK_RANGE`` ranges in parallel and combines their CRCs; each range's
 bytes are charged to the buffer budget while held.
@@ -18,11 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tierd.daemon import checksum
-from tierd.daemon.backends.azure.rest import AzureRest, read_body
+from tierd.daemon.backends.azure.rest import AzureRest
 from tierd.daemon.backends.budget import MIB, ByteBudget
 from tierd.daemon.backends.concurrency import for_each
 from tierd.daemon.backends.hashing import combine_all, crc64
 from tierd.daemon.backends.headfirst import HeadFirstReader
+from tierd.daemon.backends.httpwire import Answer
 from tierd.errors import IntegrityError, TransientBackendError
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "fill",
     "hash_blob",
     "open_blob",
+    "read_body",
     "read_whole_blob",
 ]
 
@@ -58,8 +60,8 @@ async def fill(blob: Blob, offset: int, view: memoryview, etag: str | None) -> N
     headers = {"x-ms-range": f"bytes={offset}-{offset + len(view) - 1}"}
     if etag:
         headers["If-Match"] = etag
-    async with blob.rest.send("GET", blob.name, "read", blob.location, headers=headers) as response:
-        got = await read_body(response, view, f"read {blob.location}")
+    async with blob.rest.get(blob.name, "read", blob.location, headers=headers) as answer:
+        got = await read_body(answer, view, f"read {blob.location}")
     if got != len(view):
         raise TransientBackendError(f"read {blob.location}: got {got} of {len(view)} bytes at {offset}")
 
@@ -72,10 +74,10 @@ async def open_blob(blob: Blob) -> AzureReader:
     """
     head = bytearray(OPEN_RANGE)
     headers = {"x-ms-range": f"bytes=0-{OPEN_RANGE - 1}"}
-    async with blob.rest.send("GET", blob.name, "open", blob.location, headers=headers) as response:
-        got = await read_body(response, memoryview(head), f"open {blob.location}")
-        size = _total_size(response.headers.get("Content-Range", ""), got)
-        etag = response.headers.get("ETag")
+    async with blob.rest.get(blob.name, "open", blob.location, headers=headers) as answer:
+        got = await read_body(answer, memoryview(head), f"open {blob.location}")
+        size = _total_size(answer.headers.get("content-range", ""), got)
+        etag = answer.headers.get("etag")
     del head[got:]
     return AzureReader(blob, size, etag, bytes(head))
 
@@ -85,14 +87,25 @@ async def read_whole_blob(blob: Blob, view: memoryview) -> None:
 
     Raises IntegrityError when it is not ``len(view)`` bytes long, NotFound when missing.
     """
-    async with blob.rest.send("GET", blob.name, "read", blob.location) as response:
-        if response.content_length is not None and response.content_length != len(view):
-            raise IntegrityError(
-                f"{blob.location}: holds {response.content_length} bytes, expected {len(view)}"
-            )
-        got = await read_body(response, view, f"read {blob.location}")
+    async with blob.rest.get(blob.name, "read", blob.location) as answer:
+        declared = answer.headers.get("content-length")
+        if declared is not None and declared != str(len(view)):
+            raise IntegrityError(f"{blob.location}: holds {declared} bytes, expected {len(view)}")
+        got = await read_body(answer, view, f"read {blob.location}")
     if got != len(view):
         raise IntegrityError(f"{blob.location}: holds {got} bytes, expected {len(view)}")
+
+
+async def read_body(answer: Answer, view: memoryview, where: str) -> int:
+    """Copy the answer's body into ``view``; its length, which must fit in ``view``.
+
+    Raises TransientBackendError when the body is longer than ``view`` or shorter than its
+    framing (a cut answer).
+    """
+    got = await answer.read_into(view, stop=True)
+    if not answer.finished and await answer.read(1):
+        raise TransientBackendError(f"{where}: the answer runs past {len(view)} bytes")
+    return got
 
 
 def _total_size(content_range: str, got: int) -> int:

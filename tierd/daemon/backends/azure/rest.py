@@ -1,4 +1,4 @@
-"""Every request of an Azure tier, signed and sent straight on one aiohttp session.
+"""Every request of an Azure tier, signed and sent straight: blob GETs on ``httpwire``, the rest on aiohttp.
 
 The SDK runs each request through azure-core's pipeline (a dozen policies, its response
 deserialised into models) and reads a download whole before handing it over; for a
@@ -6,6 +6,10 @@ checkpoint's thousands of blobs and its 8 MiB ranges that cost more CPU than the
 a request is signed and sent as it is, a download's body is copied straight into the
 caller's budgeted buffer as it arrives, and an upload's body is that buffer itself. The
 other calls (properties, block lists, deletes, listings: ``azure.calls``) go on it too.
+A blob's GET (``get``) and a Put Blob or Put Block (``put``) go on ``httpwire``'s kept
+connections instead: against Azurite, 1,000 blobs of 4-64 KiB (3 alternating runs each,
+load 5-10) took 0.30-0.33 ms of the event loop's CPU per blob downloaded on aiohttp and
+0.25-0.26 ms on ``httpwire``, and 0.46-0.49 ms per blob uploaded against 0.30-0.32 ms.
 
 Credentials, as the SDK's client has them: Shared Key (each request signed with the
 account key, HMAC-SHA256 over the canonical request), a SAS token (appended to the query),
@@ -34,7 +38,7 @@ from yarl import URL
 
 from tierd import __version__
 from tierd.daemon.backends.azure.errors import answer_error, azure_errors
-from tierd.errors import TransientBackendError
+from tierd.daemon.backends.httpwire import Answer, WirePool
 
 __all__ = ["API_VERSION", "AzureRest", "Signer", "header_order"]
 
@@ -46,6 +50,7 @@ READ_TIMEOUT = 120
 ERROR_BODY = 4096
 STORAGE_SCOPE = "https://storage.azure.com/.default"
 TOKEN_MARGIN = 300.0
+USER_AGENT = f"tierd/{__version__}"
 
 
 def header_order(item: tuple[str, str]) -> tuple[str, str]:
@@ -120,6 +125,8 @@ class AzureRest:
         self.base, self.container, self.signer = base_url.rstrip("/"), container, signer
         self.connections = connections
         self._session: aiohttp.ClientSession | None = None
+        self.wire = WirePool(self.base, connections=connections, verify_tls=True, refuse=refuse)
+        self._date = (0, "")
 
     def session(self) -> aiohttp.ClientSession:
         """The session, made on first use."""
@@ -154,16 +161,8 @@ class AzureRest:
         Raises the tierd error of any other answer (``errors.answer_error``) and
         TransientBackendError for connection errors, timeouts and cut bodies.
         """
-        sent = {
-            "x-ms-date": formatdate(usegmt=True),
-            "x-ms-version": API_VERSION,
-            "User-Agent": f"tierd/{__version__}",
-            **(headers or {}),
-        }
-        if body is not None:
-            sent["Content-Length"] = str(len(body))
-        elif method in ("PUT", "POST"):
-            sent["Content-Length"] = "0"
+        sent = self._sent(method, headers, None if body is None else len(body))
+        sent["User-Agent"] = USER_AGENT
         url = await self.signer.authorise(method, self.url(name, query), sent)
         where = f"{action} {location}"
         with azure_errors(action, location):
@@ -175,30 +174,59 @@ class AzureRest:
                     )
                 yield response
 
+    @asynccontextmanager
+    async def get(
+        self, name: str, action: str, location: str, *, headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[Answer]:
+        """One signed GET of blob ``name`` on ``httpwire``; yields a 2xx answer whose body the caller reads.
+
+        Raises as ``send``.
+        """
+        sent = self._sent("GET", headers, None)
+        url = await self.signer.authorise("GET", self.url(name), sent)
+        async with self.wire.get(str(url), f"{action} {location}", sent) as answer:
+            yield answer
+
+    async def put(
+        self,
+        name: str,
+        action: str,
+        location: str,
+        body: memoryview,
+        *,
+        query: str = "",
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """One signed PUT of ``body`` (Put Blob, Put Block) on ``httpwire``; raises as ``send``."""
+        sent = self._sent("PUT", headers, len(body))
+        url = await self.signer.authorise("PUT", self.url(name, query), sent)
+        async with self.wire.request("PUT", str(url), f"{action} {location}", sent, body):
+            pass
+
+    def _sent(self, method: str, headers: Mapping[str, str] | None, length: int | None) -> dict[str, str]:
+        """The headers a request sends before it is signed: date, version, ``headers``, length."""
+        sent = {"x-ms-date": self.date(), "x-ms-version": API_VERSION, **(headers or {})}
+        if length is not None:
+            sent["Content-Length"] = str(length)
+        elif method in ("PUT", "POST"):
+            sent["Content-Length"] = "0"
+        return sent
+
+    def date(self) -> str:
+        """``x-ms-date``'s value now: formatted once a second, not per request."""
+        now = int(time.time())
+        if self._date[0] != now:
+            self._date = (now, formatdate(now, usegmt=True))
+        return self._date[1]
+
     async def close(self) -> None:
-        """Close the session's connections."""
+        """Close the session's connections and the kept GET connections."""
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+        await self.wire.close()
 
 
-async def read_body(response: aiohttp.ClientResponse, view: memoryview, where: str) -> int:
-    """Copy the body into ``view`` as it arrives; its length, which must fit in ``view``.
-
-    Raises TransientBackendError when the body is longer than ``view`` or shorter than its
-    Content-Length (a cut answer).
-    """
-    got = 0
-    while True:
-        piece = await response.content.readany()
-        if not piece:
-            break
-        end = got + len(piece)
-        if end > len(view):
-            raise TransientBackendError(f"{where}: the answer runs past {len(view)} bytes")
-        view[got:end] = piece
-        got = end
-    declared = response.content_length
-    if declared is not None and got != declared:
-        raise TransientBackendError(f"{where}: body cut at {got} of {declared} bytes")
-    return got
+def refuse(answer: Answer, text: str, where: str) -> None:
+    """A GET's answer outside 2xx as the tierd error ``errors.answer_error`` names."""
+    raise answer_error(answer.status, answer.headers.get("x-ms-error-code", ""), text, where)

@@ -46,6 +46,8 @@ __all__ = ["Hashed", "ObjectSettings", "hash_both", "resumable_upload", "session
 RANGE_PREFIX = "bytes=0-"
 QUANTUM = 256 * 1024
 BODY_SLICE = 1024 * 1024
+#: The longest object resource an upload's answer may hold (its metadata is at most 8 KiB).
+RESOURCE_LIMIT = 1024 * 1024
 log = get_logger(__name__)
 
 
@@ -110,14 +112,11 @@ async def upload_whole(
         media.client.upload_url,
         where,
         params={"uploadType": "multipart", **params},
-        data=_slices(head, data, tail),
-        headers={
-            "Content-Type": f"multipart/related; boundary={boundary}",
-            "Content-Length": str(len(head) + len(data) + len(tail)),
-        },
-    ) as response:
-        answer: dict[str, Any] = json.loads(await response.read())
-    return answer
+        body=(head, data, tail),
+        headers={"Content-Type": f"multipart/related; boundary={boundary}"},
+    ) as answer:
+        resource_json: dict[str, Any] = json.loads(await answer.whole(RESOURCE_LIMIT))
+    return resource_json
 
 
 async def start_session(
