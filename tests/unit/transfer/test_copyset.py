@@ -39,6 +39,7 @@ from tierd.daemon.backends.posix import copy as posixcopy
 from tierd.daemon.backends.posix import fstype
 from tierd.daemon.backends.posix.backend import is_temp_name
 from tierd.daemon.beneath import Place
+from tierd.daemon.markers import MARKER_NAMES
 from tierd.daemon.transfer import copyset
 from tierd.daemon.transfer.copier import FileCopier
 from tierd.daemon.transfer.copyset import copy_checkpoint_files, marker_last
@@ -48,7 +49,7 @@ from tierd.daemon.transfer.throttle import PriorityPool
 from tierd.errors import IntegrityError, NotFound, TierdError, TransientBackendError
 
 CHUNK = 16 * 1024
-MARKER = "step/.metadata"  # sorts first by name: only its mtime makes it last
+MARKER = "step/.metadata"  # sorts first by name: its mtime and its name make it last
 
 
 class RecordingBatch(posixbatch.PosixBatch):
@@ -630,4 +631,28 @@ async def test_a_hop_announces_its_data_files_and_passes_over_one_the_source_lac
     assert sorted(advice.willneed()) == sorted(root / r for r in files if r not in (gone, MARKER))
     assert done.infos[gone] is None
     assert set(done.infos) == set(files)
+    assert visible(dst.root) == files
+
+
+def test_a_marker_sharing_the_newest_mtime_still_goes_last() -> None:
+    """Files written within one tick of the file system's clock share an mtime: the name decides."""
+    shard, metadata = FileSpec("step/__0_0.distcp", 10, "a", 5), FileSpec("step/.metadata", 1, "b", 5)
+    assert marker_last([metadata, shard])[-1] == metadata  # by name alone, '.' sorts before '_'
+    assert marker_last([shard, metadata])[-1] == metadata
+    # a watch's own marker (format `marker`), when the runner is told of it
+    done, data = FileSpec("step/COMPLETE", 0, "c", 5), FileSpec("step/model.bin", 10, "d", 5)
+    assert marker_last([done, data], MARKER_NAMES | {"COMPLETE"})[-1] == done
+    assert marker_last([done, data])[-1] == data  # not a marker by name: oldest first, then by name
+    touched = FileSpec("step/__1_0.distcp", 10, "e", 9)  # a shard touched after the metadata
+    assert marker_last([touched, metadata, shard])[-1] == metadata
+
+
+async def test_the_marker_goes_last_when_every_file_shares_one_mtime(
+    posix_src: PosixBackend, dst: PosixBackend
+) -> None:
+    files = await put_files(posix_src, 6)
+    specs = [FileSpec(s.relpath, s.size, s.checksum, 1_700_000_000_000_000_000) for s in specs_of(files)]
+    batch = RecordingBatch(dst)
+    await copy_checkpoint_files(copier_for(posix_src, dst, batch), batch, specs, concurrency=4)
+    assert [e for e in batch.events if e[0] == "commit"][-1] == ("commit", [MARKER])
     assert visible(dst.root) == files

@@ -1,7 +1,7 @@
 """Run one claimed copy job: every file of a checkpoint from its source tier to the next.
 
-The runner marks the replica ``copying``, copies the files (the newest-written file,
-usually the format's completion marker, last and alone, so a tier never shows a
+The runner marks the replica ``copying``, copies the files (the format's or the watch's
+completion marker, else the newest-written file, last and alone, so a tier never shows a
 checkpoint's marker before its data), records progress and renews the lease from a
 heartbeat, then marks the replica ``verified`` or ``failed``. Writes go through the
 destination's ``WriteBatch``: a file it stages counts as done only once committed, and
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
@@ -37,6 +37,7 @@ from tierd.daemon.catalog.jobs import Claim, release_job
 from tierd.daemon.catalog.models import utcnow
 from tierd.daemon.catalog.uploads import hop_upload_ids
 from tierd.daemon.libc import trim_freed_memory
+from tierd.daemon.markers import MARKER_NAMES
 from tierd.daemon.metrics import Metrics
 from tierd.daemon.pipeline import records
 from tierd.daemon.pipeline.options import PipelineOptions
@@ -134,9 +135,14 @@ class HopRunner:
         claim: Claim,
         metrics: Metrics | None = None,
         claimed_at: float | None = None,
+        markers: Collection[str] = MARKER_NAMES,
     ) -> None:
-        """``claimed_at``: ``time.monotonic()`` from before the claim was sent (its lease's start)."""
+        """``claimed_at``: ``time.monotonic()`` from before the claim was sent (its lease's start).
+
+        ``markers``: the file names copied last (the formats' markers and the watches' own).
+        """
         self.db, self.backends, self.tiers = db, backends, tiers
+        self.markers = markers
         self.limits, self.options, self.owner, self.claim = limits, options, owner, claim
         self.metrics = metrics
         self.progress = _Progress()
@@ -234,6 +240,7 @@ class HopRunner:
             skip=skip if resumed else None,
             progress=lambda spec: self.progress.counter(spec.relpath, spec.size),
             done=lambda spec, _info: self.progress.finish(spec),
+            markers=self.markers,
         )
         if dst.features.multipart:
             # Every file is in place: no upload of this hop is left to resume. One the store

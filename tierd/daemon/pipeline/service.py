@@ -37,6 +37,7 @@ from tierd.daemon.catalog.jobs import (
     requeue_orphaned_jobs,
 )
 from tierd.daemon.context import Context
+from tierd.daemon.markers import MARKER_NAMES
 from tierd.daemon.outage import CatalogOutage
 from tierd.daemon.pipeline import scheduler
 from tierd.daemon.pipeline.janitor import Janitor
@@ -232,6 +233,7 @@ class PipelineService:
             claim=claim,
             metrics=self.ctx.metrics,
             claimed_at=claimed_at,
+            markers=MARKER_NAMES | {w.marker for w in self.ctx.config.watch if w.marker},
         )
         task = asyncio.create_task(runner.run(), name=f"pipeline:job:{claim.job_id}")
         self._running[claim.job_id] = _Running(runner, task)

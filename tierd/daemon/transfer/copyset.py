@@ -33,11 +33,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+import posixpath
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from typing import NamedTuple
 
 from tierd.daemon.backends.base import Backend, ObjectInfo, WriteBatch
 from tierd.daemon.backends.concurrency import for_each
+from tierd.daemon.markers import MARKER_NAMES
 from tierd.daemon.transfer.copier import FileCopier
 from tierd.daemon.transfer.spec import FileSpec
 from tierd.errors import TierdError
@@ -85,9 +87,14 @@ FileProgress = Callable[[FileSpec], Callable[[int | None], None]]
 FileDone = Callable[[FileSpec, ObjectInfo | None], None]
 
 
-def marker_last(files: Sequence[FileSpec]) -> list[FileSpec]:
-    """``files`` oldest first: the last one is the completion marker."""
-    return sorted(files, key=lambda f: (f.mtime_ns, f.relpath))
+def marker_last(files: Sequence[FileSpec], markers: Collection[str] = MARKER_NAMES) -> list[FileSpec]:
+    """``files`` in copy order: the last one is the completion marker.
+
+    Files named as a marker (``markers``: file names, the formats' own by default) after the
+    others, then oldest first. The mtime alone is not enough: files written within one tick of
+    the file system's clock share it, and ``.metadata`` sorts before ``__0_0.distcp``.
+    """
+    return sorted(files, key=lambda f: (posixpath.basename(f.relpath) in markers, f.mtime_ns, f.relpath))
 
 
 async def copy_checkpoint_files(
@@ -99,15 +106,17 @@ async def copy_checkpoint_files(
     skip: Skip | None = None,
     progress: FileProgress | None = None,
     done: FileDone | None = None,
+    markers: Collection[str] = MARKER_NAMES,
 ) -> None:
-    """Copy ``files`` with ``copier``, which writes through ``batch``, the marker last.
+    """Copy ``files`` with ``copier``, which writes through ``batch``, the marker last (``marker_last``).
 
     ``done`` is called once per file, when it is durable (see the module docstring).
     Raises what the copier or ``batch.commit()`` raised, after discarding what was staged.
     """
     if copier.batch is not batch:
         raise ValueError("the copier must write through the batch being committed")
-    await _CopySet(copier, batch, skip, progress or _no_counter, done or _ignore).run(files, concurrency)
+    copyset = _CopySet(copier, batch, skip, progress or _no_counter, done or _ignore)
+    await copyset.run(marker_last(files, markers), concurrency)
 
 
 class _Stream(NamedTuple):
@@ -140,9 +149,8 @@ class _CopySet:
         self.awaiting: dict[str, tuple[FileSpec, ObjectInfo]] = {}
         self.hints: list[asyncio.Task[None]] = []
 
-    async def run(self, files: Sequence[FileSpec], concurrency: int) -> None:
-        """The data on its streams and committed, then the completion marker alone, committed."""
-        ordered = marker_last(files)
+    async def run(self, ordered: Sequence[FileSpec], concurrency: int) -> None:
+        """The data on its streams and committed, then the completion marker (the last) alone, committed."""
         streams = await self._streams(ordered[:-1], concurrency)
         try:
             await for_each(streams, self._run_stream, len(streams))
