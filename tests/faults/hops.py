@@ -80,8 +80,13 @@ class Hops:
     s3: S3Tier
 
     async def hop(self, tier: str, timeout: float = 90) -> Replica:
-        """Run the pipeline until ``tier``'s replica is verified or failed; that replica."""
-        ctx = Context(config=self.config, db=self.db)
+        """Run the pipeline until ``tier``'s replica is verified or failed; that replica.
+
+        The pipeline knows the tiers up to ``tier`` only: the next hop never runs early, before
+        a test has set the faults it is to meet.
+        """
+        upto = [t.name for t in self.config.tiers].index(tier) + 1
+        ctx = Context(config=self.config.model_copy(update={"tiers": self.config.tiers[:upto]}), db=self.db)
 
         def ended() -> bool:
             return self.state(tier) in ("verified", "failed")

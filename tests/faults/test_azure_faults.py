@@ -65,8 +65,14 @@ class AzureHops:
     tier: AzureTier
 
     async def hop(self, tier: str) -> Replica:
-        """Run the pipeline until ``tier``'s replica is verified or failed; that replica."""
-        ctx = Context(config=self.world.config, db=self.db)
+        """Run the pipeline until ``tier``'s replica is verified or failed; that replica.
+
+        The pipeline knows the tiers up to ``tier`` only: the next hop never runs early (the
+        ``pfs`` hop, copied from the blob before a test set its faults, left none to fire).
+        """
+        config = self.world.config
+        upto = [t.name for t in config.tiers].index(tier) + 1
+        ctx = Context(config=config.model_copy(update={"tiers": config.tiers[:upto]}), db=self.db)
 
         def ended() -> bool:
             row = replicas(self.db, self.checkpoint_id).get(tier)

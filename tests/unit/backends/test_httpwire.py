@@ -285,3 +285,22 @@ async def test_a_whole_answer_is_read_up_to_its_bound(serve: Start) -> None:
                 await answer.whole(12)
     finally:
         await pool.close()
+
+
+async def test_a_request_cancelled_on_a_kept_connection_closes_it(serve: Start) -> None:
+    """Not left open for the garbage collector (``unclosed <StreamWriter>``), nor kept."""
+    server = await serve({"/a": (ok(b"x" * 100), False), "/hang": (b"", False)})  # /hang: no answer
+    pool = WirePool(server.url, connections=4, verify_tls=True, refuse=refuse)
+    try:
+        await fetch(pool, f"{server.url}/a")
+        (kept,) = pool.idle
+        task = asyncio.create_task(fetch(pool, f"{server.url}/hang"))
+        while len(server.requests) < 2:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert pool.idle == []
+        assert kept.writer.is_closing()
+    finally:
+        await pool.close()

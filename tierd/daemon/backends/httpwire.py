@@ -255,6 +255,9 @@ class WirePool:
                 return connection, await self._send(connection, request, where)
             except _TRANSPORT_ERRORS:
                 connection.close()  # closed by the server while kept: a new one below
+            except BaseException:  # cancelled (a sibling block failed the write): never kept
+                connection.close()
+                raise
         connection = await self._connect(where)
         with _dropped_on_error(connection, where):
             return connection, await self._send(connection, request, where)
