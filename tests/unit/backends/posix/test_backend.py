@@ -124,6 +124,34 @@ async def test_a_write_cancelled_while_its_temp_file_is_made_leaves_none(
     assert not (backend.root / "run" / "x.bin").exists()
 
 
+async def test_a_stage_cancelled_while_its_file_is_staged_leaves_none(
+    backend: PosixBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A file of one chunk is staged for the hop's batch in one trip to the I/O pool; cancelled
+    # meanwhile (a sibling's ENOSPC failed the hop), the staged file reached neither the batch
+    # nor a discard, and stayed (test_full_disk's big files, 1 run in 15 under load).
+    staged, go_on = threading.Event(), threading.Event()
+    real = posixcopy.stage_whole
+
+    def slow_stage(*args: Any, **kwargs: Any) -> Any:
+        made = real(*args, **kwargs)
+        staged.set()
+        go_on.wait(10)
+        return made
+
+    monkeypatch.setattr(posixcopy, "stage_whole", slow_stage)
+    data = os.urandom(100_000)
+    task = asyncio.create_task(backend.stage(WriteRequest("run/x.bin", CountingReader(data), crc(data))))
+    assert await asyncio.to_thread(staged.wait, 10)
+    task.cancel()
+    await asyncio.sleep(0)
+    go_on.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert temp_files(backend.root) == []
+    assert not (backend.root / "run" / "x.bin").exists()
+
+
 async def test_delete_prunes_emptied_directories_but_never_the_root(backend: PosixBackend) -> None:
     for name in ("run/step1/a.bin", "run/step1/sub/b.bin", "run/step2/c.bin"):
         await backend.write(WriteRequest(name, BytesReader(b"x"), crc(b"x")))

@@ -161,7 +161,7 @@ class PosixWrites:
         """
         made = blocking(posixcopy.create_temp, final, owner)
         with os_errors("create temporary file for", str(final.path)):
-            temp = await uninterrupted(made, undo=lambda temp: _discard_staged([temp]))
+            temp = await uninterrupted(made, undo=_discard_staged)
         if temp is None:
             raise self._root_missing()
         return temp
@@ -180,7 +180,7 @@ class PosixWrites:
             return None
         found = await uninterrupted(
             blocking(posixresume.open_resumable, directory, name, size, self.chunk_size),
-            undo=_discard_resumable,
+            undo=_discard_staged,
         )
         if found is not None:
             log.info("copy_resumed", tier=self.name, path=str(final.path), bytes_kept=found[1], size=size)
@@ -265,7 +265,7 @@ class PosixWrites:
                 await read_full(reader, 0, view, where=where)
             with os_errors("write", where):
                 try:
-                    result = await uninterrupted(blocking_on(view, fn, source))
+                    result = await uninterrupted(blocking_on(view, fn, source), undo=_discard_staged)
                 except posixcopy.SourceEnded as exc:
                     raise _source_ended(where, exc.offset, reader.size) from None
                 except posixcopy.Mismatch as exc:
@@ -479,15 +479,10 @@ def _remove_abandoned(final: Place, names: set[str]) -> int:
         return 0
 
 
-async def _discard_staged(results: Sequence[TempFile | Exception | None]) -> None:
-    """Remove what a staging trip created for a caller that was cancelled meanwhile."""
-    await blocking(discard_all, [result for result in results if isinstance(result, TempFile)])
-
-
-async def _discard_resumable(found: tuple[TempFile, int] | None) -> None:
-    """Remove a temporary file adopted for a write that was cancelled meanwhile."""
-    if found is not None:
-        await blocking(found[0].discard)
+async def _discard_staged(results: object) -> None:
+    """Remove the temporary files (one, or in a sequence) made for a caller cancelled meanwhile."""
+    staged = results if isinstance(results, Sequence) else [results]
+    await blocking(discard_all, [result for result in staged if isinstance(result, TempFile)])
 
 
 class _KernelCopyRefused(Exception):
