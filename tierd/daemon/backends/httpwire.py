@@ -151,13 +151,17 @@ class Answer:
         line = await _timed(self.reader.readuntil(b"\n"))
         return line.rstrip(b"\r\n")
 
-    async def whole(self, most: int) -> bytes:
-        """The whole body, at most ``most`` bytes; TransientBackendError when it is longer or cut short."""
-        buffer = bytearray(most)
-        got = await self.read_into(memoryview(buffer), stop=True)
+    async def fill(self, view: memoryview) -> int:
+        """Copy the whole body into ``view``; its length. TransientBackendError when longer or cut short."""
+        got = await self.read_into(view, stop=True)
         if not self.finished and await self.read(1):
-            raise TransientBackendError(f"{self.where}: the answer runs past {most} bytes")
-        return bytes(buffer[:got])
+            raise TransientBackendError(f"{self.where}: the answer runs past {len(view)} bytes")
+        return got
+
+    async def whole(self, most: int) -> bytes:
+        """The whole body, at most ``most`` bytes (``fill``)."""
+        buffer = bytearray(most)
+        return bytes(buffer[: await self.fill(memoryview(buffer))])
 
     async def error_text(self) -> str:
         """The start of an error answer's body, as text."""

@@ -23,7 +23,6 @@ from tierd.daemon.backends.budget import MIB, ByteBudget
 from tierd.daemon.backends.concurrency import for_each
 from tierd.daemon.backends.hashing import combine_all, crc64
 from tierd.daemon.backends.headfirst import HeadFirstReader
-from tierd.daemon.backends.httpwire import Answer
 from tierd.errors import IntegrityError, TransientBackendError
 
 __all__ = [
@@ -34,7 +33,6 @@ __all__ = [
     "fill",
     "hash_blob",
     "open_blob",
-    "read_body",
     "read_whole_blob",
 ]
 
@@ -61,7 +59,7 @@ async def fill(blob: Blob, offset: int, view: memoryview, etag: str | None) -> N
     if etag:
         headers["If-Match"] = etag
     async with blob.rest.get(blob.name, "read", blob.location, headers=headers) as answer:
-        got = await read_body(answer, view, f"read {blob.location}")
+        got = await answer.fill(view)
     if got != len(view):
         raise TransientBackendError(f"read {blob.location}: got {got} of {len(view)} bytes at {offset}")
 
@@ -75,7 +73,7 @@ async def open_blob(blob: Blob) -> AzureReader:
     head = bytearray(OPEN_RANGE)
     headers = {"x-ms-range": f"bytes=0-{OPEN_RANGE - 1}"}
     async with blob.rest.get(blob.name, "open", blob.location, headers=headers) as answer:
-        got = await read_body(answer, memoryview(head), f"open {blob.location}")
+        got = await answer.fill(memoryview(head))
         size = _total_size(answer.headers.get("content-range", ""), got)
         etag = answer.headers.get("etag")
     del head[got:]
@@ -91,21 +89,9 @@ async def read_whole_blob(blob: Blob, view: memoryview) -> None:
         declared = answer.headers.get("content-length")
         if declared is not None and declared != str(len(view)):
             raise IntegrityError(f"{blob.location}: holds {declared} bytes, expected {len(view)}")
-        got = await read_body(answer, view, f"read {blob.location}")
+        got = await answer.fill(view)
     if got != len(view):
         raise IntegrityError(f"{blob.location}: holds {got} bytes, expected {len(view)}")
-
-
-async def read_body(answer: Answer, view: memoryview, where: str) -> int:
-    """Copy the answer's body into ``view``; its length, which must fit in ``view``.
-
-    Raises TransientBackendError when the body is longer than ``view`` or shorter than its
-    framing (a cut answer).
-    """
-    got = await answer.read_into(view, stop=True)
-    if not answer.finished and await answer.read(1):
-        raise TransientBackendError(f"{where}: the answer runs past {len(view)} bytes")
-    return got
 
 
 def _total_size(content_range: str, got: int) -> int:
