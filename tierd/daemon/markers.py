@@ -21,6 +21,7 @@ __all__ = [
     "SELF_MARKED_FORMATS",
     "TRACKER",
     "TRAINER_STATE",
+    "marker_names",
     "split_markers",
 ]
 
@@ -45,6 +46,11 @@ MARKER_NAMES = frozenset(
 SELF_MARKED_FORMATS = frozenset({"torch_save", "nvrx_local"})
 
 
+def marker_names(*configured: str | None) -> frozenset[str]:
+    """Every format's marker names and ``configured`` ones (watches' ``marker``; None: none)."""
+    return MARKER_NAMES.union(name for name in configured if name)
+
+
 def split_markers(
     fmt: str, relpaths: Sequence[str], *, marker: str | None = None
 ) -> tuple[list[str], list[str]]:
@@ -54,7 +60,7 @@ def split_markers(
     """
     if fmt in SELF_MARKED_FORMATS:
         return list(relpaths), []
-    names = MARKER_NAMES | {marker} if marker else MARKER_NAMES
+    names = marker_names(marker)
     markers = [p for p in relpaths if posixpath.basename(p) in names]
     chosen = set(markers)
     return markers, [p for p in relpaths if p not in chosen]

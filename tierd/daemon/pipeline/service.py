@@ -37,7 +37,7 @@ from tierd.daemon.catalog.jobs import (
     requeue_orphaned_jobs,
 )
 from tierd.daemon.context import Context
-from tierd.daemon.markers import MARKER_NAMES
+from tierd.daemon.markers import marker_names
 from tierd.daemon.outage import CatalogOutage
 from tierd.daemon.pipeline import scheduler
 from tierd.daemon.pipeline.janitor import Janitor
@@ -81,6 +81,8 @@ class PipelineService:
         self.ctx = ctx
         self.options = options or PipelineOptions()
         self.tiers = list(ctx.config.tiers)
+        #: Copied last by every hop: the formats' markers and the watches' (a restart's to change).
+        self.markers = marker_names(*(w.marker for w in ctx.config.watch))
         self.tier_names = [t.name for t in self.tiers]
         self.owner = owner_id(ctx.config.node)
         self.limits = Limits.for_tiers(self.tiers)
@@ -233,7 +235,7 @@ class PipelineService:
             claim=claim,
             metrics=self.ctx.metrics,
             claimed_at=claimed_at,
-            markers=MARKER_NAMES | {w.marker for w in self.ctx.config.watch if w.marker},
+            markers=self.markers,
         )
         task = asyncio.create_task(runner.run(), name=f"pipeline:job:{claim.job_id}")
         self._running[claim.job_id] = _Running(runner, task)
