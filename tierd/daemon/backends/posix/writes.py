@@ -161,7 +161,7 @@ class PosixWrites:
         """
         made = blocking(posixcopy.create_temp, final, owner)
         with os_errors("create temporary file for", str(final.path)):
-            temp = await uninterrupted(made, undo=_discard_staged)
+            temp = await uninterrupted(made, undo=_discard_made)
         if temp is None:
             raise self._root_missing()
         return temp
@@ -180,7 +180,7 @@ class PosixWrites:
             return None
         found = await uninterrupted(
             blocking(posixresume.open_resumable, directory, name, size, self.chunk_size),
-            undo=_discard_staged,
+            undo=_discard_made,
         )
         if found is not None:
             log.info("copy_resumed", tier=self.name, path=str(final.path), bytes_kept=found[1], size=size)
@@ -228,7 +228,7 @@ class PosixWrites:
         items = [
             (final, file.data, file.checksum, file.owner) for final, file in zip(finals, files, strict=True)
         ]
-        results = await uninterrupted(blocking(posixcopy.stage_files, items), undo=_discard_staged)
+        results = await uninterrupted(blocking(posixcopy.stage_files, items), undo=_discard_made)
         return [
             self._staged_or_error(file, final, result)
             for file, final, result in zip(files, finals, results, strict=True)
@@ -265,7 +265,7 @@ class PosixWrites:
                 await read_full(reader, 0, view, where=where)
             with os_errors("write", where):
                 try:
-                    result = await uninterrupted(blocking_on(view, fn, source), undo=_discard_staged)
+                    result = await uninterrupted(blocking_on(view, fn, source), undo=_discard_made)
                 except posixcopy.SourceEnded as exc:
                     raise _source_ended(where, exc.offset, reader.size) from None
                 except posixcopy.Mismatch as exc:
@@ -479,7 +479,7 @@ def _remove_abandoned(final: Place, names: set[str]) -> int:
         return 0
 
 
-async def _discard_staged(results: object) -> None:
+async def _discard_made(results: object) -> None:
     """Remove the temporary files (one, or in a sequence) made for a caller cancelled meanwhile."""
     staged = results if isinstance(results, Sequence) else [results]
     await blocking(discard_all, [result for result in staged if isinstance(result, TempFile)])
