@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -95,31 +95,40 @@ async def test_a_failing_source_leaves_no_temp_file(backend: PosixBackend) -> No
     assert not (backend.root / "f" / "x.bin").exists()
 
 
+async def _cancelled_inside(
+    monkeypatch: pytest.MonkeyPatch, helper: str, call: Callable[[], Coroutine[Any, Any, object]]
+) -> None:
+    """Start ``call``, cancel it while the I/O thread is held inside ``posixcopy.<helper>``
+    (after the helper made its file), then let the thread finish; the call must end cancelled."""
+    inside, go_on = threading.Event(), threading.Event()
+    real = getattr(posixcopy, helper)
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        made = real(*args, **kwargs)
+        inside.set()
+        go_on.wait(10)
+        return made
+
+    monkeypatch.setattr(posixcopy, helper, held)
+    task = asyncio.create_task(call())
+    assert await asyncio.to_thread(inside.wait, 10)
+    task.cancel()
+    await asyncio.sleep(0)
+    go_on.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 async def test_a_write_cancelled_while_its_temp_file_is_made_leaves_none(
     backend: PosixBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A hop whose sibling file fails cancels this write; the thread making its temporary file
     # runs on regardless, and a cancelled caller that did not wait for it lost the file (and its
     # descriptor and lock) on a full disk until the next sweep.
-    made, go_on = threading.Event(), threading.Event()
-    real = posixcopy.create_temp
-
-    def slow_create(*args: Any, **kwargs: Any) -> Any:
-        created = real(*args, **kwargs)
-        made.set()
-        go_on.wait(10)
-        return created
-
-    monkeypatch.setattr(posixcopy, "create_temp", slow_create)
     data = os.urandom(3 * 1024 * 1024)
     backend.chunk_size = 1024 * 1024
-    task = asyncio.create_task(backend.write(WriteRequest("run/x.bin", CountingReader(data), crc(data))))
-    assert await asyncio.to_thread(made.wait, 10)
-    task.cancel()
-    await asyncio.sleep(0)
-    go_on.set()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    request = WriteRequest("run/x.bin", CountingReader(data), crc(data))
+    await _cancelled_inside(monkeypatch, "create_temp", lambda: backend.write(request))
     assert temp_files(backend.root) == []
     assert not (backend.root / "run" / "x.bin").exists()
 
@@ -130,24 +139,9 @@ async def test_a_stage_cancelled_while_its_file_is_staged_leaves_none(
     # A file of one chunk is staged for the hop's batch in one trip to the I/O pool; cancelled
     # meanwhile (a sibling's ENOSPC failed the hop), the staged file reached neither the batch
     # nor a discard, and stayed (test_full_disk's big files, 1 run in 15 under load).
-    staged, go_on = threading.Event(), threading.Event()
-    real = posixcopy.stage_whole
-
-    def slow_stage(*args: Any, **kwargs: Any) -> Any:
-        made = real(*args, **kwargs)
-        staged.set()
-        go_on.wait(10)
-        return made
-
-    monkeypatch.setattr(posixcopy, "stage_whole", slow_stage)
     data = os.urandom(100_000)
-    task = asyncio.create_task(backend.stage(WriteRequest("run/x.bin", CountingReader(data), crc(data))))
-    assert await asyncio.to_thread(staged.wait, 10)
-    task.cancel()
-    await asyncio.sleep(0)
-    go_on.set()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    request = WriteRequest("run/x.bin", CountingReader(data), crc(data))
+    await _cancelled_inside(monkeypatch, "stage_whole", lambda: backend.stage(request))
     assert temp_files(backend.root) == []
     assert not (backend.root / "run" / "x.bin").exists()
 
