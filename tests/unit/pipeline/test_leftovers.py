@@ -12,10 +12,9 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from tests.fixtures.pipeline_run import run_pipeline_until
+from tests.fixtures.pipeline_run import FAST, run_pipeline_until
 from tests.fixtures.s3servers import S3Server
 from tests.integration.daemon_helpers import MiB, record_checkpoint, replicas, tier_dict, write_files
-from tests.unit.pipeline.test_runner import FAST
 from tierd.config import Config
 from tierd.daemon.backends import Backend, close_backends, make_backend
 from tierd.daemon.backends.posix.backend import TEMP_MARK, is_temp_name

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from tests.fixtures.pipeline_run import run_pipeline_until
+from tests.fixtures.pipeline_run import FAST, run_pipeline_until
 from tests.unit.detect.fleet import dcp_across, node_context, reconcile, step_row
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import AuditEvent, Checkpoint, Job, Part, Replica
@@ -22,21 +22,9 @@ from tierd.daemon.catalog.part_replicas import Settled, mark_part_verified, part
 from tierd.daemon.catalog.retention import load_retention_rows
 from tierd.daemon.catalog.runs import latest_checkpoint, run_summaries
 from tierd.daemon.context import Context
-from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.scheduler import schedule_pass
 from tierd.daemon.pipeline.service import PipelineService
-from tierd.daemon.transfer.retry import Backoff
 from tierd.errors import NotFound
-
-FAST = PipelineOptions(
-    poll_interval=0.02,
-    lease_seconds=30,
-    renew_interval=0.05,
-    progress_interval=0.02,
-    file_attempts=3,
-    file_backoff=Backoff(base=0.001, cap=0.01),
-    job_backoff=Backoff(base=0.05, cap=0.05),
-)
 
 
 def _tier_states(db: Database, step: int) -> tuple[dict[str, str], dict[str, dict[str, str]]]:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from tests.fixtures.pipeline_run import pipelines_running, poll_until, run_pipeline_until
+from tests.fixtures.pipeline_run import FAST, pipelines_running, poll_until, run_pipeline_until
 from tests.integration.daemon_helpers import all_jobs, audit, record_checkpoint, replicas, write_files
 from tierd.config import Config, PosixTier
 from tierd.daemon.aio import blocking
@@ -38,18 +38,7 @@ from tierd.daemon.pipeline.options import PipelineOptions
 from tierd.daemon.pipeline.runner import HopRunner, Limits
 from tierd.daemon.pipeline.scheduler import schedule_pass
 from tierd.daemon.pipeline.service import PipelineService
-from tierd.daemon.transfer.retry import Backoff
 from tierd.errors import PermanentBackendError, TierdError, TransientBackendError
-
-FAST = PipelineOptions(
-    poll_interval=0.02,
-    lease_seconds=30,
-    renew_interval=0.05,
-    progress_interval=0.02,
-    file_attempts=3,
-    file_backoff=Backoff(base=0.001, cap=0.01),
-    job_backoff=Backoff(base=0.05, cap=0.05),
-)
 
 
 class Flaky(PosixBackend):

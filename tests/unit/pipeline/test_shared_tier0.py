@@ -15,9 +15,8 @@ from typing import Any
 from sqlalchemy import select
 
 from tests.conftest import posix_config_dict
-from tests.fixtures.pipeline_run import run_pipeline_until
+from tests.fixtures.pipeline_run import FAST, run_pipeline_until
 from tests.unit.detect.fleet import age, save_dcp_files, step_row
-from tests.unit.pipeline.test_parts import FAST
 from tierd.config import Config, PosixTier
 from tierd.daemon.backends.base import (
     Backend,

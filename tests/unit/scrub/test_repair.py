@@ -6,8 +6,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from tests.fixtures.pipeline_run import run_pipeline_until
-from tests.unit.pipeline.test_runner import FAST
+from tests.fixtures.pipeline_run import FAST, run_pipeline_until
 from tests.unit.scrub.helpers import flip_byte, relpaths, scrub_world, scrubber
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.models import Job
