@@ -1,4 +1,4 @@
-"""The catalog's connection pool: a connection for every thread that may hold a session."""
+"""The catalog's sessions: a connection for every thread that may hold one, a snapshot per read."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import text
 
+from tierd.daemon.catalog.checkpoints import get_or_create_run
 from tierd.daemon.catalog.db import POOL_CONNECTIONS, Database
 
 
@@ -30,3 +31,19 @@ def test_every_thread_that_may_hold_a_session_gets_a_connection(db: Database) ->
     held = [db.engine.connect() for _ in range(POOL_CONNECTIONS)]
     for connection in held:
         connection.close()
+
+
+def test_a_read_session_reads_one_snapshot(db: Database) -> None:
+    """What another session commits meanwhile is not seen halfway through a read.
+
+    On PostgreSQL's default isolation each statement saw the latest commit, so the API listed a
+    waiting step's part without the expected files committed in the same transaction.
+    """
+    count = text("SELECT count(*) FROM runs")
+    with db.read_session() as reading:
+        before = reading.execute(count).scalar_one()
+        with db.session() as writing:
+            get_or_create_run(writing, "committed-meanwhile")
+        assert reading.execute(count).scalar_one() == before
+    with db.read_session() as reading:
+        assert reading.execute(count).scalar_one() == before + 1

@@ -32,7 +32,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from tierd.daemon.aio import API_THREADS, MAX_THREADS
 from tierd.errors import CatalogConflict, CatalogError
 
-__all__ = ["CONNECT_TIMEOUT_SECONDS", "POOL_CONNECTIONS", "POOL_KEPT", "Database", "Session", "catalog_error"]
+__all__ = [
+    "CONNECT_TIMEOUT_SECONDS",
+    "POOL_CONNECTIONS",
+    "POOL_KEPT",
+    "READ_ISOLATION",
+    "Database",
+    "Session",
+    "catalog_error",
+]
 
 #: How long opening a PostgreSQL connection may take before the call fails (libpq's
 #: ``connect_timeout``): an unreachable catalog answers ``/readyz`` with 503, not a hang.
@@ -43,6 +51,11 @@ POOL_CONNECTIONS = MAX_THREADS + 2 * API_THREADS
 #: Connections kept open between calls (the others are closed when given back): a fleet of
 #: daemons on one PostgreSQL keeps its idle connection count low.
 POOL_KEPT = 10
+#: PostgreSQL's isolation for ``Database.read_session``. Under its default (READ COMMITTED) each
+#: statement sees what was committed when it began, so a view built from several statements
+#: (a step's row, then its parts, then its files) could mix two states: a waiting step listed
+#: a part whose expected files were committed with it, but not those files.
+READ_ISOLATION = "REPEATABLE READ"
 #: The longest driver message kept in a CatalogError.
 _MESSAGE_CHARS = 300
 
@@ -55,7 +68,9 @@ class Database:
         self.is_sqlite = url.startswith("sqlite")
         self.engine = _make_engine(url, busy_timeout_ms, immediate=True)
         self._read_engine = (
-            _make_engine(url, busy_timeout_ms, immediate=False) if self.is_sqlite else self.engine
+            _make_engine(url, busy_timeout_ms, immediate=False)
+            if self.is_sqlite
+            else self.engine.execution_options(isolation_level=READ_ISOLATION)
         )
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._read_sessions = sessionmaker(self._read_engine, expire_on_commit=False)
@@ -74,7 +89,10 @@ class Database:
 
     @contextmanager
     def read_session(self) -> Iterator[Session]:
-        """A session for reads only; on SQLite it does not take the write lock.
+        """A session for reads only, all of them from one snapshot of the catalog.
+
+        On SQLite it does not take the write lock (a deferred transaction in WAL mode reads one
+        snapshot); on PostgreSQL it is ``READ_ISOLATION``.
 
         Raises CatalogError when the database fails.
         """
@@ -92,7 +110,8 @@ class Database:
     def dispose(self) -> None:
         """Close every pooled connection."""
         self.engine.dispose()
-        self._read_engine.dispose()
+        if self._read_engine is not self.engine and self.is_sqlite:  # PostgreSQL's shares the pool
+            self._read_engine.dispose()
 
 
 def catalog_error(exc: SQLAlchemyError) -> CatalogError:
