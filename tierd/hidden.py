@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 
-__all__ = ["hidden"]
+__all__ = ["hidden", "hidden_for_good"]
 
 
 class _Hidden(importlib.abc.MetaPathFinder):
@@ -45,3 +45,19 @@ def hidden(*packages: str) -> Iterator[None]:
         yield
     finally:
         sys.meta_path.remove(finder)
+
+
+#: The finder ``hidden_for_good`` installed, once.
+_FOR_GOOD = _Hidden(())
+
+
+def hidden_for_good(*modules: str) -> None:
+    """From now on, importing any of ``modules`` fails as if it were not installed.
+
+    For a library's optional part that loads more for a feature tierd never uses, whenever
+    the library itself is imported (``tierd.logs``: httpx's command line). A module loaded
+    already stays loaded.
+    """
+    _FOR_GOOD.packages = tuple(dict.fromkeys((*_FOR_GOOD.packages, *modules)))
+    if _FOR_GOOD not in sys.meta_path:
+        sys.meta_path.insert(0, _FOR_GOOD)

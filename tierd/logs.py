@@ -1,11 +1,13 @@
 """structlog set-up: JSON lines when stderr is not a terminal, readable lines when it is.
 
-structlog and httpx are loaded here with rich and pygments hidden, even where they are
-installed (the dev extra brings them): structlog imports rich, when it can, only to draw
-exceptions on a terminal, and httpx both for its own command line (``httpx._main``), which
-tierd never runs; with the attrs rich pulls in they took ~5 MB of every daemon's resident
-memory (89 modules). structlog draws exceptions with its plain formatter instead. So that
-nothing imports httpx before this module, the CLI imports it first (``tierd.cli.main``).
+structlog is loaded here with rich and pygments hidden, even where they are installed (the
+dev extra brings them): structlog imports rich, when it can, only to draw exceptions on a
+terminal, and draws them with its plain formatter instead. httpx imports rich and pygments
+(and click) for its own command line (``httpx._main``), which tierd never runs: that module
+is hidden for good (``tierd.hidden``) once this one is imported, so httpx loads without them
+whenever it is imported (by the CLI's commands that call the API, a peer or GCS tier; never
+by a daemon's start, so the CLI imports this module first: ``tierd.cli.main``). With the attrs
+rich pulls in they took ~5 MB of every daemon's resident memory (89 modules).
 """
 
 from __future__ import annotations
@@ -15,15 +17,17 @@ import sys
 from datetime import date, datetime
 from typing import Literal
 
-from tierd.hidden import hidden
+from tierd.hidden import hidden, hidden_for_good
 
-__all__ = ["TERMINAL_EXTRAS", "configure_logging", "get_logger", "set_level"]
+__all__ = ["HTTPX_CLI", "TERMINAL_EXTRAS", "configure_logging", "get_logger", "set_level"]
 
-#: What structlog and httpx would import, when installed, for terminal output tierd does not use.
+#: What structlog would import, when installed, for terminal output tierd does not use.
 TERMINAL_EXTRAS = ("rich", "pygments", "better_exceptions")
+#: httpx's command line, which it imports (with click, rich and pygments) whenever it can.
+HTTPX_CLI = "httpx._main"
 
+hidden_for_good(HTTPX_CLI)
 with hidden(*TERMINAL_EXTRAS):
-    import httpx  # noqa: F401
     import structlog
 
 get_logger = structlog.get_logger

@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import shtab
-
 __all__ = ["SHELLS", "add_completion", "directories", "files"]
 
 SHELLS = ("bash", "zsh")
@@ -23,15 +21,19 @@ _INSTALL = {
 }
 
 
+#: What an option marked by ``files`` or ``directories`` takes, until shtab is told (``_print``).
+_TAKES = "tierd_completes"
+
+
 def files(action: argparse.Action) -> argparse.Action:
     """Mark ``action`` as taking a file name (the shell completes file names there)."""
-    action.complete = shtab.FILE  # type: ignore[attr-defined]
+    setattr(action, _TAKES, "FILE")
     return action
 
 
 def directories(action: argparse.Action) -> argparse.Action:
     """Mark ``action`` as taking a directory name."""
-    action.complete = shtab.DIRECTORY  # type: ignore[attr-defined]
+    setattr(action, _TAKES, "DIRECTORY")
     return action
 
 
@@ -48,5 +50,22 @@ def add_completion(sub: Any, root: argparse.ArgumentParser) -> None:
 
 
 def _print(root: argparse.ArgumentParser, shell: str) -> int:
+    """Print the script; shtab is imported here only (a daemon, which never completes, loads none of it)."""
+    import shtab
+
+    for action in _actions(root):
+        if (takes := getattr(action, _TAKES, None)) is not None:
+            action.complete = getattr(shtab, takes)  # type: ignore[attr-defined]
     print(shtab.complete(root, shell=shell), end="")
     return 0
+
+
+def _actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """Every action of ``parser`` and of its subcommands' parsers, at any depth."""
+    found: list[argparse.Action] = []
+    for action in parser._actions:
+        found.append(action)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases share a parser
+                found.extend(_actions(sub))
+    return found

@@ -9,13 +9,13 @@ Unreachable, and one whose certificate is not trusted Untrusted (as the job's cl
 from __future__ import annotations
 
 import ssl
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import quote
 
-import httpx
-
-from tierd.client.wire import connection_error
 from tierd.errors import ApiError
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["DaemonApi", "JsonObject", "PlanAction"]
 
@@ -35,6 +35,8 @@ class DaemonApi:
         *,
         verify: ssl.SSLContext | bool = True,
     ) -> None:
+        import httpx  # only when a command calls the API: ``tierd run`` never does
+
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout, verify=verify)
 
@@ -53,6 +55,10 @@ class DaemonApi:
 
         Raises ApiError on 4xx/5xx, Unreachable or Untrusted when no answer came.
         """
+        import httpx
+
+        from tierd.client.wire import connection_error
+
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:

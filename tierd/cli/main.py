@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tierd import __version__
-from tierd import logs as _logs  # noqa: F401  first: httpx loads without rich (tierd.logs)
+from tierd import logs as _logs  # noqa: F401  first: httpx and structlog load without rich (tierd.logs)
 from tierd.cli import checkpoints, daemon, fleet, protection, restores, systemd, tiers, usage
 from tierd.cli.completion import add_completion, files
 from tierd.cli.display import format_bytes, printable, table

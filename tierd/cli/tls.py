@@ -15,7 +15,6 @@ import os
 import ssl
 from pathlib import Path
 
-from tierd.client.wire import load_client_cert, tls_context
 from tierd.config import Config
 from tierd.errors import ConfigError
 
@@ -30,6 +29,8 @@ def verification(ca_file: Path | None, config: Config | None) -> ssl.SSLContext:
     ``config`` is the daemon's config when the URL came from it (else None). Raises ConfigError
     naming the option, variable or key whose file cannot be used.
     """
+    from tierd.client.wire import tls_context  # the job's client and httpx: a command that calls the API
+
     if ca_file is None and not os.environ.get("TIERD_CA_FILE") and config is not None and config.api.tls:
         return pinned(config.api.tls.cert_file)
     return tls_context(ca_file)
@@ -53,5 +54,7 @@ def pinned(cert_file: Path) -> ssl.SSLContext:
         raise ConfigError(
             [f"api.tls.cert_file: {cert_file} is not a valid PEM certificate ({exc})"]
         ) from None
+    from tierd.client.wire import load_client_cert
+
     load_client_cert(context)
     return context

@@ -20,6 +20,10 @@ LAZY = ("aioboto3", "aiobotocore", "botocore", "boto3", "aiohttp", "psycopg", "a
 #: Never imported by a daemon, though installed with the dev extra (``tierd.hidden``).
 NEVER = ("rich", "pygments", "pydantic.v1")
 
+#: Imported by the CLI's commands that call the API (httpx, through the job's client) or print
+#: the completion script (shtab), never by the parser ``tierd run`` builds.
+CLI_COMMANDS_ONLY = ("httpx", "tierd.client", "shtab")
+
 #: A daemon with POSIX tiers only, built (not started) over ``sys.argv[1]``: the library
 #: modules it imported, as JSON.
 POSIX_DAEMON = """
@@ -73,6 +77,23 @@ def test_the_daemon_imports_no_s3_postgresql_or_alembic_until_used() -> None:
     code = (
         "import json, sys; import tierd.daemon.runtime, tierd.cli.main;"
         f"print(json.dumps([m for m in {(*LAZY, *NEVER)!r} if m in sys.modules]))"
+    )
+    assert _library_modules(code) == []
+
+
+def test_the_command_line_parser_loads_no_http_client_nor_completion() -> None:
+    code = (
+        "import json, sys; import tierd.cli.main; tierd.cli.main.parser();"
+        f"print(json.dumps([m for m in {CLI_COMMANDS_ONLY!r} if m in sys.modules]))"
+    )
+    assert _library_modules(code) == []
+
+
+def test_httpx_loads_without_its_command_line_once_tierd_logs_is_imported() -> None:
+    """Whenever httpx is imported (a peer or GCS tier, the CLI), not its click, rich and pygments."""
+    unwanted = ("click", *NEVER)
+    code = "import json, sys; import tierd.logs, httpx;" + (
+        f"print(json.dumps([m for m in {unwanted!r} if m in sys.modules]))"
     )
     assert _library_modules(code) == []
 

@@ -24,6 +24,9 @@ CLIENT_HEAP_LIMIT = 8_000_000
 #: OrderedDicts and copied into dicts, 5.3 MB parsed into dicts and trimmed in place (what is
 #: freed after stays in the daemon's resident memory as fragmented arenas).
 CLIENT_PEAK_LIMIT = 6_500_000
+#: The Python heap's peak while ``endpoints.json`` is read: its text twice (bytes and str, 2.5
+#: MB) and one service at a time; 5.3 MB when it was parsed whole, then trimmed (``s3.leanjson``).
+ENDPOINTS_PEAK_LIMIT = 3_500_000
 KEYS = {"aws_access_key_id": "AKIDEXAMPLE", "aws_secret_access_key": "secret"}
 
 
@@ -50,6 +53,19 @@ def test_endpoints_keep_only_the_services_a_tier_uses() -> None:
     for partition in "aws", "aws-cn", "aws-us-gov":
         assert {"s3", "sts"} <= set(services[partition])
     assert set().union(*services.values()) <= ENDPOINT_SERVICES
+
+
+def test_the_endpoints_file_is_read_one_service_at_a_time() -> None:
+    loader = botocore.loaders.create_loader()
+    loader.file_loader = LeanFileLoader()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        loader.load_data("endpoints")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < ENDPOINTS_PEAK_LIMIT, peak
 
 
 def test_the_s3_model_has_every_operation_and_no_documentation() -> None:

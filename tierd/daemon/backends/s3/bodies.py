@@ -9,15 +9,23 @@ its previous chunk (through a slice) while waiting for the budget to grant the n
 with 16 parts in flight, 80 MiB of chunks were alive under a 32 MiB budget. Here each
 chunk lives in one coroutine frame, which ends before the next chunk is asked for.
 
-A transport may queue views of what it is given rather than copies (asyncio's selector
-transport does since Python 3.12, GH-91166). So the last slice of each streamed chunk goes
-out as a copy: flow control leaves at most the high-water mark (64 KiB) queued after a
-write, all of it from that copy, and no transport is left holding a chunk whose budget was
-given back. A buffered part's buffer is released only after the store answered, when
-everything was sent. That is what lets both take the budget's reused, page-aligned buffers
-(``ByteBudget.aligned``): a POSIX source fills them by ``O_DIRECT`` (``posix.directread``),
-and no chunk costs a fresh mapping's page faults (a 1 GiB upload to ``rclone serve s3``:
-1.6-1.9 CPU-s instead of 2.9-3.2 with the direct read-back of ``s3.reads``, load 18-26).
+A body goes to the HTTP writer ``SEND_SLICE`` bytes at a time. Before Python 3.12, asyncio's
+selector transport copies what the socket did not take of each write into a buffer of its
+own, until it is sent: with 1 MiB slices, each part's connection held up to 1 MiB of such
+copies, from the C heap, which kept the high-water mark of all of them; a 4 GiB upload to
+``rclone serve s3`` grew the daemon's heap by 6.8 MB during the hop, and by 1.3 MB with 256
+KiB slices (its peak 168.2 MB, then 162.7, one run each; with ``s3.leanjson`` too,
+``python -m bench --against 8210385 --rounds 2 s3``, load 1.4-5.6: 162.4 MB against 169.1
+MB, the daemon's CPU 4.9 and 5.3 s against 5.8 and 5.8 s).
+Since 3.12 a transport may instead queue views of what it is given (GH-91166). So the last
+slice of each streamed chunk goes out as a copy: flow control leaves at most the high-water
+mark (64 KiB) queued after a write, all of it from that copy, and no transport is left
+holding a chunk whose budget was given back. A buffered part's buffer is released only
+after the store answered, when everything was sent. That is what lets both take the
+budget's reused, page-aligned buffers (``ByteBudget.aligned``): a POSIX source fills them
+by ``O_DIRECT`` (``posix.directread``), and no chunk costs a fresh mapping's page faults (a
+1 GiB upload to ``rclone serve s3``: 1.6-1.9 CPU-s instead of 2.9-3.2 with the direct
+read-back of ``s3.reads``, load 18-26).
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from tierd.errors import PermanentBackendError
 
 __all__ = ["SEND_SLICE", "BufferBody", "StreamBody", "TransferSettings"]
 
-SEND_SLICE = 1 * MIB  # what the HTTP writer gets at a time (it drains between slices)
+SEND_SLICE = MIB // 4  # what the HTTP writer gets at a time (it drains between slices)
 
 
 @dataclass(frozen=True)
