@@ -385,13 +385,13 @@ async def test_the_source_hears_of_small_files_a_window_ahead(
 
 
 async def test_grouped_files_are_not_hinted_while_groups_have_every_lane(
-    tmp_path: Path, dst: PosixBackend
+    tmp_path: Path, dst: PosixBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(copyset, "LOCAL_GROUP_LANES", 2)  # so two lanes are every lane between local tiers
     (tmp_path / "src").mkdir()
     src = HintedPosix(PosixTier(name="src", kind="posix", path=tmp_path / "src"), chunk_size=CHUNK)
     files = await put_files(src, 10)
     batch = RecordingBatch(dst)
-    assert copyset.LOCAL_GROUP_LANES >= 2  # so two lanes are every lane even between local tiers
     await copy_checkpoint_files(copier_for(src, dst, batch), batch, specs_of(files), concurrency=2)
     assert src.hints == []
     assert visible(dst.root) == files
@@ -655,4 +655,26 @@ async def test_the_marker_goes_last_when_every_file_shares_one_mtime(
     batch = RecordingBatch(dst)
     await copy_checkpoint_files(copier_for(posix_src, dst, batch), batch, specs, concurrency=4)
     assert [e for e in batch.events if e[0] == "commit"][-1] == ("commit", [MARKER])
+    assert visible(dst.root) == files
+
+
+async def test_between_local_tiers_one_group_runs_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second group in flight only takes the GIL from the first at each system call."""
+    monkeypatch.setattr(copyset, "GROUP_FILES", 2)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "dst").mkdir()
+    dst = CountingPosix(
+        PosixTier(name="dst", kind="posix", path=tmp_path / "dst"), chunk_size=CHUNK, local=True
+    )
+    src = GroupReadingPosix(
+        PosixTier(name="src", kind="posix", path=tmp_path / "src"), chunk_size=CHUNK, groups=dst
+    )
+    files = await put_files(src, 20)
+    batch = RecordingBatch(dst)
+    await copy_checkpoint_files(
+        copier_for(src, dst, batch, concurrency=8), batch, specs_of(files), concurrency=8
+    )
+    assert dst.most == 1
     assert visible(dst.root) == files

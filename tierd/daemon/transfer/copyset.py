@@ -20,11 +20,14 @@ rather than one lane's wait at a time.
 Between two file systems of this node's own disks (``Backend.local_disk``) a group costs
 CPU, not waiting: its reads are announced ahead (by the source itself where it says so,
 ``Features.announced_whole_reads``: a POSIX tier opens a group's files and announces them all
-before reading the first), and the rest is system calls with Python in between. There at
-most ``LOCAL_GROUP_LANES`` groups run at once, because every system call
-hands the GIL to another thread, and more lanes than cores only add hand-offs (for 5,000
-files on this project's 2-core VMs, 16 lanes without hints took 1.3x the time and 1.4x the
-CPU of 3 lanes with them; 16 lanes with hints were no faster than without).
+before reading the first), and the rest is system calls with Python in between. There one
+group runs at a time (``LOCAL_GROUP_LANES``): each system call lets go of the GIL, and while
+another thread wants it every one became a futex wake and a context switch. For 5,000 files
+on this project's 2-core VMs, three lanes made 11,000-24,000 context switches a hop and spent
+a third of the daemon's CPU switching (``perf``: ``finish_task_switch`` and
+``try_to_wake_up`` under ``pthread_cond_signal``); one lane made 2,000-3,400, took 0.58 CPU-s
+against 0.96 (median of 5, load 2-4) and no longer (0.79 s against 0.85 s). Earlier, 16
+lanes had taken 1.3x the time and 1.4x the CPU of 3.
 Bigger files keep every lane, and so does any hop that involves a network or parallel file
 system or an object store, where lanes hide round trips.
 """
@@ -32,7 +35,6 @@ system or an object store, where lanes hide round trips.
 from __future__ import annotations
 
 import asyncio
-import os
 import posixpath
 from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from typing import NamedTuple
@@ -68,10 +70,9 @@ GROUP_FILE_LIMIT = 1024 * 1024
 GROUP_FILES = 64
 GROUP_BYTES = 2 * 1024 * 1024
 
-_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-#: Groups in flight at once between two local file systems: one more than the cores, and
-#: never more than 4 (the GIL runs the Python half of every file one thread at a time).
-LOCAL_GROUP_LANES = min(4, _CORES + 1)
+#: Groups in flight at once between two local file systems: one (a second thread only takes
+#: the GIL from the first at each system call; see the module docstring).
+LOCAL_GROUP_LANES = 1
 
 #: Files hinted to the source ahead of the copy lanes, a window at a time.
 READ_AHEAD_FILES = 128
