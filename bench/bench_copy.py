@@ -154,8 +154,8 @@ def _tierd_path() -> str:
         "at the first big write; copy_file_range where the tier refuses O_DIRECT), "
         f"files up to {copyset.GROUP_FILE_LIMIT // MIB} MiB in groups of up to {copyset.GROUP_FILES} files "
         f"(read in one trip, staged in one trip; between local file systems {copyset.LOCAL_GROUP_LANES} "
-        "group at a time, opening its files and announcing them with "
-        "POSIX_FADV_WILLNEED before reading the first), "
+        f"group of up to {copyset.LOCAL_GROUP_FILES} files at a time, opening its files and announcing "
+        "them with POSIX_FADV_WILLNEED before reading the first), "
         f"small files committed in batches of up to {posixbatch.MAX_FILES})"
     )
 

@@ -178,6 +178,7 @@ async def test_the_marker_is_copied_alone_once_the_data_is_committed(
 ) -> None:
     monkeypatch.setattr(posixbatch, "MAX_FILES", 3)  # several commits while the data is copied
     monkeypatch.setattr(copyset, "GROUP_FILES", 2)
+    monkeypatch.setattr(copyset, "LOCAL_GROUP_FILES", 2)
     files = await put_files(posix_src, 10)
     batch = RecordingBatch(dst)
     done = Done(batch)
@@ -456,6 +457,7 @@ async def test_groups_between_local_tiers_run_on_a_few_lanes_with_their_reads_hi
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local: bool
 ) -> None:
     monkeypatch.setattr(copyset, "GROUP_FILES", 2)
+    monkeypatch.setattr(copyset, "LOCAL_GROUP_FILES", 2)
     monkeypatch.setattr(copyset, "LOCAL_GROUP_LANES", 2)
     (tmp_path / "src").mkdir()
     dst = CountingPosix(
@@ -663,6 +665,7 @@ async def test_between_local_tiers_one_group_runs_at_a_time(
 ) -> None:
     """A second group in flight only takes the GIL from the first at each system call."""
     monkeypatch.setattr(copyset, "GROUP_FILES", 2)
+    monkeypatch.setattr(copyset, "LOCAL_GROUP_FILES", 2)
     (tmp_path / "src").mkdir()
     (tmp_path / "dst").mkdir()
     dst = CountingPosix(
@@ -677,4 +680,40 @@ async def test_between_local_tiers_one_group_runs_at_a_time(
         copier_for(src, dst, batch, concurrency=8), batch, specs_of(files), concurrency=8
     )
     assert dst.most == 1
+    assert visible(dst.root) == files
+
+
+class GroupSizes(RecordingBatch):
+    """A RecordingBatch that notes how many files each group brought."""
+
+    def __init__(self, backend: PosixBackend) -> None:
+        super().__init__(backend)
+        self.sizes: list[int] = []
+
+    async def write_whole(self, files: Sequence[SmallFile]) -> Sequence[ObjectInfo | TierdError]:
+        self.sizes.append(len(files))
+        return await super().write_whole(files)
+
+
+class FarPosix(PosixBackend):
+    """A POSIX tier that says it is not on this node's own disks (NFS, Lustre, ...)."""
+
+    async def local_disk(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("local", [True, False])
+async def test_groups_between_local_tiers_are_bigger(tmp_path: Path, local: bool) -> None:
+    """On its one lane a local hop's group takes up to LOCAL_GROUP_FILES: fewer trips, less bookkeeping."""
+    src = posix_at(tmp_path / "src")
+    (tmp_path / "dst").mkdir()
+    kind = PosixBackend if local else FarPosix
+    dst = kind(PosixTier(name="dst", kind="posix", path=tmp_path / "dst"), chunk_size=CHUNK)
+    files = await put_files(src, 100)
+    batch = GroupSizes(dst)
+    await copy_checkpoint_files(copier_for(src, dst, batch), batch, specs_of(files), concurrency=4)
+    if local:
+        assert batch.sizes == [100]  # the data files (the marker is copied alone, after them)
+    else:
+        assert sorted(batch.sizes) == [36, 64]
     assert visible(dst.root) == files

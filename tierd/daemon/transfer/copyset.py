@@ -51,6 +51,8 @@ __all__ = [
     "GROUP_BYTES",
     "GROUP_FILES",
     "GROUP_FILE_LIMIT",
+    "LOCAL_GROUP_BYTES",
+    "LOCAL_GROUP_FILES",
     "LOCAL_GROUP_LANES",
     "FileDone",
     "FileProgress",
@@ -73,6 +75,10 @@ GROUP_BYTES = 2 * 1024 * 1024
 #: Groups in flight at once between two local file systems: one (a second thread only takes
 #: the GIL from the first at each system call; see the module docstring).
 LOCAL_GROUP_LANES = 1
+#: A group between two local file systems, on its one lane: fewer trips to the I/O thread
+#: and fewer groups' bookkeeping (5,000 files: 0.54 CPU-s against 0.58 with groups of 64).
+LOCAL_GROUP_FILES = 256
+LOCAL_GROUP_BYTES = 8 * 1024 * 1024
 
 #: Files hinted to the source ahead of the copy lanes, a window at a time.
 READ_AHEAD_FILES = 128
@@ -164,14 +170,17 @@ class _CopySet:
             await asyncio.shield(self.batch.discard())  # staged and never committed: written again next time
 
     async def _streams(self, data: Sequence[FileSpec], concurrency: int) -> list[_Stream]:
-        """Files copied alone: every lane, hinted. Groups: ``_group_lanes``, hinted when fewer.
+        """Files copied alone: every lane, hinted. Groups: every lane, hinted when on fewer.
 
-        Not when the source announces a group's reads itself (``announced_whole_reads``).
+        Between local file systems groups are bigger and run on ``LOCAL_GROUP_LANES``. Groups
+        are not hinted when the source announces their reads itself (``announced_whole_reads``).
         """
         grouped = self.copier.groups_small_files and any(s.size <= GROUP_FILE_LIMIT for s in data)
-        group_lanes = await _group_lanes(self.copier, concurrency) if grouped else concurrency
-        most = group_bytes(group_lanes, self.copier.dst.budget.limit)
-        units = in_groups(data, most) if grouped else data
+        local = grouped and await _both_local(self.copier)
+        group_lanes = min(concurrency, LOCAL_GROUP_LANES) if local else concurrency
+        files, most = (LOCAL_GROUP_FILES, LOCAL_GROUP_BYTES) if local else (GROUP_FILES, GROUP_BYTES)
+        most = group_bytes(group_lanes, self.copier.dst.budget.limit, most)
+        units = in_groups(data, most, files) if grouped else data
         alone = [work for work in units if isinstance(work, FileSpec)]
         groups = [work for work in units if not isinstance(work, FileSpec)]
         hint_groups = group_lanes < concurrency and not self.copier.src.features.announced_whole_reads
@@ -225,23 +234,24 @@ class _CopySet:
                 self.report(*held)
 
 
-def group_bytes(lanes: int, budget: int) -> int:
-    """A group's most bytes: ``GROUP_BYTES``, less where ``lanes`` of them pass half ``budget``.
+def group_bytes(lanes: int, budget: int, most: int | None = None) -> int:
+    """A group's most bytes: ``most`` (``GROUP_BYTES``), less where ``lanes`` of them pass half ``budget``.
 
     A restore of 5,000 small files on an object store's 16 lanes held all 32 MiB of it. Never
     under ``GROUP_FILE_LIMIT``, the biggest file a group takes.
     """
-    return max(GROUP_FILE_LIMIT, min(GROUP_BYTES, budget // (2 * lanes)))
+    return max(GROUP_FILE_LIMIT, min(GROUP_BYTES if most is None else most, budget // (2 * lanes)))
 
 
 def in_groups(
-    files: Sequence[FileSpec], most_bytes: int | None = None
+    files: Sequence[FileSpec], most_bytes: int | None = None, most_files: int | None = None
 ) -> list[FileSpec | tuple[FileSpec, ...]]:
-    """``files`` in order, runs of small ones gathered into groups (``GROUP_FILES``, ``most_bytes``).
+    """``files`` in order, runs of small ones gathered into groups of ``most_files`` and ``most_bytes``.
 
-    ``most_bytes`` is ``GROUP_BYTES`` when not given (see ``group_bytes``).
+    Those are ``GROUP_FILES`` and ``GROUP_BYTES`` when not given (see ``group_bytes``).
     """
     most_bytes = GROUP_BYTES if most_bytes is None else most_bytes
+    most_files = GROUP_FILES if most_files is None else most_files
     units: list[FileSpec | tuple[FileSpec, ...]] = []
     current: list[FileSpec] = []
     size = 0
@@ -249,7 +259,7 @@ def in_groups(
         if spec.size > GROUP_FILE_LIMIT:
             units.append(spec)
             continue
-        if len(current) == GROUP_FILES or size + spec.size > most_bytes:
+        if len(current) == most_files or size + spec.size > most_bytes:
             units.append(tuple(current))
             current, size = [], 0
         current.append(spec)
@@ -259,11 +269,9 @@ def in_groups(
     return units
 
 
-async def _group_lanes(copier: FileCopier, concurrency: int) -> int:
-    """How many groups may be in flight: ``LOCAL_GROUP_LANES`` between two local file systems."""
-    if await copier.src.local_disk() and await copier.dst.local_disk():
-        return min(concurrency, LOCAL_GROUP_LANES)
-    return concurrency
+async def _both_local(copier: FileCopier) -> bool:
+    """Whether the copy runs between two file systems of this node's own disks."""
+    return await copier.src.local_disk() and await copier.dst.local_disk()
 
 
 def _read_ahead(
