@@ -5,8 +5,9 @@ needs: the temporary name's entry made, then, at the rename, removed again besid
 final one made. An ``O_TMPFILE`` file is an inode with no name: ``linkat`` gives it its
 final name at the commit, in one directory update, as a plain create would. Nothing
 partial is ever visible (the file has no name until it is complete and durable), and a
-crash leaves nothing to sweep: a file nobody named is freed with its last descriptor (on
-ext4 and XFS by the orphan list at the next mount). The descriptor stays open from the
+crash leaves nothing to sweep: a file nobody named is freed with its last descriptor (after
+a crash, by ext4's and XFS's orphan lists at the next mount; on a file system without a
+journal, by the fsck any crash calls for). The descriptor stays open from the
 staging to the commit, so at most ``MAX_OPEN`` of them (a quarter of the process's file
 limit) are held at once; past that, and where the file system or the kernel refuses
 ``O_TMPFILE`` or the link, a file is staged under a temporary name as before
