@@ -717,3 +717,46 @@ async def test_groups_between_local_tiers_are_bigger(tmp_path: Path, local: bool
     else:
         assert sorted(batch.sizes) == [36, 64]
     assert visible(dst.root) == files
+
+
+class WriteSignal(RecordingBatch):
+    """A RecordingBatch that tells a thread each time a group was written."""
+
+    def __init__(self, backend: PosixBackend) -> None:
+        super().__init__(backend)
+        self.wrote = threading.Event()
+
+    async def write_whole(self, files: Sequence[SmallFile]) -> Sequence[ObjectInfo | TierdError]:
+        results = await super().write_whole(files)
+        self.wrote.set()
+        return results
+
+
+async def test_a_full_batch_is_committed_while_the_copy_goes_on(
+    posix_src: PosixBackend, dst: PosixBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its syncfs waits for the disk: the one lane of a local hop stopped copying meanwhile."""
+    monkeypatch.setattr(posixbatch, "MAX_FILES", 3)
+    monkeypatch.setattr(copyset, "LOCAL_GROUP_FILES", 2)
+    files = await put_files(posix_src, 10)
+    batch = WriteSignal(dst)
+    copied_meanwhile: list[bool] = []
+    real_commit = posixcopy.commit_staged
+
+    def watched_commit(staged: list[Any]) -> None:
+        if not copied_meanwhile:  # the first commit waits for a write made while it runs
+            writes = sum(kind == "write" for kind, _ in batch.events)
+            batch.wrote.clear()
+            while sum(kind == "write" for kind, _ in batch.events) == writes and batch.wrote.wait(10):
+                batch.wrote.clear()
+            copied_meanwhile.append(sum(kind == "write" for kind, _ in batch.events) > writes)
+        real_commit(staged)
+
+    monkeypatch.setattr(posixcopy, "commit_staged", watched_commit)
+    done = Done(batch)
+    specs = specs_of(files)
+    await copy_checkpoint_files(copier_for(posix_src, dst, batch, 1), batch, specs, concurrency=1, done=done)
+    assert copied_meanwhile == [True]
+    assert done.early == []  # nothing reported before the commit that made it durable returned
+    assert [e for e in batch.events if e[0] == "commit"][-1] == ("commit", [MARKER])
+    assert visible(dst.root) == files

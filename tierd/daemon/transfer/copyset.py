@@ -137,7 +137,7 @@ class _Stream(NamedTuple):
 class _CopySet:
     """One copy of a checkpoint's files: the hooks, the batch, and what waits for its commit."""
 
-    __slots__ = ("awaiting", "batch", "copier", "counter", "hints", "report", "skip")
+    __slots__ = ("awaiting", "batch", "committing", "copier", "counter", "hints", "report", "skip")
 
     def __init__(
         self,
@@ -155,18 +155,26 @@ class _CopySet:
         #: Files written into the batch's staging and not yet committed by it.
         self.awaiting: dict[str, tuple[FileSpec, ObjectInfo]] = {}
         self.hints: list[asyncio.Task[None]] = []
+        #: The commit of a full batch, running while the lanes go on copying (one at a time).
+        self.committing: asyncio.Task[None] | None = None
 
     async def run(self, ordered: Sequence[FileSpec], concurrency: int) -> None:
         """The data on its streams and committed, then the completion marker (the last) alone, committed."""
         streams = await self._streams(ordered[:-1], concurrency)
         try:
             await for_each(streams, self._run_stream, len(streams))
+            await self._settle_commit()
             await self._commit()
             await for_each(ordered[-1:], self._unit, 1)  # the completion marker, once the data is durable
+            await self._settle_commit()
             await self._commit()
         finally:
             for hint in self.hints:
                 hint.cancel()
+            if (task := self.committing) is not None:  # a failed copy's commit still under way
+                await asyncio.wait([task])
+                if not task.cancelled():
+                    task.exception()  # retrieved: the copy's own error is the one raised
             await asyncio.shield(self.batch.discard())  # staged and never committed: written again next time
 
     async def _streams(self, data: Sequence[FileSpec], concurrency: int) -> list[_Stream]:
@@ -192,8 +200,27 @@ class _CopySet:
 
     async def _unit(self, work: FileSpec | Sequence[FileSpec]) -> None:
         await (self._one(work) if isinstance(work, FileSpec) else self._group(work))
-        if self.batch.full:
-            await self._commit()
+        while self.batch.full:  # committed behind the lanes; a second full batch waits for the first
+            if self.committing is None:
+                self.committing = asyncio.create_task(self._commit())
+                return
+            await self._settle_commit()
+
+    async def _settle_commit(self) -> None:
+        """Wait for the commit under way, if any; raises its error.
+
+        A full batch is committed while the lanes go on copying into the next one: its
+        ``syncfs`` waits for the disk (and for everything else written to that file system),
+        and one local lane waiting on it stopped copying meanwhile.
+        """
+        task = self.committing
+        if task is None:
+            return
+        try:
+            await asyncio.shield(task)
+        finally:
+            if self.committing is task and task.done():
+                self.committing = None
 
     async def _one(self, spec: FileSpec, failed: TierdError | None = None) -> None:
         if failed is None and self.skip is not None and await self._skipped(self.skip, spec):
