@@ -1,7 +1,8 @@
 """Copy a checkpoint's files through one WriteBatch, the completion marker last and alone.
 
 Data files are copied ``concurrency`` at a time; the batch is committed whenever it is
-full and once all the data is copied. Only then is the newest-written file (usually the
+full (while the copy goes on into the next batch, one commit at a time) and once all the
+data is copied. Only then is the newest-written file (usually the
 format's completion marker) copied, alone, and committed: a destination never shows the
 marker before the data is durable. A file counts as done only once it is durable under
 its final name: when its write returns if it stood alone, after the commit that made it
