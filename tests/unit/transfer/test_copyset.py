@@ -45,7 +45,7 @@ from tierd.daemon.transfer.copier import FileCopier
 from tierd.daemon.transfer.copyset import copy_checkpoint_files, marker_last
 from tierd.daemon.transfer.retry import Backoff
 from tierd.daemon.transfer.spec import FileSpec
-from tierd.daemon.transfer.throttle import PriorityPool
+from tierd.daemon.transfer.throttle import PriorityPool, TokenBucket
 from tierd.errors import IntegrityError, NotFound, TierdError, TransientBackendError
 
 CHUNK = 16 * 1024
@@ -759,4 +759,17 @@ async def test_a_full_batch_is_committed_while_the_copy_goes_on(
     assert copied_meanwhile == [True]
     assert done.early == []  # nothing reported before the commit that made it durable returned
     assert [e for e in batch.events if e[0] == "commit"][-1] == ("commit", [MARKER])
+    assert visible(dst.root) == files
+
+
+async def test_a_capped_local_hop_keeps_the_usual_groups(tmp_path: Path) -> None:
+    """Under a bandwidth cap the bytes and the progress advance a group at a time."""
+    src = posix_at(tmp_path / "src")
+    dst = posix_at(tmp_path / "dst")
+    files = await put_files(src, 100)
+    batch = GroupSizes(dst)
+    copier = copier_for(src, dst, batch)
+    copier.bucket = TokenBucket(1 << 40)
+    await copy_checkpoint_files(copier, batch, specs_of(files), concurrency=4)
+    assert sorted(batch.sizes) == [36, 64]
     assert visible(dst.root) == files

@@ -181,13 +181,15 @@ class _CopySet:
     async def _streams(self, data: Sequence[FileSpec], concurrency: int) -> list[_Stream]:
         """Files copied alone: every lane, hinted. Groups: every lane, hinted when on fewer.
 
-        Between local file systems groups are bigger and run on ``LOCAL_GROUP_LANES``. Groups
+        Between local file systems groups run on ``LOCAL_GROUP_LANES``, bigger unless the hop
+        has a bandwidth cap (its bytes and progress advance a group at a time). Groups
         are not hinted when the source announces their reads itself (``announced_whole_reads``).
         """
         grouped = self.copier.groups_small_files and any(s.size <= GROUP_FILE_LIMIT for s in data)
         local = grouped and await _both_local(self.copier)
         group_lanes = min(concurrency, LOCAL_GROUP_LANES) if local else concurrency
-        files, most = (LOCAL_GROUP_FILES, LOCAL_GROUP_BYTES) if local else (GROUP_FILES, GROUP_BYTES)
+        big = local and self.copier.bucket is None  # a capped hop's progress moves group by group
+        files, most = (LOCAL_GROUP_FILES, LOCAL_GROUP_BYTES) if big else (GROUP_FILES, GROUP_BYTES)
         most = group_bytes(group_lanes, self.copier.dst.budget.limit, most)
         units = in_groups(data, most, files) if grouped else data
         alone = [work for work in units if isinstance(work, FileSpec)]
