@@ -153,9 +153,9 @@ def _tierd_path() -> str:
         f"written by io_mode {pfs.io_mode} (O_DIRECT or the page cache, measured "
         "at the first big write; copy_file_range where the tier refuses O_DIRECT), "
         f"files up to {copyset.GROUP_FILE_LIMIT // MIB} MiB in groups of up to {copyset.GROUP_FILES} files "
-        f"(read in one trip, staged in one trip; between local file systems at most "
-        f"{copyset.LOCAL_GROUP_LANES} groups at once, each opening its files and announcing them with "
-        "POSIX_FADV_WILLNEED before reading the first), "
+        f"(read in one trip, staged in one trip; between local file systems {copyset.LOCAL_GROUP_LANES} "
+        f"group of up to {copyset.LOCAL_GROUP_FILES} files at a time, opening its files and announcing "
+        "them with POSIX_FADV_WILLNEED before reading the first), "
         f"small files committed in batches of up to {posixbatch.MAX_FILES})"
     )
 

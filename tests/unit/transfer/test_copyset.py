@@ -45,7 +45,7 @@ from tierd.daemon.transfer.copier import FileCopier
 from tierd.daemon.transfer.copyset import copy_checkpoint_files, marker_last
 from tierd.daemon.transfer.retry import Backoff
 from tierd.daemon.transfer.spec import FileSpec
-from tierd.daemon.transfer.throttle import PriorityPool
+from tierd.daemon.transfer.throttle import PriorityPool, TokenBucket
 from tierd.errors import IntegrityError, NotFound, TierdError, TransientBackendError
 
 CHUNK = 16 * 1024
@@ -178,6 +178,7 @@ async def test_the_marker_is_copied_alone_once_the_data_is_committed(
 ) -> None:
     monkeypatch.setattr(posixbatch, "MAX_FILES", 3)  # several commits while the data is copied
     monkeypatch.setattr(copyset, "GROUP_FILES", 2)
+    monkeypatch.setattr(copyset, "LOCAL_GROUP_FILES", 2)
     files = await put_files(posix_src, 10)
     batch = RecordingBatch(dst)
     done = Done(batch)
@@ -385,13 +386,13 @@ async def test_the_source_hears_of_small_files_a_window_ahead(
 
 
 async def test_grouped_files_are_not_hinted_while_groups_have_every_lane(
-    tmp_path: Path, dst: PosixBackend
+    tmp_path: Path, dst: PosixBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(copyset, "LOCAL_GROUP_LANES", 2)  # so two lanes are every lane between local tiers
     (tmp_path / "src").mkdir()
     src = HintedPosix(PosixTier(name="src", kind="posix", path=tmp_path / "src"), chunk_size=CHUNK)
     files = await put_files(src, 10)
     batch = RecordingBatch(dst)
-    assert copyset.LOCAL_GROUP_LANES >= 2  # so two lanes are every lane even between local tiers
     await copy_checkpoint_files(copier_for(src, dst, batch), batch, specs_of(files), concurrency=2)
     assert src.hints == []
     assert visible(dst.root) == files
@@ -456,6 +457,7 @@ async def test_groups_between_local_tiers_run_on_a_few_lanes_with_their_reads_hi
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local: bool
 ) -> None:
     monkeypatch.setattr(copyset, "GROUP_FILES", 2)
+    monkeypatch.setattr(copyset, "LOCAL_GROUP_FILES", 2)
     monkeypatch.setattr(copyset, "LOCAL_GROUP_LANES", 2)
     (tmp_path / "src").mkdir()
     dst = CountingPosix(
@@ -655,4 +657,119 @@ async def test_the_marker_goes_last_when_every_file_shares_one_mtime(
     batch = RecordingBatch(dst)
     await copy_checkpoint_files(copier_for(posix_src, dst, batch), batch, specs, concurrency=4)
     assert [e for e in batch.events if e[0] == "commit"][-1] == ("commit", [MARKER])
+    assert visible(dst.root) == files
+
+
+async def test_between_local_tiers_one_group_runs_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second group in flight only takes the GIL from the first at each system call."""
+    monkeypatch.setattr(copyset, "GROUP_FILES", 2)
+    monkeypatch.setattr(copyset, "LOCAL_GROUP_FILES", 2)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "dst").mkdir()
+    dst = CountingPosix(
+        PosixTier(name="dst", kind="posix", path=tmp_path / "dst"), chunk_size=CHUNK, local=True
+    )
+    src = GroupReadingPosix(
+        PosixTier(name="src", kind="posix", path=tmp_path / "src"), chunk_size=CHUNK, groups=dst
+    )
+    files = await put_files(src, 20)
+    batch = RecordingBatch(dst)
+    await copy_checkpoint_files(
+        copier_for(src, dst, batch, concurrency=8), batch, specs_of(files), concurrency=8
+    )
+    assert dst.most == 1
+    assert visible(dst.root) == files
+
+
+class GroupSizes(RecordingBatch):
+    """A RecordingBatch that notes how many files each group brought."""
+
+    def __init__(self, backend: PosixBackend) -> None:
+        super().__init__(backend)
+        self.sizes: list[int] = []
+
+    async def write_whole(self, files: Sequence[SmallFile]) -> Sequence[ObjectInfo | TierdError]:
+        self.sizes.append(len(files))
+        return await super().write_whole(files)
+
+
+class FarPosix(PosixBackend):
+    """A POSIX tier that says it is not on this node's own disks (NFS, Lustre, ...)."""
+
+    async def local_disk(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("local", [True, False])
+async def test_groups_between_local_tiers_are_bigger(tmp_path: Path, local: bool) -> None:
+    """On its one lane a local hop's group takes up to LOCAL_GROUP_FILES: fewer trips, less bookkeeping."""
+    src = posix_at(tmp_path / "src")
+    (tmp_path / "dst").mkdir()
+    kind = PosixBackend if local else FarPosix
+    dst = kind(PosixTier(name="dst", kind="posix", path=tmp_path / "dst"), chunk_size=CHUNK)
+    files = await put_files(src, 100)
+    batch = GroupSizes(dst)
+    await copy_checkpoint_files(copier_for(src, dst, batch), batch, specs_of(files), concurrency=4)
+    if local:
+        assert batch.sizes == [100]  # the data files (the marker is copied alone, after them)
+    else:
+        assert sorted(batch.sizes) == [36, 64]
+    assert visible(dst.root) == files
+
+
+class WriteSignal(RecordingBatch):
+    """A RecordingBatch that tells a thread each time a group was written."""
+
+    def __init__(self, backend: PosixBackend) -> None:
+        super().__init__(backend)
+        self.wrote = threading.Event()
+
+    async def write_whole(self, files: Sequence[SmallFile]) -> Sequence[ObjectInfo | TierdError]:
+        results = await super().write_whole(files)
+        self.wrote.set()
+        return results
+
+
+async def test_a_full_batch_is_committed_while_the_copy_goes_on(
+    posix_src: PosixBackend, dst: PosixBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its syncfs waits for the disk: the one lane of a local hop stopped copying meanwhile."""
+    monkeypatch.setattr(posixbatch, "MAX_FILES", 3)
+    monkeypatch.setattr(copyset, "LOCAL_GROUP_FILES", 2)
+    files = await put_files(posix_src, 10)
+    batch = WriteSignal(dst)
+    copied_meanwhile: list[bool] = []
+    real_commit = posixcopy.commit_staged
+
+    def watched_commit(staged: list[Any]) -> None:
+        if not copied_meanwhile:  # the first commit waits for a write made while it runs
+            writes = sum(kind == "write" for kind, _ in batch.events)
+            batch.wrote.clear()
+            while sum(kind == "write" for kind, _ in batch.events) == writes and batch.wrote.wait(10):
+                batch.wrote.clear()
+            copied_meanwhile.append(sum(kind == "write" for kind, _ in batch.events) > writes)
+        real_commit(staged)
+
+    monkeypatch.setattr(posixcopy, "commit_staged", watched_commit)
+    done = Done(batch)
+    specs = specs_of(files)
+    await copy_checkpoint_files(copier_for(posix_src, dst, batch, 1), batch, specs, concurrency=1, done=done)
+    assert copied_meanwhile == [True]
+    assert done.early == []  # nothing reported before the commit that made it durable returned
+    assert [e for e in batch.events if e[0] == "commit"][-1] == ("commit", [MARKER])
+    assert visible(dst.root) == files
+
+
+async def test_a_capped_local_hop_keeps_the_usual_groups(tmp_path: Path) -> None:
+    """Under a bandwidth cap the bytes and the progress advance a group at a time."""
+    src = posix_at(tmp_path / "src")
+    dst = posix_at(tmp_path / "dst")
+    files = await put_files(src, 100)
+    batch = GroupSizes(dst)
+    copier = copier_for(src, dst, batch)
+    copier.bucket = TokenBucket(1 << 40)
+    await copy_checkpoint_files(copier, batch, specs_of(files), concurrency=4)
+    assert sorted(batch.sizes) == [36, 64]
     assert visible(dst.root) == files

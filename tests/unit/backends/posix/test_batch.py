@@ -18,6 +18,7 @@ from tierd.daemon.backends import BytesReader, PosixBackend, WriteRequest
 from tierd.daemon.backends.base import SmallFile, WriteBatch
 from tierd.daemon.backends.posix import batch as posixbatch
 from tierd.daemon.backends.posix import copy as posixcopy
+from tierd.daemon.backends.posix import unnamed
 from tierd.daemon.backends.posix.backend import is_temp_name
 from tierd.daemon.backends.posix.temp import remove_stale_temps
 from tierd.errors import IntegrityError, TransientBackendError
@@ -57,7 +58,7 @@ async def test_small_files_stay_unseen_until_commit(tmp_path: Path) -> None:
     files = await stage_files(batch, 10)
     assert all(batch.holds(name) for name in files)
     assert visible(backend.root) == set()
-    assert len(temps(backend.root)) == 10
+    assert temps(backend.root) == []  # staged with no name at all (posix.unnamed)
     assert sorted(await batch.commit()) == sorted(files)
     assert visible(backend.root) == set(files)
     assert all((backend.root / name).read_bytes() == data for name, data in files.items())
@@ -190,7 +191,8 @@ def test_sync_filesystem_syncs(tmp_path: Path) -> None:
 async def test_staged_files_take_no_lock_and_stay_live(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A staged file is parked at once: no ``flock`` (one system call a file), kept by the live set."""
+    """A file staged under a temporary name is parked at once: no ``flock``, kept by the live set."""
+    monkeypatch.setattr(unnamed, "MAX_OPEN", 0)  # every file staged named
     locked: list[int] = []
     real_flock = fcntl.flock
 

@@ -19,6 +19,7 @@ from tests.conformance.harness import crc
 from tierd.config import PosixTier
 from tierd.daemon.backends import BytesReader, PosixBackend, WriteRequest
 from tierd.daemon.backends.base import Ownership
+from tierd.daemon.backends.posix import unnamed
 from tierd.daemon.backends.posix.owner import apply_to_dir, apply_to_fd
 
 pytestmark = [
@@ -172,12 +173,16 @@ async def test_a_copy_is_created_0600_and_gets_its_owner_and_mode_only_before_th
     # (once per device and process, so whether this test saw it hung on the tests before it).
     backend = PosixBackend(PosixTier(name="pfs", kind="posix", path=tmp_path, io_mode="direct"))
     backend.expect_directories({"run": Ownership(1234, 1235, 0o750)})
+    if batched:  # a staged file has no name (posix.unnamed): the tier's first one probes how to link it
+        warm = backend.batch()
+        await warm.write(WriteRequest("warm/w.bin", BytesReader(b"w"), crc(b"w")))
+        await warm.commit()
     created: list[int] = []
-    renamed: list[tuple[int, int, int]] = []
-    real_open, real_rename = os.open, os.rename
+    renamed: list[tuple[int, int, int]] = []  # its owner and mode when it gets its final name
+    real_open, real_rename, real_link = os.open, os.rename, unnamed._link
 
     def spy_open(path: Any, flags: int, mode: int = 0o777, **kwargs: Any) -> int:
-        if flags & os.O_CREAT:
+        if flags & os.O_CREAT or flags & os.O_TMPFILE == os.O_TMPFILE:
             created.append(mode)
         return real_open(path, flags, mode, **kwargs)
 
@@ -186,8 +191,14 @@ async def test_a_copy_is_created_0600_and_gets_its_owner_and_mode_only_before_th
         renamed.append((st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)))
         real_rename(src, dst, **kwargs)
 
+    def spy_link(fd: int, directory: Any, name: str, method: str) -> None:
+        st = os.fstat(fd)
+        renamed.append((st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)))
+        real_link(fd, directory, name, method)
+
     monkeypatch.setattr(os, "open", spy_open)
     monkeypatch.setattr(os, "rename", spy_rename)
+    monkeypatch.setattr(unnamed, "_link", spy_link)
     data = os.urandom(size)
     owner = Ownership(1234, 1235, 0o640)
     if batched:

@@ -2,9 +2,10 @@
 
 An fsync per file costs a journal commit each, and a checkpoint of thousands of small
 files spends most of its hop waiting for them. A PosixBatch stages every file of one
-chunk or less (hashed and written under its temporary name, so nothing partial is ever
-visible) and commits them together: one ``syncfs`` of the tier's file system, then the
-renames, then one fsync per directory. ``write_whole`` stages a group of small files in one
+chunk or less (hashed and written into a file with no name, ``posix.unnamed``, else under
+its temporary name, so nothing partial is ever visible) and commits them together: one
+``syncfs`` of the tier's file system, then the links or renames into place, then one fsync
+per directory. ``write_whole`` stages a group of small files in one
 trip to the I/O pool. Bigger files are written at once, as by
 ``PosixBackend.write``. A batch is ``full`` at ``MAX_FILES`` files or ``MAX_BYTES``
 bytes, so a crash never loses more than that much copying.
@@ -112,7 +113,7 @@ class PosixBatch(WriteBatch):
         return [results[file.relpath] for file in files]
 
     async def commit(self) -> list[str]:
-        """syncfs, rename, fsync each directory; on failure the files are dropped and it raises."""
+        """syncfs, link or rename, fsync each directory; on failure the files are dropped and it raises."""
         async with self._commit_lock:
             staged, self._staged, self._bytes = self._staged, {}, 0
             if not staged:

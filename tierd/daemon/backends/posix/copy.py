@@ -30,6 +30,7 @@ from tierd.daemon import checksum
 from tierd.daemon.backends.base import Ownership
 from tierd.daemon.backends.posix.dirsync import sync_directory
 from tierd.daemon.backends.posix.temp import TempFile
+from tierd.daemon.backends.posix.unnamed import UnnamedFile
 from tierd.daemon.backends.posix.writeback import start_writeback, sync_filesystem
 from tierd.daemon.beneath import Dir, Place, Root
 from tierd.daemon.nofollow import Opener, open_regular
@@ -88,12 +89,17 @@ class Mismatch(Exception):
         self.how = how
 
 
-def create_temp(final: Place, owner: Ownership | None = None, *, lock: bool = True) -> TempFile | None:
+def create_temp(
+    final: Place, owner: Ownership | None = None, *, lock: bool = True, unnamed: bool = False
+) -> TempFile | None:
     """A fresh temporary file for ``final``, to get ``owner``; None when the tier root is missing.
 
-    ``lock``: as for ``TempFile.create``.
+    ``lock``: as for ``TempFile.create``. ``unnamed``: with no name at all where the file
+    system allows (``posix.unnamed``), else under a temporary name.
     """
     try:
+        if unnamed and (made := UnnamedFile.open_in(final, owner)) is not None:
+            return made
         return TempFile.create(final, owner, lock=lock)
     except FileNotFoundError:
         if not final.root.exists():
@@ -109,19 +115,20 @@ def fill_whole(
     owner: Ownership | None = None,
     *,
     lock: bool = True,
+    unnamed: bool = False,
 ) -> TempFile | None:
     """A temp file for ``final`` holding ``view`` (filled from the file ``source`` first, if given).
 
-    Hashes before anything is created, so a mismatch writes nothing. ``lock``: as for
-    ``TempFile.create``. Returns None when the tier root is missing. Raises SourceEnded,
-    Mismatch, or OSError (nothing left behind).
+    Hashes before anything is created, so a mismatch writes nothing. ``lock`` and
+    ``unnamed``: as for ``create_temp``. Returns None when the tier root is missing. Raises
+    SourceEnded, Mismatch, or OSError (nothing left behind).
     """
     if source is not None:
         _pread_full(source, view)
     actual = checksum.encode(int(checksums.crc64nvme(view, 0)))
     if actual != expected:
         raise Mismatch(actual, "source")
-    temp = create_temp(final, owner, lock=lock)
+    temp = create_temp(final, owner, lock=lock, unnamed=unnamed)
     if temp is None:
         return None
     try:
@@ -164,12 +171,13 @@ def place_whole(
 def stage_whole(
     view: memoryview, source: int | None, final: Place, expected: str, owner: Ownership | None = None
 ) -> TempFile | None:
-    """``fill_whole``, left under its temporary name for ``commit_staged`` (its descriptor closed).
+    """``fill_whole`` into a file with no name (``posix.unnamed``), else under a temporary name.
 
-    No ``flock`` is taken: ``park`` would drop it at once (``TempFile.park`` says what keeps a
-    parked file), and it was one system call of the dozen a small file costs.
+    Left for ``commit_staged``: an unnamed file open, a named one closed. No ``flock`` is
+    taken: ``park`` would drop it at once (``TempFile.park`` says what keeps a parked file),
+    and it was one system call of the dozen a small file costs.
     """
-    temp = fill_whole(view, source, final, expected, owner, lock=False)
+    temp = fill_whole(view, source, final, expected, owner, lock=False, unnamed=True)
     if temp is not None:
         temp.park()
     return temp
@@ -249,7 +257,7 @@ def _read_open(fd: int, view: memoryview) -> int | OSError:
 
 
 def commit_staged(staged: Sequence[tuple[TempFile, Place]]) -> None:
-    """Make staged temp files durable, rename each to its final name, fsync each directory once.
+    """Make staged temp files durable, rename (or link) each to its final name, fsync each directory once.
 
     One ``syncfs`` of each file system they are on (where there is none, an fsync per file)
     stands for the fsyncs of every file. Raises OSError; what was not renamed stays staged.

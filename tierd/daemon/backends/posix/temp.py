@@ -1,10 +1,12 @@
 """Temporary files of POSIX writes, and telling a killed write's leftovers from live ones.
 
 A write fills ``.<name>.tierd-tmp-<random>`` beside its final name and renames it into
-place. Its writer holds an exclusive ``flock`` on it while filling it (a small file staged
-for a batch, parked at once, takes none: ``TempFile.park`` says what keeps a parked file), and
-this process keeps the set of temporary files it is writing: a temporary file is abandoned
-when it is not ours and nobody holds its lock (a killed process holds none). Where the file
+place (a small file staged for a batch has no name at all where the file system allows it:
+``posix.unnamed``, a ``TempFile`` too). Its writer holds an exclusive ``flock`` on it while
+filling it (a small file staged for a batch under a temporary name, parked at once, takes
+none: ``TempFile.park`` says what keeps a parked file), and this process keeps the set of
+temporary files it is writing: a temporary file is abandoned when it is not ours and nobody
+holds its lock (a killed process holds none). Where the file
 system refuses locks it must also have gone ``ABANDONED_UNLOCKED`` seconds without a change. A lock taken by a
 writer on another node is invisible where locks are node-local (Lustre's ``localflock``),
 which is why a write only removes the leftovers of its own name (no two nodes write the
@@ -43,6 +45,7 @@ __all__ = [
     "TempFile",
     "discard_all",
     "is_temp_name",
+    "random_suffix",
     "remove_abandoned",
     "remove_leftovers_of",
     "remove_owned_leftover",
@@ -78,7 +81,7 @@ class _Suffixes(threading.local):
 _suffixes = _Suffixes()
 
 
-def _random_suffix() -> str:
+def random_suffix() -> str:
     """12 random hex digits (``secrets.token_hex(6)``, without a ``getrandom`` call per file)."""
     pool = _suffixes
     if pool.used + 6 > len(pool.pool):
@@ -135,7 +138,7 @@ class TempFile:
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW  # RDWR: chunks read back
         for attempt in range(3):
             directory = final.dir(create=True)
-            name = f"{temp_stem(final.name)}{_random_suffix()}"
+            name = f"{temp_stem(final.name)}{random_suffix()}"
             try:
                 fd = os.open(name, flags, 0o600, dir_fd=directory.fd)
             except FileNotFoundError:  # the directory was removed since it was opened
@@ -195,6 +198,11 @@ class TempFile:
         fd, self.fd = self.fd, -1
         if fd >= 0:
             os.close(fd)
+
+    def mark_live(self) -> None:
+        """Count it among the files this process is writing: no removal here touches it."""
+        with _live_lock:
+            _live_temps.add(self.key)
 
     def _forget(self) -> None:
         with _live_lock:
