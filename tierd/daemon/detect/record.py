@@ -31,6 +31,7 @@ from tierd.daemon.catalog.checkpoints import (
     merge_metrics,
 )
 from tierd.daemon.catalog.db import Database, Session
+from tierd.daemon.catalog.dialect import notify_steps
 from tierd.daemon.catalog.models import Checkpoint, CheckpointState, utcnow
 from tierd.daemon.catalog.ownership import record_directories
 from tierd.daemon.catalog.parts import (
@@ -166,6 +167,8 @@ def _record_part(
     outcome = Outcome.PART
     if _settle_here(session, row, config, det, whole=whole, now=now):
         outcome = Outcome.CREATED if created else Outcome.COMPLETED
+    else:  # the step waits: the other daemons' waiting sweeps may owe it a part
+        notify_steps(session, config.node)
     append_event(
         session,
         actor=det.actor,
@@ -252,6 +255,7 @@ def write_waiting(
     Raises CatalogError when the catalog fails.
     """
     with db.session() as session:
+        notify_steps(session, config.node)  # at commit: other nodes' sweeps may owe the step a part
         row = find_step(session, find_run(session, run), step, relpath, config.node)
         if row is not None:
             _expect_more(session, row.id, config, expect)
