@@ -60,7 +60,7 @@ __all__ = [
 
 #: The PostgreSQL notification channel on which a daemon that queued copy jobs tells the others.
 JOBS_CHANNEL = "tierd_jobs"
-#: The channel on which a daemon that left a step waiting (a part of it recorded, a notify)
+#: The channel on which a daemon that made a waiting step (its first part recorded, a notify)
 #: tells the others, whose waiting sweeps may owe it a part; the payload names the sender.
 STEPS_CHANNEL = "tierd_steps"
 
@@ -129,7 +129,7 @@ def notify_jobs(session: Session, nodes: Collection[str] | None = None) -> None:
 def notify_steps(session: Session, node: str) -> None:
     """Wake the other daemons' waiting sweeps when this transaction commits (PostgreSQL).
 
-    ``node`` (this daemon's) left a step waiting: its part recorded, or a notify's step.
+    ``node`` (this daemon's) made a waiting step: its first part recorded, or a notify's step.
     """
     _notify(session, STEPS_CHANNEL, [node])
 

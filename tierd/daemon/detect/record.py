@@ -167,7 +167,7 @@ def _record_part(
     outcome = Outcome.PART
     if _settle_here(session, row, config, det, whole=whole, now=now):
         outcome = Outcome.CREATED if created else Outcome.COMPLETED
-    else:  # the step waits: the other daemons' waiting sweeps may owe it a part
+    elif created:  # a new waiting step: the other daemons' sweeps look (and poll while they owe it)
         notify_steps(session, config.node)
     append_event(
         session,
@@ -255,7 +255,6 @@ def write_waiting(
     Raises CatalogError when the catalog fails.
     """
     with db.session() as session:
-        notify_steps(session, config.node)  # at commit: other nodes' sweeps may owe the step a part
         row = find_step(session, find_run(session, run), step, relpath, config.node)
         if row is not None:
             _expect_more(session, row.id, config, expect)
@@ -272,6 +271,7 @@ def write_waiting(
             return Outcome.EXISTING, existing.id
         if expect:
             set_expectation(row, expect)
+        notify_steps(session, config.node)  # at commit: the other daemons' sweeps may owe it a part
         event = {
             "run": run,
             "step": step,

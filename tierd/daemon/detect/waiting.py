@@ -5,7 +5,8 @@ nodes and the catalog still lacks parts of it. The sweep gives each waiting step
 owes a part to to its format's detector again and records it once the detector agrees, or
 this node's part of it once that part is stable. It runs after each reconcile, at once when
 woken (``Context.wake_waiting``: a notify left a step waiting here; another daemon's NOTIFY
-that it left one waiting, heard by the pipeline's listener on PostgreSQL), every
+that it made a waiting step, heard by the pipeline's listener on PostgreSQL: one per step, not
+one per part, so a fleet of N sweeps N times a step, not N squared), every
 ``WAITING_POLL_SECONDS`` while the last sweep found steps this node owes a part to (files
 settling, a marker to land), and otherwise every ``WAITING_IDLE_SECONDS``: what only another
 process could cause without a wake-up (a SQLite catalog written by another). An idle daemon

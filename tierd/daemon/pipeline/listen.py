@@ -9,9 +9,9 @@ listener reconnects with backoff and asks for a full pass: jobs queued meanwhile
 by it. SQLite serves one daemon: nobody to hear.
 
 The same connection hears the steps channel for the detect service (``on_steps``): another
-daemon recorded a part of a step that still waits, or a notify left one waiting, so this
-node's waiting sweep may owe it a part and looks now rather than at its idle poll (a
-reconnection wakes it too).
+daemon made a waiting step (its first part recorded, or a notify's), so this node's waiting
+sweep may owe it a part and looks now rather than at its idle poll, then polls while it owes
+one (a reconnection wakes it too).
 """
 
 from __future__ import annotations
