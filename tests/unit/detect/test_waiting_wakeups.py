@@ -8,13 +8,15 @@ pipeline's listener.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import os
+import shutil
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.unit.detect.fleet import dcp_across, node_context, step_row
+from tests.unit.detect.fleet import age, dcp_across, node_context, save_dcp_files, step_row
 from tests.unit.detect.layouts import LAYOUTS
 from tierd.daemon.catalog.db import Database
 from tierd.daemon.catalog.parts import Expectation
@@ -70,6 +72,44 @@ async def test_a_notify_left_waiting_wakes_the_sweep_which_polls_only_while_it_o
         await _swept(service, 2)  # the step no longer waits: back to the idle poll
         assert not service.waiting.owing
         assert service._waiting_interval() == idle
+
+
+async def _until(done: Callable[[], bool], what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while not done():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_part_recorded_before_its_marker_is_completed_by_the_sweep_once_the_marker_lands(
+    db: Database, tmp_path: Path
+) -> None:
+    """The scans skip a recorded path: the marker landing beside a part is the sweep's to add.
+
+    bench_peer's node 0 records its shard as its part, then its ``.metadata`` lands: the
+    sweep, woken by the part, polls while the step waits on it.
+    """
+    ctx = node_context(db, tmp_path, "n0", nodes=2)
+    service = DetectService(ctx)
+    await service.start()
+    try:
+        await asyncio.wait_for(service.reconciled.wait(), 30)
+        whole, step = tmp_path / "scratch", ctx.config.watch[0].path / "step_3"
+        save_dcp_files(whole, 3, 2)
+        step.mkdir(parents=True)
+        for shard in whole.glob("*.distcp"):  # every shard here, .metadata not yet
+            shutil.copy2(shard, step / shard.name)
+        age(step)
+        await _until(lambda: (row := step_row(db, 3)) is not None and len(row.parts) == 1, "n0's part")
+        row = step_row(db, 3)
+        assert row is not None
+        assert row.state == "waiting"
+        shutil.copy2(whole / ".metadata", step / ".metadata.tmp")
+        os.replace(step / ".metadata.tmp", step / ".metadata")
+        await _until(lambda: (row := step_row(db, 3)) is not None and row.state == "complete", "the step")
+    finally:
+        await service.stop(5)
 
 
 async def test_another_daemons_part_wakes_this_nodes_sweep_by_notify(pg_db: Database, tmp_path: Path) -> None:

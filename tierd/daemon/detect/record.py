@@ -388,8 +388,10 @@ async def _write(
 ) -> tuple[Outcome, int]:
     """Record the hashed detection (``write_complete``); a new checkpoint wakes the pipeline.
 
-    A part of a step still waiting for others wakes peer replication only: it is sent to its
-    peers at once, while no tier's hop copies it before the step completes.
+    A part of a step still waiting for others wakes peer replication (it is sent to its peers
+    at once, while no tier's hop copies it before the step completes) and this node's waiting
+    sweep: a part recorded before its marker landed is the sweep's to extend once it does (the
+    scans skip a recorded path), and it polls for that only while it knows it owes the step.
     """
     write = functools.partial(
         write_complete,
@@ -406,6 +408,7 @@ async def _write(
         ctx.wake_pipeline(checkpoint_id)
     elif outcome is Outcome.PART:
         ctx.peer_wakeup.set()
+        ctx.wake_waiting()
     return outcome, checkpoint_id
 
 
