@@ -31,6 +31,7 @@ async def test_big_files_read_through_the_calls_mappings_and_none_outlives_it(
 ) -> None:
     """A heap buffer outlived its hash in an I/O thread's malloc arena (8 MiB per recording, for good)."""
     made: list[weakref.ref[mmap.mmap]] = []
+
     def mapped(nbytes: int) -> mmap.mmap:
         block = map_aligned(nbytes)
         made.append(weakref.ref(block))
