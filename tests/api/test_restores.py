@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,41 @@ async def test_ask_follow_and_list_a_restore(served: Served) -> None:
     assert [r["id"] for r in listed["items"]] == [queued["id"]]
     jobs = (await served.call("GET", "/v1/jobs", role="read")).json()
     assert jobs == {"copies": [], "deletions": [], "restores": []}
+
+
+async def test_a_restore_asked_for_through_the_api_starts_at_once_not_at_a_poll(served: Served) -> None:
+    """The route wakes the service: with an hour between its polls the restore still runs now."""
+    cid = await served.lab.add(3, {"nvme": "deleted", "pfs": "verified"}, STEP)
+    gate = Gate(served.lab.world.backends["pfs"], free=0)
+    options = replace(served.lab.service({}).options, poll_interval=3600)
+    service = RestoreService(served.ctx, {**served.lab.world.backends, "pfs": gate}, options=options)
+    await service.start()
+    try:
+        await service.loop.pass_done(0)  # the start's claim found nothing: the next is an hour away
+        target = served.lab.root / "restores" / "r3"
+        answer = await served.call("POST", "/v1/restores", json={"checkpoint_id": cid, "target": str(target)})
+        assert answer.status_code == 202, answer.text
+        await asyncio.wait_for(gate.reached.wait(), 60)  # claimed and reading
+        gate.opened.set()
+    finally:
+        await service.stop(5)
+
+
+async def test_a_restore_another_process_queued_is_claimed_at_the_poll(served: Served) -> None:
+    """Nothing wakes the service for a row written behind its back: its poll finds it."""
+    cid = await served.lab.add(4, {"nvme": "deleted", "pfs": "verified"}, STEP)
+    gate = Gate(served.lab.world.backends["pfs"], free=0)
+    options = replace(served.lab.service({}).options, poll_interval=0.05)
+    service = RestoreService(served.ctx, {**served.lab.world.backends, "pfs": gate}, options=options)
+    await service.start()
+    try:
+        await service.loop.pass_done(0)
+        job_id = served.lab.ask(checkpoint_id=cid, target=str(served.lab.root / "restores" / "r4"))
+        await asyncio.wait_for(gate.reached.wait(), 60)
+        assert served.lab.row(job_id).job.state == "running"
+        gate.opened.set()
+    finally:
+        await service.stop(5)
 
 
 async def test_cancel_through_the_api_leaves_nothing(served: Served) -> None:

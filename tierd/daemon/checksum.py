@@ -72,13 +72,15 @@ def hash_file(
         os.close(fd)
 
 
-def hash_fd(fd: int, *, block_size: int = BLOCK_SIZE) -> tuple[int, str]:
-    """``hash_file`` of an open file, read from its current offset to its end (blocking)."""
+def hash_fd(fd: int, *, block_size: int = BLOCK_SIZE, buffer: memoryview | None = None) -> tuple[int, str]:
+    """``hash_file`` of an open file, read from its current offset to its end (blocking).
+
+    Read through ``buffer`` when given (``block_size`` is then its length), else a fresh one.
+    """
     crc = Crc64()
-    buf = bytearray(block_size)
-    view = memoryview(buf)
+    view = memoryview(bytearray(block_size)) if buffer is None else buffer
     if hasattr(os, "posix_fadvise"):
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-    while n := os.readv(fd, [buf]):
+    while n := os.readv(fd, [view]):
         crc.update(view[:n])
     return crc.length, crc.hexdigest()

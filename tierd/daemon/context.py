@@ -158,6 +158,10 @@ class Context:
     #: Set with ``pipeline_wakeup`` when a checkpoint is named (a part recorded, a hop ended):
     #: the peer replication service looks for parts to send.
     peer_wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Set when this node may owe a part to a waiting step (a notify left one waiting here;
+    #: another daemon recorded a part or a waiting step: its NOTIFY, heard by the pipeline's
+    #: listener). The detect service's waiting sweep runs when it is set (``wake_waiting``).
+    waiting_wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     #: What the pipeline's next pass must schedule: the checkpoints named since its last pass,
     #: or None for every one. Empty with ``pipeline_wakeup`` set: only claim (another node
     #: queued jobs). Read and reset by ``take_scheduling``.
@@ -211,6 +215,10 @@ class Context:
     def wake_claims(self) -> None:
         """Tell the pipeline to claim queued jobs now: another node queued some (nothing to schedule)."""
         self.pipeline_wakeup.set()
+
+    def wake_waiting(self) -> None:
+        """Tell the detect service to look at the waiting steps now rather than at its next poll."""
+        self.waiting_wakeup.set()
 
     def take_scheduling(self) -> set[int] | None:
         """The checkpoints to schedule since the last call (None: all); resets to none."""

@@ -4,8 +4,9 @@
 - ``Reconfigurable`` a service that takes a reload's config (retention, bandwidth limits)
 - ``InFlight`` a service's tasks, drained with a bound at stop
 - ``PassLoop`` the loop of passes the restore, retention, pipeline, scrub and fleet services
-  run: a pass, then a wait for the interval or a wake-up, each pass's failure logged (a
-  catalog outage once, through ``CatalogOutage``), until stopped; it counts the passes
+  and the waiting sweep run: a pass, then a wait for the interval or a wake-up, each pass's
+  failure logged (a catalog outage once, through ``CatalogOutage``), until stopped; it
+  counts the passes
 - ``Tally``    a count a coroutine can wait on (``PassLoop.passes``; tests wait on them)
 """
 
@@ -115,8 +116,9 @@ class Tally:
 class PassLoop:
     """Runs a service's passes until stopped (see the module docstring).
 
-    After each pass it waits ``interval`` seconds or until ``wake`` (``on_idle`` runs when
-    the interval ran out unwoken); a pass that returns True asked for the next one at once.
+    After each pass it waits ``interval`` seconds (a callable: asked after each pass) or until
+    ``wake`` (``on_idle`` runs when the interval ran out unwoken); a pass that returns True
+    asked for the next one at once.
     A failed pass is logged as ``<service>_<what>_failed`` (a TierdError: a warning) or
     ``_crashed`` (anything else: with its traceback), and the next comes after the wait as
     usual. With ``outage``, a CatalogError is told to it instead (one error line per outage)
@@ -128,7 +130,7 @@ class PassLoop:
         self,
         service: str,
         run_pass: Callable[[], Awaitable[bool | None]],
-        interval: float,
+        interval: float | Callable[[], float],
         *,
         what: str = "pass",
         wakeup: asyncio.Event | None = None,
@@ -217,7 +219,7 @@ class PassLoop:
         return bool(again)
 
     async def _wait(self) -> None:
-        wait = self.interval
+        wait = self.interval() if callable(self.interval) else self.interval
         if self.sooner_while_down and self.outage is not None and self.outage.down:
             wait = min(wait, self.outage.delay())
         try:

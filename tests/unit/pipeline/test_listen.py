@@ -15,7 +15,7 @@ import pytest
 from tests.unit.catalog.helpers import TIERS, add_checkpoint
 from tierd.config import Config
 from tierd.daemon.catalog.db import Database
-from tierd.daemon.catalog.dialect import libpq_url, notify_jobs
+from tierd.daemon.catalog.dialect import libpq_url, notify_jobs, notify_steps
 from tierd.daemon.context import Context
 from tierd.daemon.pipeline.listen import JobListener
 from tierd.daemon.pipeline.scheduler import schedule_pass
@@ -157,3 +157,34 @@ async def test_an_idle_listener_sets_no_timer_it_only_waits_on_its_socket(
         assert [t for t in timers if t.startswith("psycopg")] == []
     finally:
         await listener.stop()
+
+
+async def test_steps_notifications_wake_the_other_daemons_sweeps_not_the_senders(pg_db: Database) -> None:
+    """One connection hears both channels; a steps notification is not a jobs one, nor the reverse."""
+    jobs = {node: asyncio.Event() for node in ("n0", "n1")}
+    steps = {node: asyncio.Event() for node in ("n0", "n1")}
+    listeners = [
+        JobListener(pg_db.url, node, jobs[node].set, lambda: None, steps[node].set) for node in ("n0", "n1")
+    ]
+    for listener in listeners:
+        listener.start()
+    try:
+        await asyncio.wait_for(asyncio.gather(*(lis.listening.wait() for lis in listeners)), 10)
+        with pg_db.session() as session:
+            notify_steps(session, "n0")  # n0 left a step waiting
+        await asyncio.wait_for(steps["n1"].wait(), 5)
+        await _read_up_to_a_last_one(pg_db, listeners, sent=1)
+        assert not steps["n0"].is_set(), "a daemon's own steps notification woke its sweep"
+        assert not any(event.is_set() for event in jobs.values()), "a steps notification woke the claims"
+        with pg_db.session() as session:
+            notify_jobs(session, None)
+        await asyncio.wait_for(asyncio.gather(*(event.wait() for event in jobs.values())), 5)
+        await _read_up_to_a_last_one(pg_db, listeners, sent=3)
+        assert not steps["n0"].is_set()
+
+        steps["n1"].clear()
+        assert _cut_listeners(pg_db.url) == 2
+        await asyncio.wait_for(asyncio.gather(*(event.wait() for event in steps.values())), 15)  # reconnected
+    finally:
+        for listener in listeners:
+            await listener.stop()

@@ -12,9 +12,10 @@
 - The clock of leases: PostgreSQL's ``now()``, one clock for every node of a fleet, so skew
   between nodes cannot make a live lease look expired; SQLite serves one node, whose clock
   it is (its own ``CURRENT_TIMESTAMP`` has whole seconds only).
-- Telling the other daemons that jobs were queued: ``NOTIFY`` on ``JOBS_CHANNEL``, sent at
-  commit to every daemon that ``LISTEN``s (``listen_for_jobs``, on a connection of its own
-  outside the pool; ``pipeline.listen`` reconnects it); SQLite serves one daemon.
+- Telling the other daemons that jobs were queued (``NOTIFY`` on ``JOBS_CHANNEL``), or that
+  a step waits for parts (on ``STEPS_CHANNEL``): sent at commit to every daemon that
+  ``LISTEN``s (``listen_for_jobs``, on a connection of its own outside the pool;
+  ``pipeline.listen`` reconnects it); SQLite serves one daemon.
 
 The engine set-up (pragmas, BEGIN IMMEDIATE, a separate read engine) lives in ``db.py``.
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JOBS_CHANNEL",
+    "STEPS_CHANNEL",
     "advisory_xact_lock",
     "insert_ignoring_duplicates",
     "insert_or_update",
@@ -52,11 +54,15 @@ __all__ = [
     "listen_for_jobs",
     "notified_nodes",
     "notify_jobs",
+    "notify_steps",
     "skip_locked",
 ]
 
 #: The PostgreSQL notification channel on which a daemon that queued copy jobs tells the others.
 JOBS_CHANNEL = "tierd_jobs"
+#: The channel on which a daemon that made a waiting step (its first part recorded, a notify)
+#: tells the others, whose waiting sweeps may owe it a part; the payload names the sender.
+STEPS_CHANNEL = "tierd_steps"
 
 T = TypeVar("T")
 
@@ -117,14 +123,24 @@ def notify_jobs(session: Session, nodes: Collection[str] | None = None) -> None:
     ``nodes``: only those may claim the jobs (each copies its own part); None, or a list
     too long for a payload: every daemon. The payload is the names, comma-separated.
     """
+    _notify(session, JOBS_CHANNEL, nodes)
+
+
+def notify_steps(session: Session, node: str) -> None:
+    """Wake the other daemons' waiting sweeps when this transaction commits (PostgreSQL).
+
+    ``node`` (this daemon's) made a waiting step: its first part recorded, or a notify's step.
+    """
+    _notify(session, STEPS_CHANNEL, [node])
+
+
+def _notify(session: Session, channel: str, nodes: Collection[str] | None) -> None:
     if not is_postgresql(session):
         return
     payload = ",".join(sorted(nodes)) if nodes is not None else ""
     if len(payload.encode()) > PAYLOAD_LIMIT:
         payload = ""
-    session.execute(
-        text("SELECT pg_notify(:channel, :payload)"), {"channel": JOBS_CHANNEL, "payload": payload}
-    )
+    session.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": channel, "payload": payload})
 
 
 def notified_nodes(payload: str) -> frozenset[str] | None:
@@ -149,35 +165,47 @@ def jobs_conninfo(url: str) -> str:
     return make_conninfo(libpq_url(url), **LISTEN_OPTIONS)
 
 
+#: What a listener does with a notification: called with the nodes it names (``notified_nodes``).
+Heard = Callable[[frozenset[str] | None], None]
+
+
 async def listen_for_jobs(
     conninfo: str,
     on_listening: Callable[[], None],
-    on_jobs: Callable[[frozenset[str] | None], None],
+    on_jobs: Heard,
+    on_steps: Heard | None = None,
 ) -> None:
-    """``LISTEN`` on ``JOBS_CHANNEL`` over a connection of its own, until it breaks (PostgreSQL).
+    """``LISTEN`` on ``JOBS_CHANNEL`` (and ``STEPS_CHANNEL`` with ``on_steps``) until it breaks (PostgreSQL).
 
-    Calls ``on_listening`` once listening, then ``on_jobs`` with the nodes each notification
-    names (``notified_nodes``). Raises CatalogError when the connection cannot be made or breaks.
+    One connection of its own. Calls ``on_listening`` once listening, then ``on_jobs`` (or
+    ``on_steps``) with the nodes each notification names (``notified_nodes``). Raises
+    CatalogError when the connection cannot be made or breaks.
     """
     import psycopg  # PostgreSQL only (see the module docstring)
     from psycopg import sql
 
+    handlers = {JOBS_CHANNEL: on_jobs} | ({} if on_steps is None else {STEPS_CHANNEL: on_steps})
     try:
         conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
         async with conn:
             # What psycopg reads itself (beside the LISTEN's answer) comes to this handler.
-            conn.add_notify_handler(lambda notify: on_jobs(notified_nodes(notify.payload)))
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(JOBS_CHANNEL)))
+            conn.add_notify_handler(lambda n: _dispatch(handlers, n.channel, n.payload))
+            for channel in handlers:
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             on_listening()
-            await _read_notifications(conn.pgconn, conn.info.encoding, on_jobs)
+            await _read_notifications(conn.pgconn, conn.info.encoding, handlers)
     except (psycopg.Error, OSError) as exc:
         raise CatalogError(str(exc).strip()) from exc
 
 
-async def _read_notifications(
-    pgconn: PGconn, encoding: str, on_jobs: Callable[[frozenset[str] | None], None]
-) -> None:
-    """Call ``on_jobs`` at each notification arriving on ``pgconn`` (as ``listen_for_jobs``), until it breaks.
+def _dispatch(handlers: Mapping[str, Heard], channel: str, payload: str) -> None:
+    handler = handlers.get(channel)
+    if handler is not None:
+        handler(notified_nodes(payload))
+
+
+async def _read_notifications(pgconn: PGconn, encoding: str, handlers: Mapping[str, Heard]) -> None:
+    """Hand each notification arriving on ``pgconn`` to its channel's handler, until it breaks.
 
     The loop wakes only when the socket is readable: psycopg's own ``notifies()`` wakes every
     0.1 s while nothing comes (10 wake-ups a second of every idle daemon of a fleet; their CPU
@@ -193,6 +221,6 @@ async def _read_notifications(
             readable.clear()
             pgconn.consume_input()
             while (notify := pgconn.notifies()) is not None:
-                on_jobs(notified_nodes(notify.extra.decode(encoding)))
+                _dispatch(handlers, notify.relname.decode(encoding), notify.extra.decode(encoding))
     finally:
         loop.remove_reader(socket)

@@ -224,5 +224,6 @@ async def _wait(ctx: Context, a: _Announced, fmt: str, reason: str) -> NotifyRes
         detail=a.extra,
         expect=a.expect,
     )
+    ctx.wake_waiting()  # this node's sweep looks at the step now, and every few seconds while it waits
     state = await blocking(checkpoint_state, ctx.db, checkpoint_id)
     return NotifyResult(202 if state == CheckpointState.WAITING.value else 200, checkpoint_id)

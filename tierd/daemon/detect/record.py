@@ -31,6 +31,7 @@ from tierd.daemon.catalog.checkpoints import (
     merge_metrics,
 )
 from tierd.daemon.catalog.db import Database, Session
+from tierd.daemon.catalog.dialect import notify_steps
 from tierd.daemon.catalog.models import Checkpoint, CheckpointState, utcnow
 from tierd.daemon.catalog.ownership import record_directories
 from tierd.daemon.catalog.parts import (
@@ -166,6 +167,8 @@ def _record_part(
     outcome = Outcome.PART
     if _settle_here(session, row, config, det, whole=whole, now=now):
         outcome = Outcome.CREATED if created else Outcome.COMPLETED
+    elif created:  # a new waiting step: the other daemons' sweeps look (and poll while they owe it)
+        notify_steps(session, config.node)
     append_event(
         session,
         actor=det.actor,
@@ -268,6 +271,7 @@ def write_waiting(
             return Outcome.EXISTING, existing.id
         if expect:
             set_expectation(row, expect)
+        notify_steps(session, config.node)  # at commit: the other daemons' sweeps may owe it a part
         event = {
             "run": run,
             "step": step,
@@ -384,8 +388,10 @@ async def _write(
 ) -> tuple[Outcome, int]:
     """Record the hashed detection (``write_complete``); a new checkpoint wakes the pipeline.
 
-    A part of a step still waiting for others wakes peer replication only: it is sent to its
-    peers at once, while no tier's hop copies it before the step completes.
+    A part of a step still waiting for others wakes peer replication (it is sent to its peers
+    at once, while no tier's hop copies it before the step completes) and this node's waiting
+    sweep: a part recorded before its marker landed is the sweep's to extend once it does (the
+    scans skip a recorded path), and it polls for that only while it knows it owes the step.
     """
     write = functools.partial(
         write_complete,
@@ -402,6 +408,7 @@ async def _write(
         ctx.wake_pipeline(checkpoint_id)
     elif outcome is Outcome.PART:
         ctx.peer_wakeup.set()
+        ctx.wake_waiting()
     return outcome, checkpoint_id
 
 

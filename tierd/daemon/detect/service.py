@@ -7,7 +7,7 @@ recorded. A reconcile scan runs in the background at start-up and every
 ``reconcile_interval_seconds``: it finds what events missed (steps written while the
 daemon was down, inotify overflow, network file systems without events), notices
 recorded checkpoints whose files changed, and sweeps the waiting steps (``waiting``: notified
-steps and parts of steps that span nodes, also swept every ``WAITING_POLL_SECONDS``).
+steps and parts of steps that span nodes, also swept when woken and on a poll of their own).
 
 While the catalog fails (``CatalogOutage``: one error line when it goes, one info line when
 it is back) the observer keeps running: directories with a complete step are set aside
@@ -54,9 +54,9 @@ from tierd.daemon.detect.parts import inspect_part, nodes_expected, part_verdict
 from tierd.daemon.detect.record import Outcome, record_checkpoint, write_refused
 from tierd.daemon.detect.removals import Removals
 from tierd.daemon.detect.scan import Found, RootSpec, scan_chain, scan_root
-from tierd.daemon.detect.waiting import WAITING_POLL_SECONDS, WaitingSweep
+from tierd.daemon.detect.waiting import WaitingSweep
 from tierd.daemon.outage import CatalogOutage
-from tierd.daemon.service import InFlight
+from tierd.daemon.service import InFlight, PassLoop
 from tierd.daemon.transfer.retry import Backoff
 from tierd.errors import CatalogError, Refused, TierdError, Unstable
 from tierd.logs import get_logger
@@ -121,6 +121,15 @@ class DetectService:
         self._retries: dict[DirKey, asyncio.TimerHandle] = {}  # deferred directories' timers
         self.removals = Removals(ctx, self.inflight, lambda: self.known, self._compare_failed)
         self.waiting = WaitingSweep(ctx, self.roots, self)
+        #: The waiting sweep's own passes, between reconciles (``waiting``'s docstring says when).
+        self.waiting_loop = PassLoop(
+            self.name,
+            self._waiting_pass,
+            self._waiting_interval,
+            what="waiting_sweep",
+            wakeup=ctx.waiting_wakeup,
+            wait_first=True,
+        )
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
         self.outage = CatalogOutage(self.name)
@@ -141,10 +150,8 @@ class DetectService:
         await blocking(observer.start)
         self._observer = observer
         self.ctx.watcher_running = True
-        self._loops = [
-            asyncio.create_task(self._reconcile_loop(), name="detect:reconcile"),
-            asyncio.create_task(self._waiting_loop(), name="detect:waiting"),
-        ]
+        self._loops = [asyncio.create_task(self._reconcile_loop(), name="detect:reconcile")]
+        self.waiting_loop.start("detect:waiting")
         log.info("watching", roots=[str(s.path) for s in self.roots], recorded=len(self.known))
 
     async def stop(self, timeout: float) -> None:
@@ -156,6 +163,7 @@ class DetectService:
         self._pending.clear()
         self._retries.clear()
         self.removals.stop()
+        await self.waiting_loop.stop(0)
         loops = [*self._loops, *([self._recovery] if self._recovery is not None else [])]
         for task in loops:
             task.cancel()
@@ -446,14 +454,13 @@ class DetectService:
             if change is not None:
                 await blocking(apply_change, self.ctx.db, rec, change)
 
-    async def _waiting_loop(self) -> None:
-        while True:
-            await asyncio.sleep(min(WAITING_POLL_SECONDS, self.ctx.config.reconcile_interval_seconds))
-            if self._hold:  # the recovery task sweeps once the catalog is back
-                continue
-            try:
-                await self.waiting.sweep()
-            except CatalogError as exc:
-                self._catalog_failed(exc, "waiting")
-            except Exception:
-                log.exception("waiting_sweep_failed")
+    def _waiting_interval(self) -> float:
+        return min(self.waiting.interval(), self.ctx.config.reconcile_interval_seconds)
+
+    async def _waiting_pass(self) -> None:
+        if self._hold:  # the recovery task sweeps once the catalog is back
+            return
+        try:
+            await self.waiting.sweep()
+        except CatalogError as exc:
+            self._catalog_failed(exc, "waiting")

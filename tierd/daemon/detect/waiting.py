@@ -1,17 +1,25 @@
 """The waiting sweep: steps the catalog holds as ``waiting``, looked at again until they complete.
 
 A step waits when a training job notified it before its detector agreed, or when it spans
-nodes and the catalog still lacks parts of it. Every ``WAITING_POLL_SECONDS`` (and after
-each reconcile) the sweep gives each waiting step of this node to its format's detector
-again and records it once the detector agrees, or this node's part of it once that part is
-stable. One sweep in ``GROW_EVERY`` also grows this node's recorded parts by expected files
-written since (a rank that wrote late), and completes a step whose parts are all in but
-whose last recorder died before completing it (``LATE``).
+nodes and the catalog still lacks parts of it. The sweep gives each waiting step this node
+owes a part to to its format's detector again and records it once the detector agrees, or
+this node's part of it once that part is stable. It runs after each reconcile, at once when
+woken (``Context.wake_waiting``: a notify left a step waiting here; another daemon's NOTIFY
+that it made a waiting step, heard by the pipeline's listener on PostgreSQL: one per step, not
+one per part, so a fleet of N sweeps N times a step, not N squared), every
+``WAITING_POLL_SECONDS`` while the last sweep found steps this node owes a part to (files
+settling, a marker to land), and otherwise every ``WAITING_IDLE_SECONDS``: what only another
+process could cause without a wake-up (a SQLite catalog written by another). An idle daemon
+swept every 2 s: 30 sweeps a minute of two catalog reads each, the most run statements of an
+idle fleet. At most once per ``GROW_SECONDS`` a sweep also grows this node's recorded parts
+by expected files written since (a rank that wrote late), and completes a step whose parts
+are all in but whose last recorder died before completing it (``LATE``).
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -31,16 +39,18 @@ from tierd.daemon.detect.tree import exists
 from tierd.errors import CatalogError, Refused, TierdError
 from tierd.logs import get_logger
 
-__all__ = ["GROW_EVERY", "LATE", "WAITING_POLL_SECONDS", "Watcher", "WaitingSweep"]
+__all__ = ["GROW_SECONDS", "LATE", "WAITING_IDLE_SECONDS", "WAITING_POLL_SECONDS", "Watcher", "WaitingSweep"]
 
 log = get_logger(__name__)
 
-#: How often waiting (notified) steps are looked at again.
+#: How often the steps this node owes a part to are looked at again while there are some.
 WAITING_POLL_SECONDS = 2.0
-#: One waiting sweep in this many (a minute) also looks for expected files written after a part
-#: was recorded: a rare late rank, checked rarely, so a fleet's backlog of waiting steps does not
-#: multiply the catalog's reads.
-GROW_EVERY = 30
+#: How often the sweep runs unwoken while this node owes no waiting step a part.
+WAITING_IDLE_SECONDS = 60.0
+#: How often a sweep also looks for expected files written after a part was recorded: a rare
+#: late rank, checked rarely, so a fleet's backlog of waiting steps (or a burst of wake-ups)
+#: does not multiply the catalog's reads.
+GROW_SECONDS = 60.0
 #: A step whose parts are all in is completed by the waiting sweep once none came for this long:
 #: its last recorder died before completing it (a live one does so at once).
 LATE = timedelta(seconds=30)
@@ -75,19 +85,29 @@ class WaitingSweep:
         self.roots = roots
         self.watcher = watcher
         self.tier0 = Root(ctx.config.tier0.path.resolve())  # waiting steps are reached from it
-        self._sweeps = 0
+        #: Whether the last sweep found waiting steps this node owes a part to.
+        self.owing = False
+        self._grown_at: float | None = None  # monotonic time of the last ``grow_parts``
+
+    def interval(self) -> float:
+        """Seconds until the next unwoken sweep: soon while this node owes a part, else seldom."""
+        return WAITING_POLL_SECONDS if self.owing else WAITING_IDLE_SECONDS
 
     async def sweep(self) -> None:
         """Record each waiting (notified) step whose detector now agrees it is complete.
 
-        Every ``GROW_EVERY`` sweeps (the first included), also grow this node's recorded parts
-        by the expected files that appeared here since (``grow_parts``). Raises CatalogError.
+        At most once per ``GROW_SECONDS`` (the first sweep included), also grow this node's
+        recorded parts by the expected files that appeared here since (``grow_parts``).
+        Raises CatalogError.
         """
-        for waiting in await blocking(load_waiting, self.ctx.db, self.ctx.config.node):
+        owed = await blocking(load_waiting, self.ctx.db, self.ctx.config.node)
+        self.owing = bool(owed)
+        for waiting in owed:
             await self._complete_waiting(waiting)
-        if self._sweeps % GROW_EVERY == 0:
+        now = time.monotonic()
+        if self._grown_at is None or now - self._grown_at >= GROW_SECONDS:
+            self._grown_at = now
             await self.grow_parts()
-        self._sweeps += 1
 
     async def grow_parts(self) -> None:
         """Add to this node's parts of waiting steps the expected files written here since.

@@ -131,8 +131,9 @@ class PipelineService:
             older_than=self.options.stale_upload_seconds,
             interval=self.options.stale_sweep_interval,
         )
-        if not db.is_sqlite:  # other daemons share the catalog: hear when they queue jobs
-            self._listener = JobListener(db.url, node, self.ctx.wake_claims, self.ctx.wake_pipeline)
+        if not db.is_sqlite:  # other daemons share the catalog: hear of their jobs and waiting steps
+            ctx = self.ctx
+            self._listener = JobListener(db.url, node, ctx.wake_claims, ctx.wake_pipeline, ctx.wake_waiting)
             self._listener.start()
         self.loop.start("pipeline:loop")
         log.info("pipeline_started", owner=self.owner, tiers=self.tier_names)

@@ -67,7 +67,10 @@ Outcome = str  # "done" | "failed" | "cancelled" | "released" | "lost"
 class RestoreOptions:
     """How the restore service polls, leases and retries (tests shorten them)."""
 
-    poll_interval: float = 2.0
+    #: Between claims unwoken: every restore is asked for through this daemon's API, which wakes
+    #: the service (``RestoreService``), so the poll only finds what another process put in
+    #: the catalog. Every 2 s it was an idle daemon's most run write transaction.
+    poll_interval: float = 60.0
     lease_seconds: float = 60.0
     renew_interval: float = 15.0
     progress_interval: float = 0.5

@@ -8,6 +8,11 @@ cleaned up at once. At stop, running restores are given ``timeout`` to finish, t
 in the queue with their progress. With a peer tier whose ``token_file`` holds this node's
 ``peer`` token, restores read the verified copies other nodes hold of the step's parts too
 (``restore.peers``).
+
+A restore is run by the daemon whose API was asked for it (its ``node``), and the route wakes
+the service (``wake``): it claims at once. Otherwise it claims after a restore ends (a free
+slot), at start (restores a stop or a kill left), and every ``poll_interval`` (60 s: what
+another process put in the catalog); while the catalog fails, at the outage's shorter delay.
 """
 
 from __future__ import annotations
@@ -67,7 +72,9 @@ class RestoreService:
         self._running: dict[int, _Running] = {}
         self.outage = CatalogOutage(self.name)
         ctx.outages[self.name] = self.outage
-        self.loop = PassLoop(self.name, self._claim_all, self.options.poll_interval, outage=self.outage)
+        self.loop = PassLoop(
+            self.name, self._claim_all, self.options.poll_interval, outage=self.outage, sooner_while_down=True
+        )
 
     async def start(self) -> None:
         """Start claiming restores; the API reaches the service through ``ctx.restore``."""

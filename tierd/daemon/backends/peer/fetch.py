@@ -25,7 +25,7 @@ import httpx
 from tierd.daemon.backends.base import Backend, Features, ObjectInfo, RangeReader, WriteRequest
 from tierd.daemon.backends.budget import ByteBudget, default_budget
 from tierd.daemon.backends.peer.choose import PeerNode
-from tierd.daemon.backends.peer.client import trust
+from tierd.daemon.backends.peer.client import peer_http
 from tierd.errors import NotFound, PermanentBackendError, TransientBackendError
 
 __all__ = ["CONNECT_TIMEOUT", "PeerFetch", "PeerSource", "PeerUnavailable"]
@@ -54,9 +54,7 @@ class PeerFetch:
         """``budget``: what the sources declare (the reads fill the writer's buffers, never their own)."""
         self.budget = budget or default_budget()
         timeout = httpx.Timeout(READ_TIMEOUT, connect=connect_timeout)
-        self._http = httpx.AsyncClient(
-            headers={"Authorization": f"Bearer {token}"}, verify=trust(verify), timeout=timeout
-        )
+        self._http = peer_http(token, verify, timeout)
         #: Holders found unavailable, with why: never tried again by this fetcher (``fork``).
         self.down: dict[str, str] = {}
         self._owner = True
