@@ -110,7 +110,7 @@ class Database:
     def dispose(self) -> None:
         """Close every pooled connection."""
         self.engine.dispose()
-        if self._read_engine is not self.engine and self.is_sqlite:  # PostgreSQL's shares the pool
+        if self.is_sqlite:  # PostgreSQL's read engine shares the write engine's pool
             self._read_engine.dispose()
 
 
