@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -97,39 +98,39 @@ async def test_ask_follow_and_list_a_restore(served: Served) -> None:
     assert jobs == {"copies": [], "deletions": [], "restores": []}
 
 
-async def test_a_restore_asked_for_through_the_api_starts_at_once_not_at_a_poll(served: Served) -> None:
-    """The route wakes the service: with an hour between its polls the restore still runs now."""
-    cid = await served.lab.add(3, {"nvme": "deleted", "pfs": "verified"}, STEP)
+@asynccontextmanager
+async def _gated_service(served: Served, step: int, poll_interval: float) -> AsyncIterator[tuple[int, Gate]]:
+    """Step ``step`` on pfs only, and a started RestoreService polling every ``poll_interval``
+    whose pfs reads wait at a gate: (the checkpoint's id, the gate), once its first claim ran."""
+    cid = await served.lab.add(step, {"nvme": "deleted", "pfs": "verified"}, STEP)
     gate = Gate(served.lab.world.backends["pfs"], free=0)
-    options = replace(served.lab.service({}).options, poll_interval=3600)
+    options = replace(served.lab.service({}).options, poll_interval=poll_interval)
     service = RestoreService(served.ctx, {**served.lab.world.backends, "pfs": gate}, options=options)
     await service.start()
     try:
-        await service.loop.pass_done(0)  # the start's claim found nothing: the next is an hour away
+        await service.loop.pass_done(0)  # the start's claim found nothing
+        yield cid, gate
+    finally:
+        await service.stop(5)
+
+
+async def test_a_restore_asked_for_through_the_api_starts_at_once_not_at_a_poll(served: Served) -> None:
+    """The route wakes the service: with an hour between its polls the restore still runs now."""
+    async with _gated_service(served, 3, poll_interval=3600) as (cid, gate):
         target = served.lab.root / "restores" / "r3"
         answer = await served.call("POST", "/v1/restores", json={"checkpoint_id": cid, "target": str(target)})
         assert answer.status_code == 202, answer.text
         await asyncio.wait_for(gate.reached.wait(), 60)  # claimed and reading
         gate.opened.set()
-    finally:
-        await service.stop(5)
 
 
 async def test_a_restore_another_process_queued_is_claimed_at_the_poll(served: Served) -> None:
     """Nothing wakes the service for a row written behind its back: its poll finds it."""
-    cid = await served.lab.add(4, {"nvme": "deleted", "pfs": "verified"}, STEP)
-    gate = Gate(served.lab.world.backends["pfs"], free=0)
-    options = replace(served.lab.service({}).options, poll_interval=0.05)
-    service = RestoreService(served.ctx, {**served.lab.world.backends, "pfs": gate}, options=options)
-    await service.start()
-    try:
-        await service.loop.pass_done(0)
+    async with _gated_service(served, 4, poll_interval=0.05) as (cid, gate):
         job_id = served.lab.ask(checkpoint_id=cid, target=str(served.lab.root / "restores" / "r4"))
         await asyncio.wait_for(gate.reached.wait(), 60)
         assert served.lab.row(job_id).job.state == "running"
         gate.opened.set()
-    finally:
-        await service.stop(5)
 
 
 async def test_cancel_through_the_api_leaves_nothing(served: Served) -> None:
