@@ -5,9 +5,10 @@ dev extra brings them): structlog imports rich, when it can, only to draw except
 terminal, and draws them with its plain formatter instead. httpx imports rich and pygments
 (and click) for its own command line (``httpx._main``), which tierd never runs: that module
 is hidden for good (``tierd.hidden``) once this one is imported, so httpx loads without them
-whenever it is imported (by the CLI's commands that call the API, a peer or GCS tier; never
-by a daemon's start, so the CLI imports this module first: ``tierd.cli.main``). With the attrs
-rich pulls in they took ~5 MB of every daemon's resident memory (89 modules).
+whenever it is imported: by the CLI's commands that call the API, a GCS tier, and the peer
+clients the replication and restore services import in every daemon. The CLI imports this
+module first (``tierd.cli.main``), so nothing loads httpx before it. With the attrs rich
+pulls in they took ~5 MB of every daemon's resident memory (89 modules).
 """
 
 from __future__ import annotations

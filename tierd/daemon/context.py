@@ -158,8 +158,8 @@ class Context:
     #: Set with ``pipeline_wakeup`` when a checkpoint is named (a part recorded, a hop ended):
     #: the peer replication service looks for parts to send.
     peer_wakeup: asyncio.Event = field(default_factory=asyncio.Event)
-    #: Set when this node may owe a part to a waiting step (a notify left one waiting here;
-    #: another daemon recorded a part or a waiting step: its NOTIFY, heard by the pipeline's
+    #: Set when this node may owe a part to a waiting step (a notify left one waiting here; a
+    #: part was recorded here; another daemon made a waiting step: its NOTIFY, heard by the pipeline's
     #: listener). The detect service's waiting sweep runs when it is set (``wake_waiting``).
     waiting_wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     #: What the pipeline's next pass must schedule: the checkpoints named since its last pass,
